@@ -1,0 +1,117 @@
+// cpu_backend: the whole tier/stream/event architecture on a machine without a GPU.
+//
+// The device tier is a bounded arena in host memory (cpu::device_arena), streams are worker
+// threads (cpu::stream), and every copy is a task on a stream that yields an event, exactly as
+// on the CUDA backend. The asynchronous logic above it therefore really runs, and really races,
+// in CI, where ThreadSanitizer watches it.
+#pragma once
+
+#include <strata/backend/cpu/arena.hpp>     // cpu::device_arena
+#include <strata/backend/cpu/stream.hpp>    // cpu::stream, cpu::event
+#include <strata/core/bytes.hpp>            // page_size, round_up, format_bytes
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/storage/storage_file.hpp>  // storage_file
+#include <strata/tier/resources.hpp>        // tier_resources, tier_options
+#include <strata/tier/tier.hpp>             // tier_id
+
+#include <cstddef>      // std::size_t, std::byte
+#include <cstdlib>      // std::aligned_alloc, std::free
+#include <cstring>      // std::memcpy
+#include <memory>       // std::unique_ptr
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+
+namespace strata {
+
+class cpu_backend {
+public:
+    using stream = cpu::stream;
+    using event = cpu::event;
+    static constexpr std::string_view name = "cpu";
+
+    // The CPU stand-in for GPU memory defaults to a quarter of RAM: address space is reserved,
+    // pages are only used when touched.
+    explicit cpu_backend(const tier_options& options = {})
+        : m_tiers(options, physical_memory_bytes() / 4), m_arena(m_tiers.budget(tier_id::device).limit()) {}
+
+    cpu_backend(const cpu_backend&) = delete;
+    cpu_backend& operator=(const cpu_backend&) = delete;
+
+    tier_budget& budget(tier_id t) { return m_tiers.budget(t); }
+    const std::filesystem::path& storage_dir() const { return m_tiers.storage_dir(); }
+
+    stream make_stream(std::string stream_name) { return stream(std::move(stream_name)); }
+
+    // ---- memory of the addressable tiers (device, host) ----
+
+    void* allocate(tier_id t, std::size_t bytes, const std::string& what) {
+        auto& budget = m_tiers.budget(t);
+        const std::size_t charged = charge(bytes);
+        budget.reserve(charged, what);
+        try {
+            if (t == tier_id::device) return m_arena.allocate(charged);
+            void* p = std::aligned_alloc(page_size, charged);
+            if (!p) throw error("out of host memory allocating " + format_bytes(charged) + " for '" + what + "'",
+                                "lower the host tier budget to what the machine has");
+            return p;
+        } catch (...) {
+            budget.release(charged);
+            throw;
+        }
+    }
+
+    void deallocate(tier_id t, void* p, std::size_t bytes) noexcept {
+        if (t == tier_id::device)
+            m_arena.deallocate(p);
+        else
+            std::free(p);
+        m_tiers.budget(t).release(charge(bytes));
+    }
+
+    // ---- files of the storage tier ----
+
+    std::unique_ptr<storage_file> create_file(const std::string& tensor_name, std::size_t bytes) {
+        return m_tiers.create_file(tensor_name, bytes);
+    }
+    void destroy_file(std::unique_ptr<storage_file> file) noexcept { m_tiers.destroy_file(std::move(file)); }
+
+    // ---- asynchronous copies: each is a task on `s` and yields the event that marks its end ----
+
+    event copy(void* dst, tier_id, const void* src, tier_id, std::size_t bytes, stream& s) {
+        if (bytes) s.enqueue([=] { std::memcpy(dst, src, bytes); });
+        return s.record();
+    }
+
+    event read(void* dst, tier_id, const storage_file& src, std::size_t offset, std::size_t bytes, stream& s) {
+        s.enqueue([=, &src] { src.read(offset, dst, bytes); });
+        return s.record();
+    }
+
+    event write(storage_file& dst, std::size_t offset, const void* src, tier_id, std::size_t bytes, stream& s) {
+        s.enqueue([=, &dst] { dst.write(offset, src, bytes); });
+        return s.record();
+    }
+
+    event copy(storage_file& dst, std::size_t dst_offset, const storage_file& src, std::size_t src_offset,
+               std::size_t bytes, stream& s) {
+        s.enqueue([=, &dst, &src] {
+            auto bounce = detail::make_aligned_buffer(storage_file::bounce_bytes);
+            for (std::size_t done = 0; done < bytes;) {
+                const std::size_t n = std::min(storage_file::bounce_bytes, bytes - done);
+                src.read(src_offset + done, bounce.get(), n);
+                dst.write(dst_offset + done, bounce.get(), n);
+                done += n;
+            }
+        });
+        return s.record();
+    }
+
+private:
+    // Allocations are padded to whole pages, and the budget is charged what is really taken.
+    static std::size_t charge(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
+
+    tier_resources m_tiers;
+    cpu::device_arena m_arena;
+};
+
+}  // namespace strata

@@ -1,0 +1,44 @@
+// Byte arithmetic shared by every tier: page alignment and human-readable sizes.
+#pragma once
+
+#include <cstddef>  // std::size_t
+#include <cstdint>  // std::uintptr_t
+#include <cstdio>   // std::snprintf
+#include <string>   // std::string
+
+namespace strata {
+
+// Every tier allocation is aligned to and padded to this: O_DIRECT needs it on the storage tier,
+// and one page-aligned block per layer is what lets one DMA burst or one pread move a layer.
+inline constexpr std::size_t page_size = 4096;
+
+constexpr std::size_t round_up(std::size_t n, std::size_t multiple) {
+    return (n + multiple - 1) / multiple * multiple;
+}
+
+constexpr std::size_t round_down(std::size_t n, std::size_t multiple) { return n / multiple * multiple; }
+
+constexpr bool is_aligned(std::size_t n, std::size_t multiple) { return n % multiple == 0; }
+
+inline bool is_aligned(const void* p, std::size_t multiple) {
+    return reinterpret_cast<std::uintptr_t>(p) % multiple == 0;
+}
+
+// "1.50 GiB (1610612736 B)": the exact count keeps error messages unambiguous.
+inline std::string format_bytes(std::size_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = static_cast<double>(bytes);
+    int unit = 0;
+    while (value >= 1024.0 && unit < 4) {
+        value /= 1024.0;
+        ++unit;
+    }
+    char buf[64];
+    if (unit == 0)
+        std::snprintf(buf, sizeof buf, "%zu B", bytes);
+    else
+        std::snprintf(buf, sizeof buf, "%.2f %s (%zu B)", value, units[unit], bytes);
+    return buf;
+}
+
+}  // namespace strata
