@@ -1,0 +1,112 @@
+// The scalar reference AdamW on flat spans: the ground truth the vectorized, multi-threaded and
+// offloaded optimizers are tested against. Clarity over speed; one element at a time.
+//
+// What it matches: torch.optim.AdamW (torch 2.x, `_single_tensor_adam` with
+// decoupled_weight_decay=True, foreach=False, fused=False, amsgrad=False, maximize=False,
+// capturable=False), operation for operation and in the same order, with the same roundings of
+// the Python scalars to the tensor's type T. For one element, at 1-based step t:
+//
+//   p = p * T(1 - lr * wd)                          param.mul_(1 - lr * weight_decay)
+//   m = m + T(1 - b1) * (g - m)                     exp_avg.lerp_(grad, 1 - beta1)   [weight < 0.5]
+//   v = v * T(b2)                                   exp_avg_sq.mul_(beta2)
+//   v = v + T(1 - b2) * g * g                       .addcmul_(grad, grad, value=1 - beta2)
+//   bc1 = 1 - b1^t,  bc2 = 1 - b2^t                 (double, like Python floats)
+//   step_size = lr / bc1,  bc2_sqrt = bc2^0.5       (double; Python's ** is C's pow)
+//   denom = sqrt(v) / T(bc2_sqrt) + T(eps)          (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+//   p = p + T(-step_size) * m / denom               param.addcdiv_(exp_avg, denom, value=-step_size)
+//
+// Algebraically this is the textbook p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p_old), except
+// that eps is added to sqrt(vhat) (not sqrt(v)), and the decay uses p before the Adam step, as in
+// PyTorch. Bitwise equality with torch holds where torch runs these scalar kernels and neither
+// compiler fuses a multiply-add into an FMA; torch's vectorized CPU kernels (tensors of 16 floats
+// and more) compute the lerp with an FMA, which can differ in the last bit.
+#pragma once
+
+#include <strata/core/error.hpp>  // strata::error
+
+#include <cmath>        // std::isfinite, std::pow, std::sqrt
+#include <concepts>     // std::floating_point
+#include <cstddef>      // std::size_t
+#include <span>         // std::span
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::type_identity_t
+
+namespace strata {
+
+// Defaults are GPT-2/nanoGPT's (torch's own defaults are betas (0.9, 0.999) and weight_decay 0.01).
+// Hyperparameters are doubles because torch holds them as Python floats; each is rounded to the
+// tensor type exactly where torch rounds it. The learning rate is not here: it changes every step.
+struct adamw_hparams {
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+};
+
+inline void validate(const adamw_hparams& h) {
+    const auto bad = [](const std::string& what, const std::string& hint) { throw error("adamw: " + what, hint); };
+    if (!(h.beta1 >= 0 && h.beta1 < 1))
+        bad("beta1 must be in [0, 1), got " + std::to_string(h.beta1), "the usual value is 0.9");
+    if (!(h.beta2 >= 0 && h.beta2 < 1))
+        bad("beta2 must be in [0, 1), got " + std::to_string(h.beta2), "GPT training uses 0.95 or 0.999");
+    if (!(std::isfinite(h.eps) && h.eps >= 0))
+        bad("eps must be a finite number >= 0, got " + std::to_string(h.eps), "the usual value is 1e-8");
+    if (!(std::isfinite(h.weight_decay) && h.weight_decay >= 0))
+        bad("weight_decay must be a finite number >= 0, got " + std::to_string(h.weight_decay),
+            "GPT training uses 0.1; 0 disables it");
+}
+
+// One AdamW step over a flat block of parameters. `step` is 1-based (the number of updates
+// including this one, torch's state['step'] after its increment). `decay` false skips weight decay
+// for this block (biases, layernorm gains), as torch does for a param group with weight_decay 0.
+// p, m, v are updated in place; all four spans have the same length.
+template <std::floating_point T>
+void adamw_update(std::span<T> p, std::span<const std::type_identity_t<T>> g,
+                  std::span<std::type_identity_t<T>> m, std::span<std::type_identity_t<T>> v,
+                  const adamw_hparams& h, double lr, long step, bool decay) {
+    validate(h);
+    if (g.size() != p.size() || m.size() != p.size() || v.size() != p.size())
+        throw error("adamw: span sizes differ: params " + std::to_string(p.size()) + ", grads " +
+                        std::to_string(g.size()) + ", m " + std::to_string(m.size()) + ", v " +
+                        std::to_string(v.size()),
+                    "grads and both moments must use the parameters' layout");
+    if (step < 1)
+        throw error("adamw: step must be >= 1 (1-based), got " + std::to_string(step),
+                    "pass the number of updates including this one");
+    if (!(std::isfinite(lr) && lr >= 0))
+        throw error("adamw: lr must be a finite number >= 0, got " + std::to_string(lr),
+                    "check the learning-rate schedule");
+
+    const double t = static_cast<double>(step);
+    const double bias_correction1 = 1 - std::pow(h.beta1, t);
+    const double bias_correction2 = 1 - std::pow(h.beta2, t);
+    const double step_size = lr / bias_correction1;
+    const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
+
+    const bool apply_decay = decay && h.weight_decay != 0;  // torch skips the multiply when wd == 0
+    const T decay_factor = static_cast<T>(1 - lr * h.weight_decay);
+    const T lerp_weight = static_cast<T>(1 - h.beta1);
+    const bool lerp_weight_small = lerp_weight < T(0.5);  // torch's lerp picks its formula on this
+    const T beta2 = static_cast<T>(h.beta2);
+    const T one_minus_beta2 = static_cast<T>(1 - h.beta2);
+    const T bc2_sqrt = static_cast<T>(bias_correction2_sqrt);
+    const T eps = static_cast<T>(h.eps);
+    const T neg_step_size = static_cast<T>(-step_size);
+
+    for (std::size_t i = 0; i < p.size(); ++i) {
+        T param = p[i];
+        const T grad = g[i];
+        if (apply_decay) param = param * decay_factor;
+        T exp_avg = m[i];
+        exp_avg = lerp_weight_small ? exp_avg + lerp_weight * (grad - exp_avg)
+                                    : grad - (grad - exp_avg) * (T(1) - lerp_weight);
+        T exp_avg_sq = v[i] * beta2;
+        exp_avg_sq = exp_avg_sq + one_minus_beta2 * grad * grad;
+        const T denom = std::sqrt(exp_avg_sq) / bc2_sqrt + eps;
+        p[i] = param + neg_step_size * exp_avg / denom;
+        m[i] = exp_avg;
+        v[i] = exp_avg_sq;
+    }
+}
+
+}  // namespace strata
