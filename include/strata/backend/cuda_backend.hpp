@@ -1,0 +1,164 @@
+// cuda_backend: the tier/stream/event interface of cpu_backend on one NVIDIA GPU.
+//
+// device tier: cudaMalloc; host tier: cudaHostAlloc (pinned, so copies run at link speed);
+// storage tier: files, moved by pread/pwrite in stream order and staged through a pinned buffer
+// to and from the device. Copies between memory tiers are cudaMemcpyAsync on the given stream.
+//
+// Named synchronization: deallocating device or pinned memory (cudaFree, cudaFreeHost) waits
+// for the GPU. Allocate once, outside the step loop.
+#pragma once
+
+#include <strata/backend/cuda/check.hpp>    // check, device_count
+#include <strata/backend/cuda/stream.hpp>   // cuda::stream, cuda::event, failure_slot
+#include <strata/core/bytes.hpp>            // page_size, round_up, format_bytes
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/storage/storage_file.hpp>  // storage_file
+#include <strata/tier/resources.hpp>        // tier_resources, tier_options
+#include <strata/tier/tier.hpp>             // tier_id
+
+#include <cuda_runtime.h>  // cudaMalloc, cudaHostAlloc, cudaMemcpyAsync
+
+#include <algorithm>    // std::min
+#include <cstddef>      // std::size_t, std::byte
+#include <memory>       // std::unique_ptr, std::shared_ptr
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+
+namespace strata {
+
+class cuda_backend {
+public:
+    using stream = cuda::stream;
+    using event = cuda::event;
+    static constexpr std::string_view name = "cuda";
+    static constexpr std::size_t staging_chunk = std::size_t{8} << 20;
+
+    static bool available() { return cuda::device_count() > 0; }
+
+    // The device budget defaults to the free GPU memory less 5% for cuBLAS workspaces and the
+    // CUDA context's own allocations.
+    explicit cuda_backend(const tier_options& options = {}, int device = 0)
+        : m_device(select(device)), m_tiers(options, free_device_bytes() / 20 * 19) {}
+
+    cuda_backend(const cuda_backend&) = delete;
+    cuda_backend& operator=(const cuda_backend&) = delete;
+
+    int device() const { return m_device; }
+    tier_budget& budget(tier_id t) { return m_tiers.budget(t); }
+    const std::filesystem::path& storage_dir() const { return m_tiers.storage_dir(); }
+
+    stream make_stream(std::string stream_name) { return stream(std::move(stream_name), m_failures); }
+
+    // ---- memory of the addressable tiers ----
+
+    void* allocate(tier_id t, std::size_t bytes, const std::string& what) {
+        auto& budget = m_tiers.budget(t);
+        const std::size_t charged = charge(bytes);
+        budget.reserve(charged, what);
+        void* p = nullptr;
+        const cudaError_t status = t == tier_id::device ? cudaMalloc(&p, charged)
+                                                        : cudaHostAlloc(&p, charged, cudaHostAllocPortable);
+        if (status != cudaSuccess) {
+            budget.release(charged);
+            (void)cudaGetLastError();
+            throw error(std::string(t == tier_id::device ? "cudaMalloc" : "cudaHostAlloc") + " of " +
+                            format_bytes(charged) + " for '" + what + "' failed: " + cudaGetErrorString(status),
+                        "the " + std::string(name_of(t)) + " tier budget is larger than what is free; lower it");
+        }
+        return p;
+    }
+
+    void deallocate(tier_id t, void* p, std::size_t bytes) noexcept {
+        if (t == tier_id::device)
+            cudaFree(p);
+        else
+            cudaFreeHost(p);
+        m_tiers.budget(t).release(charge(bytes));
+    }
+
+    // ---- files of the storage tier ----
+
+    std::unique_ptr<storage_file> create_file(const std::string& tensor_name, std::size_t bytes) {
+        return m_tiers.create_file(tensor_name, bytes);
+    }
+    void destroy_file(std::unique_ptr<storage_file> file) noexcept { m_tiers.destroy_file(std::move(file)); }
+
+    // ---- asynchronous copies ----
+
+    event copy(void* dst, tier_id, const void* src, tier_id, std::size_t bytes, stream& s) {
+        if (bytes) cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.native()), "cudaMemcpyAsync");
+        return s.record();
+    }
+
+    event read(void* dst, tier_id dst_tier, const storage_file& src, std::size_t offset, std::size_t bytes,
+               stream& s) {
+        if (dst_tier == tier_id::host) {
+            s.enqueue_host([=, &src] { src.read(offset, dst, bytes); });
+        } else {
+            void* staging = s.staging(staging_chunk);
+            for (std::size_t done = 0; done < bytes; done += staging_chunk) {
+                const std::size_t n = std::min(staging_chunk, bytes - done);
+                s.enqueue_host([=, &src] { src.read(offset + done, staging, n); });
+                cuda::check(cudaMemcpyAsync(static_cast<std::byte*>(dst) + done, staging, n, cudaMemcpyHostToDevice,
+                                            s.native()),
+                            "cudaMemcpyAsync (staging -> device)");
+            }
+        }
+        return s.record();
+    }
+
+    event write(storage_file& dst, std::size_t offset, const void* src, tier_id src_tier, std::size_t bytes,
+                stream& s) {
+        if (src_tier == tier_id::host) {
+            s.enqueue_host([=, &dst] { dst.write(offset, src, bytes); });
+        } else {
+            void* staging = s.staging(staging_chunk);
+            for (std::size_t done = 0; done < bytes; done += staging_chunk) {
+                const std::size_t n = std::min(staging_chunk, bytes - done);
+                cuda::check(cudaMemcpyAsync(staging, static_cast<const std::byte*>(src) + done, n,
+                                            cudaMemcpyDeviceToHost, s.native()),
+                            "cudaMemcpyAsync (device -> staging)");
+                s.enqueue_host([=, &dst] { dst.write(offset + done, staging, n); });
+            }
+        }
+        return s.record();
+    }
+
+    event copy(storage_file& dst, std::size_t dst_offset, const storage_file& src, std::size_t src_offset,
+               std::size_t bytes, stream& s) {
+        void* staging = s.staging(staging_chunk);
+        for (std::size_t done = 0; done < bytes; done += staging_chunk) {
+            const std::size_t n = std::min(staging_chunk, bytes - done);
+            s.enqueue_host([=, &dst, &src] {
+                src.read(src_offset + done, staging, n);
+                dst.write(dst_offset + done, staging, n);
+            });
+        }
+        return s.record();
+    }
+
+private:
+    static std::size_t charge(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
+
+    static int select(int device) {
+        const int count = cuda::device_count();
+        if (count == 0) throw error("no CUDA device is available", "run on a machine with an NVIDIA GPU, or use --device cpu");
+        if (device < 0 || device >= count)
+            throw error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                        " present)");
+        cuda::check(cudaSetDevice(device), "cudaSetDevice");
+        return device;
+    }
+
+    static std::size_t free_device_bytes() {
+        std::size_t free = 0, total = 0;
+        cuda::check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+        return free;
+    }
+
+    int m_device;
+    std::shared_ptr<cuda::failure_slot> m_failures = std::make_shared<cuda::failure_slot>();
+    tier_resources m_tiers;
+};
+
+}  // namespace strata
