@@ -1,13 +1,13 @@
 // layernorm: forward against the textbook formula, every gradient against finite differences,
 // float against double.
-#include <cmath>                               // std::sqrt
-#include <cstddef>                             // std::size_t
-#include <numeric>                             // std::inner_product
-#include <type_traits>                         // std::is_same_v
-#include <vector>                              // std::vector
-#include <doctest/doctest.h>                   // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, INFO
+#include <cmath>                                  // std::sqrt
+#include <cstddef>                                // std::size_t
+#include <numeric>                                // std::inner_product
+#include <type_traits>                            // std::is_same_v
+#include <vector>                                 // std::vector
+#include <doctest/doctest.h>                      // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, INFO
 #include <strata/kernels/cpu/gradient_check.hpp>  // numeric_gradient, compare, random_vector
-#include <strata/kernels/cpu/layernorm.hpp>    // layernorm_forward, layernorm_backward
+#include <strata/kernels/cpu/layernorm.hpp>       // layernorm_forward, layernorm_backward
 
 namespace {
 
@@ -43,8 +43,8 @@ struct problem {
     }
 };
 
-TEST_CASE_TEMPLATE("layernorm forward is (x - mean) / sqrt(biased var + 1e-5) * w + b", Real,
-                   float, double) {
+TEST_CASE_TEMPLATE("layernorm forward is (x - mean) / sqrt(biased var + 1e-5) * w + b", Real, float,
+                   double) {
     problem<Real> p;
     p.forward();
     std::vector<double> expected(B * T * C);
