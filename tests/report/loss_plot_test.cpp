@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK
 
+#include <algorithm>   // std::sort
 #include <cmath>       // std::exp
 #include <filesystem>  // std::filesystem
 #include <fstream>     // std::ifstream
@@ -154,7 +155,7 @@ TEST_CASE("no finite points gives an empty plot that says so") {
     CHECK(tags_balanced(svg));
 }
 
-TEST_CASE("write_loss_svg replaces the file through a temporary and leaves no temporary behind") {
+TEST_CASE("write_loss_svg replaces the file atomically and leaves no temporary behind") {
     const fs::path dir = fs::temp_directory_path() / ("strata_plot_" + std::to_string(getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -165,13 +166,16 @@ TEST_CASE("write_loss_svg replaces the file through a temporary and leaves no te
     std::ostringstream contents;
     contents << std::ifstream(file).rdbuf();
     CHECK(contents.str() == strata::loss_svg(train, {}, "second"));
-    CHECK_FALSE(fs::exists(dir / "loss.svg.tmp"));
 
     CHECK_THROWS_WITH_AS(strata::write_loss_svg(dir / "missing" / "loss.svg", train, {}, "x"),
-                         doctest::Contains("cannot write"), strata::error);
+                         doctest::Contains("missing/loss.svg"), strata::error);
     fs::create_directories(dir / "taken.svg");  // a directory where the file should go: rename fails
     CHECK_THROWS_WITH_AS(strata::write_loss_svg(dir / "taken.svg", train, {}, "x"),
                          doctest::Contains("cannot rename"), strata::error);
-    CHECK_FALSE(fs::exists(dir / "taken.svg.tmp"));
+    // Only the plot is left: no temporary from the good writes or the failed one.
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"loss.svg", "taken.svg"});
     fs::remove_all(dir);
 }

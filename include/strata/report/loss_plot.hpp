@@ -7,18 +7,15 @@
 // take the whole plot with it).
 #pragma once
 
-#include <strata/core/error.hpp>  // strata::error
+#include <strata/io/atomic_write.hpp>  // write_file_atomically
 
 #include <algorithm>     // std::min, std::max
 #include <charconv>      // std::to_chars, std::chars_format
 #include <cmath>         // std::ceil, std::floor, std::fabs, std::isfinite, std::log10, std::lround, std::pow
-#include <filesystem>    // std::filesystem::path, rename, remove
-#include <fstream>       // std::ofstream
-#include <ios>           // std::ios
+#include <filesystem>    // std::filesystem::path
 #include <span>          // std::span
 #include <string>        // std::string
 #include <string_view>   // std::string_view
-#include <system_error>  // std::error_code
 #include <vector>        // std::vector
 
 namespace strata {
@@ -211,32 +208,12 @@ inline std::string loss_svg(std::span<const loss_point> train, std::span<const l
     return svg;
 }
 
-// Writes the plot next to `path` and renames it into place, so a viewer refreshing the file while
-// training runs never reads half a plot, and a crash mid-write leaves the previous plot intact.
+// Writes through a temporary renamed over `path` (io/atomic_write.hpp), so a viewer refreshing
+// the file while training runs never reads half a plot, and a crash mid-write leaves the previous
+// plot intact.
 inline void write_loss_svg(const std::filesystem::path& path, std::span<const loss_point> train,
                            std::span<const loss_point> val, std::string_view title) {
-    const std::string svg = loss_svg(train, val, title);
-    std::filesystem::path temp = path;
-    temp += ".tmp";
-    {
-        std::ofstream out(temp, std::ios::trunc);
-        out << svg;
-        out.flush();
-        if (!out) {
-            std::error_code ignored;
-            std::filesystem::remove(temp, ignored);
-            throw error("loss plot: cannot write '" + temp.string() + "'",
-                        "check that the directory exists and is writable");
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(temp, path, ec);
-    if (ec) {
-        std::error_code ignored;
-        std::filesystem::remove(temp, ignored);
-        throw error("loss plot: cannot rename '" + temp.string() + "' to '" + path.string() + "': " + ec.message(),
-                    "check that the destination is not a directory and is writable");
-    }
+    write_file_atomically(path, std::string_view(loss_svg(train, val, title)));
 }
 
 }  // namespace strata
