@@ -1,0 +1,367 @@
+// gpt_model<R, B>: a GPT-2-architecture model written only with strata primitives.
+//
+// The model owns no weights. Its parameters are layer groups, each one contiguous page-aligned
+// block (param_layout): group 0 = embeddings (wte, wpe), groups 1..L = transformer blocks,
+// group L+1 = the final layernorm. The LM head is tied to wte (group 0). A `binder` hands the
+// model device addresses of a group's weights and gradients just before it computes, and is told
+// when the group is done: the resident trainer binds fixed tensors, the streaming pipeline binds
+// device slots that it fills ahead of compute.
+//
+// Activation checkpointing (default): forward keeps only each block's input; backward recomputes
+// the block's forward from it (one extra forward), then runs the block's backward.
+#pragma once
+
+#include <strata/backend/backend.hpp>       // Backend
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/model/gpt_config.hpp>      // gpt_config
+#include <strata/model/param_layout.hpp>    // param_layout, param_spec
+#include <strata/nn/ops.hpp>                // ops
+#include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
+#include <strata/train/rng.hpp>             // rng
+
+#include <cmath>    // std::sqrt
+#include <cstddef>  // std::size_t
+#include <cstdint>  // std::int32_t
+#include <span>     // std::span
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+namespace strata {
+
+// When the model uses a group, and for what. The pipeline prefetches by this order.
+enum class group_use { forward, backward };
+
+// What the model needs from whoever owns the parameters (resident trainer or pipeline).
+template <class X, class R, class Stream>
+concept GroupBinder = requires(X& x, std::size_t g, Stream& s, group_use u) {
+    { x.params(g, s, u) } -> std::same_as<const R*>;  // device address, ready for work on s
+    { x.grads(g, s) } -> std::same_as<R*>;            // device address of the group's gradients
+    x.done(g, s, u);                                  // work on s that used the group is enqueued
+};
+
+inline std::vector<param_spec> gpt_embedding_params(const gpt_config& c) {
+    return {{"wte.weight", {c.vocab_size, c.n_embd}, true}, {"wpe.weight", {c.max_seq, c.n_embd}, true}};
+}
+
+inline std::vector<param_spec> gpt_block_params(const gpt_config& c) {
+    const std::size_t C = c.n_embd;
+    return {{"ln_1.weight", {C}, false},           {"ln_1.bias", {C}, false},
+            {"attn.c_attn.weight", {C, 3 * C}, true}, {"attn.c_attn.bias", {3 * C}, false},
+            {"attn.c_proj.weight", {C, C}, true},     {"attn.c_proj.bias", {C}, false},
+            {"ln_2.weight", {C}, false},           {"ln_2.bias", {C}, false},
+            {"mlp.c_fc.weight", {C, 4 * C}, true},    {"mlp.c_fc.bias", {4 * C}, false},
+            {"mlp.c_proj.weight", {4 * C, C}, true},  {"mlp.c_proj.bias", {C}, false}};
+}
+
+inline std::vector<param_spec> gpt_final_params(const gpt_config& c) {
+    return {{"ln_f.weight", {c.n_embd}, false}, {"ln_f.bias", {c.n_embd}, false}};
+}
+
+template <class R, Backend B>
+class gpt_model {
+public:
+    using stream = typename B::stream;
+    using op = ops<B>;
+
+    explicit gpt_model(const gpt_config& config) : m_config(config) {
+        config.validate();
+        m_groups.push_back(param_layout::of<R>(gpt_embedding_params(config)));
+        for (std::size_t l = 0; l < config.n_layer; ++l) m_groups.push_back(param_layout::of<R>(gpt_block_params(config)));
+        m_groups.push_back(param_layout::of<R>(gpt_final_params(config)));
+    }
+
+    const gpt_config& config() const { return m_config; }
+    const std::vector<param_layout>& groups() const { return m_groups; }
+    std::size_t group_count() const { return m_groups.size(); }
+    std::size_t block_group(std::size_t layer) const { return 1 + layer; }
+    std::size_t final_group() const { return m_config.n_layer + 1; }
+
+    // Hugging Face GPT2LMHeadModel name of a parameter ("transformer.h.3.attn.c_attn.weight").
+    std::string hf_name(std::size_t group, const param_slot& slot) const {
+        if (group == 0 || group == final_group()) return "transformer." + slot.spec.name;
+        return "transformer.h." + std::to_string(group - 1) + "." + slot.spec.name;
+    }
+
+    // GPT-2's initialization into a host copy of one group: N(0, 0.02) weights, the residual
+    // projections scaled by 1/sqrt(2 L), zero biases, unit layernorm gains. Groups are initialized
+    // in order from one generator, so a seed fixes the model.
+    void initialize(std::size_t group, std::span<R> host_block, rng& gen) const {
+        std::fill(host_block.begin(), host_block.end(), R(0));
+        for (const auto& slot : m_groups[group].slots()) {
+            R* p = host_block.data() + slot.offset;
+            const std::size_t n = slot.spec.shape.numel();
+            const std::string& name = slot.spec.name;
+            if (name.ends_with(".bias")) continue;
+            if (name.starts_with("ln_")) {
+                std::fill(p, p + n, R(1));
+                continue;
+            }
+            double stddev = 0.02;
+            if (name == "attn.c_proj.weight" || name == "mlp.c_proj.weight")
+                stddev /= std::sqrt(2.0 * static_cast<double>(m_config.n_layer));
+            for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<R>(gen.normal(0.0, stddev));
+        }
+    }
+
+    // ---- activations ----
+
+    // Device-tier buffers for micro-batches up to B x T. With checkpointing, one block's
+    // activations are shared by all blocks (recomputed in backward); without, each block keeps its own.
+    class activations {
+    public:
+        activations(B& backend, const gpt_config& c, std::size_t batch, std::size_t seq, bool checkpointing)
+            : m_batch(batch), m_seq(seq), m_checkpointing(checkpointing) {
+            const std::size_t BT = batch * seq, C = c.n_embd, V = c.vocab_size;
+            auto make = [&](std::size_t n, const std::string& name) {
+                return tiered_tensor<R, device_tier, B>(backend, {n}, "act." + name);
+            };
+            m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
+            m_tokens.emplace_back(backend, shape{BT}, "act.targets");
+            m_block_inputs.push_back(make((c.n_layer + 1) * BT * C, "block_inputs"));
+            const std::size_t per_block = block_floats(c, batch, seq);
+            m_block.push_back(make((checkpointing ? 1 : c.n_layer) * per_block, "block"));
+            m_rest.push_back(make(BT * C, "lnf"));
+            m_rest.push_back(make(2 * BT, "lnf_stats"));
+            m_rest.push_back(make(BT * V, "logits"));
+            m_rest.push_back(make(BT, "losses"));
+            m_rest.push_back(make(BT, "lse"));
+            m_rest.push_back(make(BT * V, "dlogits"));
+            m_rest.push_back(make(BT * C, "dlnf"));
+            m_rest.push_back(make(2 * BT * C, "dx"));  // two ping-pong buffers
+            m_rest.push_back(make(block_grad_floats(c, batch, seq), "dblock"));
+        }
+
+        std::size_t batch() const { return m_batch; }
+        std::size_t seq() const { return m_seq; }
+        bool checkpointing() const { return m_checkpointing; }
+
+        std::int32_t* tokens() { return m_tokens[0].device_data().get(); }
+        std::int32_t* targets() { return m_tokens[1].device_data().get(); }
+        tiered_tensor<std::int32_t, device_tier, B>& tokens_tensor() { return m_tokens[0]; }
+        tiered_tensor<std::int32_t, device_tier, B>& targets_tensor() { return m_tokens[1]; }
+        tiered_tensor<R, device_tier, B>& losses_tensor() { return m_rest[3]; }
+
+        R* block_input(std::size_t layer, std::size_t BTC) { return m_block_inputs[0].device_data().get() + layer * BTC; }
+        R* block(std::size_t layer, std::size_t per_block) {
+            return m_block[0].device_data().get() + (m_checkpointing ? 0 : layer * per_block);
+        }
+        R* lnf() { return m_rest[0].device_data().get(); }
+        R* lnf_stats() { return m_rest[1].device_data().get(); }
+        R* logits() { return m_rest[2].device_data().get(); }
+        R* losses() { return m_rest[3].device_data().get(); }
+        R* lse() { return m_rest[4].device_data().get(); }
+        R* dlogits() { return m_rest[5].device_data().get(); }
+        R* dlnf() { return m_rest[6].device_data().get(); }
+        R* dx(int which, std::size_t BTC) { return m_rest[7].device_data().get() + which * BTC; }
+        R* dblock() { return m_rest[8].device_data().get(); }
+
+    private:
+        std::size_t m_batch, m_seq;
+        bool m_checkpointing;
+        std::vector<tiered_tensor<std::int32_t, device_tier, B>> m_tokens;
+        std::vector<tiered_tensor<R, device_tier, B>> m_block_inputs, m_block, m_rest;
+    };
+
+    // Floats of one block's forward activations for a B x T micro-batch.
+    static std::size_t block_floats(const gpt_config& c, std::size_t batch, std::size_t seq) {
+        const std::size_t BT = batch * seq, C = c.n_embd;
+        return BT * C * 7 + BT * 4 + BT * 3 * C + BT * 4 * C * 2 + op::attention_saved(batch, seq, c.n_head);
+    }
+    // Floats of one block's backward scratch.
+    static std::size_t block_grad_floats(const gpt_config& c, std::size_t batch, std::size_t seq) {
+        const std::size_t BT = batch * seq, C = c.n_embd;
+        return BT * 4 * C * 2 + BT * C * 2 + BT * 3 * C;
+    }
+
+    // ---- forward and backward of one micro-batch (tokens and targets already in `act`) ----
+
+    // Enqueues the forward pass on `s`; the per-token losses end in act.losses().
+    template <GroupBinder<R, stream> Binder>
+    void forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
+        check_size(act, batch, seq);
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
+        {
+            const R* p = bind.params(0, s, group_use::forward);
+            op::embedding_forward(s, act.block_input(0, BTC), act.tokens(), wte(p), wpe(p), batch, seq, C, c.vocab_size,
+                                  c.max_seq);
+            bind.done(0, s, group_use::forward);
+        }
+        for (std::size_t l = 0; l < c.n_layer; ++l) {
+            const std::size_t g = block_group(l);
+            const R* p = bind.params(g, s, group_use::forward);
+            block_forward(s, p, act, l, batch, seq);
+            bind.done(g, s, group_use::forward);
+        }
+        head_forward(bind, act, batch, seq, s, group_use::forward);
+    }
+
+    // Enqueues forward + backward on `s`. Gradients accumulate (+=) into the binder's gradient
+    // buffers; `loss_scale` multiplies dloss (1 / counted tokens of the whole effective batch, so
+    // that accumulation over micro-batches gives the mean over the effective batch).
+    template <GroupBinder<R, stream> Binder>
+    void forward_backward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, double loss_scale,
+                          stream& s) const {
+        forward(bind, act, batch, seq, s);
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C, V = c.vocab_size;
+        const std::size_t L = c.n_layer;
+        // the head: cross-entropy, tied LM head, final layernorm
+        {
+            const std::size_t fg = final_group();
+            const R* pf = bind.params(fg, s, group_use::backward);
+            const R* p0 = bind.params(0, s, group_use::backward);
+            R* g0 = bind.grads(0, s);
+            R* gf = bind.grads(fg, s);
+            op::zero(s, act.dlogits(), BT * V);
+            op::cross_entropy_backward(s, act.dlogits(), act.lse(), act.logits(), act.targets(), loss_scale, batch, seq, V);
+            op::zero(s, act.dlnf(), BTC);
+            op::lm_head_backward(s, act.dlnf(), wte(g0), act.dlogits(), act.lnf(), wte(p0), batch, seq, C, V);
+            R* dx = act.dx(static_cast<int>(L % 2), BTC);
+            op::zero(s, dx, BTC);
+            const auto& fl = m_groups[fg].slots();
+            op::layernorm_backward(s, dx, gf + fl[0].offset, gf + fl[1].offset, act.lnf_stats(), act.lnf_stats() + BT,
+                                   act.dlnf(), act.block_input(L, BTC), pf + fl[0].offset, batch, seq, C);
+            bind.done(fg, s, group_use::backward);
+            bind.done(0, s, group_use::backward);
+        }
+        for (std::size_t l = L; l-- > 0;) {
+            const std::size_t g = block_group(l);
+            const R* p = bind.params(g, s, group_use::backward);
+            R* grad = bind.grads(g, s);
+            if (act.checkpointing()) block_forward(s, p, act, l, batch, seq);  // recompute from the saved input
+            block_backward(s, p, grad, act, l, batch, seq);
+            bind.done(g, s, group_use::backward);
+        }
+        {
+            const R* p0 = bind.params(0, s, group_use::backward);
+            (void)p0;
+            R* g0 = bind.grads(0, s);
+            op::embedding_backward(s, wte(g0), wpe(g0), act.dx(0, BTC), act.tokens(), batch, seq, C, c.vocab_size,
+                                   c.max_seq);
+            bind.done(0, s, group_use::backward);
+        }
+    }
+
+private:
+    const R* wte(const R* group0) const { return group0 + m_groups[0].slots()[0].offset; }
+    const R* wpe(const R* group0) const { return group0 + m_groups[0].slots()[1].offset; }
+    R* wte(R* group0) const { return group0 + m_groups[0].slots()[0].offset; }
+    R* wpe(R* group0) const { return group0 + m_groups[0].slots()[1].offset; }
+
+    void check_size(const activations& act, std::size_t batch, std::size_t seq) const {
+        if (batch > act.batch() || seq > act.seq() || seq > m_config.max_seq)
+            throw error("micro-batch " + std::to_string(batch) + " x " + std::to_string(seq) +
+                            " is larger than the activations (" + std::to_string(act.batch()) + " x " +
+                            std::to_string(act.seq()) + ") or the model's context " + std::to_string(m_config.max_seq));
+    }
+
+    // Views of one block's forward activations, carved from the block workspace.
+    struct block_acts {
+        R *ln1, *ln1_stats, *qkv, *att_saved, *atty, *attproj, *res2, *ln2, *ln2_stats, *fch, *fch_gelu, *fcproj;
+    };
+    block_acts carve(activations& act, std::size_t l, std::size_t batch, std::size_t seq) const {
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd;
+        R* p = act.block(l, block_floats(c, act.batch(), act.seq()));
+        block_acts a{};
+        auto take = [&](std::size_t n) {
+            R* q = p;
+            p += n;
+            return q;
+        };
+        a.ln1 = take(BT * C);
+        a.ln1_stats = take(2 * BT);
+        a.qkv = take(BT * 3 * C);
+        a.att_saved = take(op::attention_saved(batch, seq, c.n_head));
+        a.atty = take(BT * C);
+        a.attproj = take(BT * C);
+        a.res2 = take(BT * C);
+        a.ln2 = take(BT * C);
+        a.ln2_stats = take(2 * BT);
+        a.fch = take(BT * 4 * C);
+        a.fch_gelu = take(BT * 4 * C);
+        a.fcproj = take(BT * C);
+        return a;
+    }
+
+    void block_forward(stream& s, const R* p, activations& act, std::size_t l, std::size_t batch, std::size_t seq) const {
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C, NH = c.n_head;
+        const auto& w = m_groups[block_group(l)].slots();
+        auto P = [&](int i) { return p + w[i].offset; };
+        block_acts a = carve(act, l, batch, seq);
+        const R* x = act.block_input(l, BTC);
+        R* out = act.block_input(l + 1, BTC);
+        op::layernorm_forward(s, a.ln1, a.ln1_stats, a.ln1_stats + BT, x, P(0), P(1), batch, seq, C);
+        op::matmul_forward(s, a.qkv, a.ln1, P(2), P(3), batch, seq, C, 3 * C);
+        op::attention_forward(s, a.atty, a.att_saved, a.qkv, batch, seq, C, NH);
+        op::matmul_forward(s, a.attproj, a.atty, P(4), P(5), batch, seq, C, C);
+        op::residual_forward(s, a.res2, x, a.attproj, BTC);
+        op::layernorm_forward(s, a.ln2, a.ln2_stats, a.ln2_stats + BT, a.res2, P(6), P(7), batch, seq, C);
+        op::matmul_forward(s, a.fch, a.ln2, P(8), P(9), batch, seq, C, 4 * C);
+        op::gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
+        op::matmul_forward(s, a.fcproj, a.fch_gelu, P(10), P(11), batch, seq, 4 * C, C);
+        op::residual_forward(s, out, a.res2, a.fcproj, BTC);
+    }
+
+    // dout = act.dx((l + 1) % 2): gradient w.r.t. the block's output; writes dx(l % 2) w.r.t. its input.
+    void block_backward(stream& s, const R* p, R* grad, activations& act, std::size_t l, std::size_t batch,
+                        std::size_t seq) const {
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C, NH = c.n_head;
+        const auto& w = m_groups[block_group(l)].slots();
+        auto P = [&](int i) { return p + w[i].offset; };
+        auto G = [&](int i) { return grad + w[i].offset; };
+        block_acts a = carve(act, l, batch, seq);
+        const R* x = act.block_input(l, BTC);
+        const R* dout = act.dx(static_cast<int>((l + 1) % 2), BTC);
+        R* dx = act.dx(static_cast<int>(l % 2), BTC);
+        R* d = act.dblock();
+        R* dfch_gelu = d;
+        R* dfch = d + BT * 4 * C;
+        R* dln2 = d + BT * 8 * C;
+        R* datty = dln2 + BTC;
+        R* dqkv = datty + BTC;
+        R* dln1 = dln2;  // dln2 is dead by the time dln1 is needed
+
+        // out = res2 + fcproj: both branches receive dout
+        op::zero(s, dfch_gelu, BT * 4 * C);
+        op::matmul_backward(s, dfch_gelu, G(10), G(11), dout, a.fch_gelu, P(10), batch, seq, 4 * C, C);
+        op::zero(s, dfch, BT * 4 * C);
+        op::gelu_backward(s, dfch, dfch_gelu, a.fch, BT * 4 * C);
+        op::zero(s, dln2, BTC);
+        op::matmul_backward(s, dln2, G(8), G(9), dfch, a.ln2, P(8), batch, seq, C, 4 * C);
+        op::copy(s, dx, dout, BTC);  // dres2 = dout + layernorm_2's input gradient
+        op::layernorm_backward(s, dx, G(6), G(7), a.ln2_stats, a.ln2_stats + BT, dln2, a.res2, P(6), batch, seq, C);
+        // res2 = x + attproj: dx (now dres2) flows to both
+        op::zero(s, datty, BTC);
+        op::matmul_backward(s, datty, G(4), G(5), dx, a.atty, P(4), batch, seq, C, C);
+        op::zero(s, dqkv, BT * 3 * C);
+        op::attention_backward(s, dqkv, a.att_saved, datty, a.qkv, batch, seq, C, NH);
+        op::zero(s, dln1, BTC);
+        op::matmul_backward(s, dln1, G(2), G(3), dqkv, a.ln1, P(2), batch, seq, C, 3 * C);
+        op::layernorm_backward(s, dx, G(0), G(1), a.ln1_stats, a.ln1_stats + BT, dln1, x, P(0), batch, seq, C);
+    }
+
+    template <class Binder>
+    void head_forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s, group_use use) const {
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
+        const std::size_t fg = final_group();
+        const R* pf = bind.params(fg, s, use);
+        const R* p0 = bind.params(0, s, use);
+        const auto& fl = m_groups[fg].slots();
+        op::layernorm_forward(s, act.lnf(), act.lnf_stats(), act.lnf_stats() + BT, act.block_input(c.n_layer, BTC),
+                              pf + fl[0].offset, pf + fl[1].offset, batch, seq, C);
+        op::lm_head_forward(s, act.logits(), act.lnf(), wte(p0), batch, seq, C, c.vocab_size);
+        op::cross_entropy_forward(s, act.losses(), act.lse(), act.logits(), act.targets(), batch, seq, c.vocab_size);
+        bind.done(0, s, use);
+        bind.done(fg, s, use);
+    }
+
+    gpt_config m_config;
+    std::vector<param_layout> m_groups;
+};
+
+}  // namespace strata

@@ -1,0 +1,245 @@
+// trainer<R, Backend>: one optimizer step of the example GPT = forward/backward over the
+// micro-batches of gradient accumulation, the exact global gradient norm, clipping, AdamW.
+//
+// This is the resident configuration: weights, gradients and both AdamW moments of every layer
+// group live in the device tier, one page-aligned block per group and per kind, and AdamW runs
+// where they live. Only the micro-batch tokens travel host -> device, and the per-token losses
+// and the norm's partial sums device -> host.
+//
+// Named host waits per step: (1) "grad norm": the partial sums of squares reach the host, which
+// computes the clip coefficient; (2) "step end": the losses, for the metrics.
+#pragma once
+
+#include <strata/backend/backend.hpp>       // Backend
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/data/loader.hpp>           // data::batch
+#include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
+#include <strata/model/gpt.hpp>             // gpt_model, GroupBinder
+#include <strata/nn/ops.hpp>                // ops
+#include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
+#include <strata/train/adamw.hpp>           // adamw_hparams
+#include <strata/train/clip.hpp>            // clip_coefficient, require_finite_grad_norm
+#include <strata/train/rng.hpp>             // rng
+#include <strata/train/schedule.hpp>        // lr_schedule, lr_at
+
+#include <cmath>    // std::sqrt, std::isfinite
+#include <cstddef>  // std::size_t
+#include <span>     // std::span
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+namespace strata {
+
+struct train_options {
+    std::size_t batch = 4;       // micro-batch B
+    std::size_t seq = 128;       // T
+    std::size_t accum = 1;       // micro-batches per optimizer step
+    lr_schedule schedule{};
+    adamw_hparams adamw{};
+    double clip = 1.0;           // max global gradient norm; 0 disables clipping
+    bool checkpointing = true;   // activation checkpointing per block
+};
+
+struct step_result {
+    long step = 0;           // 1-based number of this update
+    double loss = 0;         // mean over the counted tokens of the effective batch
+    double grad_norm = 0;    // global L2 norm before clipping
+    double lr = 0;
+    std::size_t tokens = 0;  // tokens processed (B * T * accum)
+    std::size_t counted = 0; // tokens that counted in the loss
+};
+
+template <class R, Backend B>
+class trainer {
+public:
+    using model_type = gpt_model<R, B>;
+    using stream = typename B::stream;
+    using op = ops<B>;
+
+    trainer(B& backend, const model_type& model, train_options options)
+        : m_backend(backend),
+          m_model(model),
+          m_options(std::move(options)),
+          m_compute(backend.make_stream("compute")),
+          m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing) {
+        validate(m_options.adamw);
+        if (m_options.seq > model.config().max_seq)
+            throw error("sequence length " + std::to_string(m_options.seq) + " exceeds the model's context " +
+                            std::to_string(model.config().max_seq),
+                        "lower --seq-len or build the model with a longer context");
+        const auto& groups = model.groups();
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+            const std::string n = "g" + std::to_string(g);
+            const shape s{groups[g].numel()};
+            m_params.emplace_back(backend, s, "params." + n);
+            m_grads.emplace_back(backend, s, "grads." + n);
+            m_m.emplace_back(backend, s, "adam_m." + n);
+            m_v.emplace_back(backend, s, "adam_v." + n);
+        }
+        m_norm_partials_dev.emplace_back(backend, shape{groups.size()}, "grad_norm.partials");
+        m_norm_partials_host.emplace_back(backend, shape{groups.size()}, "grad_norm.partials.host");
+        for (auto* set : {&m_m, &m_v, &m_grads})
+            for (auto& t : *set) op::zero(m_compute, t.device_data().get(), t.numel());
+        m_compute.synchronize();  // named: the state is ready before the first step
+    }
+
+    const model_type& model() const { return m_model; }
+    const train_options& options() const { return m_options; }
+    long step_count() const { return m_step; }
+    B& backend() { return m_backend; }
+    stream& compute_stream() { return m_compute; }
+
+    // GPT-2 initialization from a seed, group by group, through one host buffer.
+    void initialize(std::uint64_t seed) {
+        rng gen(seed);
+        for (std::size_t g = 0; g < m_params.size(); ++g) {
+            tiered_tensor<R, host_tier, B> host(m_backend, m_params[g].shape(), "init.host");
+            m_model.initialize(g, host.span(), gen);
+            m_params[g].copy_from(host, m_compute).wait();  // named: the host buffer is freed next
+        }
+    }
+
+    // ---- state, for checkpoints: one group's block of weights / m / v, to and from the host ----
+    enum class state_kind { params, adam_m, adam_v, grads };
+    void download(state_kind k, std::size_t g, std::span<R> out) {
+        auto& t = pick(k)[g];
+        tiered_tensor<R, host_tier, B> host(m_backend, t.shape(), "download.host");
+        host.copy_from(t, m_compute).wait();  // named: checkpoint I/O
+        std::copy(host.span().begin(), host.span().end(), out.begin());
+    }
+    void upload(state_kind k, std::size_t g, std::span<const R> in) {
+        auto& t = pick(k)[g];
+        if (in.size() != t.numel()) throw error("upload: block size mismatch for group " + std::to_string(g));
+        tiered_tensor<R, host_tier, B> host(m_backend, t.shape(), "upload.host");
+        std::copy(in.begin(), in.end(), host.span().begin());
+        t.copy_from(host, m_compute).wait();  // named: checkpoint I/O
+    }
+    void set_step_count(long step) { m_step = step; }
+
+    // One optimizer step over `micro` (accum micro-batches of B x T tokens each).
+    step_result step(std::span<const data::batch> micro) {
+        if (micro.size() != m_options.accum)
+            throw error("trainer::step got " + std::to_string(micro.size()) + " micro-batches, expected accum = " +
+                        std::to_string(m_options.accum));
+        const std::size_t BT = m_options.batch * m_options.seq;
+        std::size_t counted = 0;
+        for (const auto& b : micro) {
+            if (b.inputs.size() != BT || b.targets.size() != BT)
+                throw error("micro-batch has " + std::to_string(b.inputs.size()) + " tokens, expected B x T = " +
+                            std::to_string(BT));
+            for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
+        }
+        const long update = m_step + 1;
+        if (counted == 0)
+            throw error("step " + std::to_string(update) + ": no target token counts in the loss (all are ignored)",
+                        "instruction data needs responses that fit in --seq-len");
+
+        for (auto& g : m_grads) op::zero(m_compute, g.device_data().get(), g.numel());
+        // Token buffers stay alive until the step's end: the copies read them asynchronously.
+        std::vector<tiered_tensor<std::int32_t, host_tier, B>> staged;
+        std::vector<tiered_tensor<R, host_tier, B>> losses;
+        resident_binder bind{*this};
+        for (const auto& b : micro) {
+            staged.emplace_back(m_backend, shape{BT}, "tokens.host");
+            staged.emplace_back(m_backend, shape{BT}, "targets.host");
+            std::copy(b.inputs.begin(), b.inputs.end(), staged[staged.size() - 2].span().begin());
+            std::copy(b.targets.begin(), b.targets.end(), staged.back().span().begin());
+            m_act.tokens_tensor().copy_from(staged[staged.size() - 2], m_compute);
+            m_act.targets_tensor().copy_from(staged.back(), m_compute);
+            m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
+                                     m_compute);
+            losses.emplace_back(m_backend, shape{BT}, "losses.host");
+            copy_async(m_backend, losses.back().view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
+        }
+
+        step_result r;
+        r.step = update;
+        r.tokens = BT * micro.size();
+        r.counted = counted;
+        r.grad_norm = grad_norm();  // named wait inside
+        for (const auto& l : losses)
+            for (R x : l.span()) r.loss += static_cast<double>(x);
+        r.loss /= static_cast<double>(counted);
+        if (!std::isfinite(r.loss))
+            throw error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(update),
+                        "training diverged: lower --lr or lengthen --warmup, and resume from the last checkpoint");
+        require_finite_grad_norm(r.grad_norm, update);
+
+        r.lr = lr_at(m_options.schedule, m_step);
+        const double coefficient = m_options.clip > 0 ? clip_coefficient(r.grad_norm, m_options.clip, update) : 1.0;
+        const auto& groups = m_model.groups();
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+            R* grad = m_grads[g].device_data().get();
+            if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].numel());
+            for (const auto& slot : groups[g].slots()) {
+                const std::size_t o = slot.offset, n = slot.spec.shape.numel();
+                op::adamw(m_compute, m_params[g].device_data().get() + o, grad + o, m_m[g].device_data().get() + o,
+                          m_v[g].device_data().get() + o, n, m_options.adamw, r.lr, update, slot.spec.decay);
+            }
+        }
+        m_compute.synchronize();  // named: step end (host buffers above are released next)
+        m_step = update;
+        return r;
+    }
+
+    // Mean loss over the given batches, without touching gradients or the optimizer.
+    double evaluate(std::span<const data::batch> batches) {
+        const std::size_t BT = m_options.batch * m_options.seq;
+        double total = 0;
+        std::size_t counted = 0;
+        resident_binder bind{*this};
+        for (const auto& b : batches) {
+            tiered_tensor<std::int32_t, host_tier, B> tok(m_backend, shape{BT}, "eval.tokens"), tgt(m_backend, shape{BT}, "eval.targets");
+            std::copy(b.inputs.begin(), b.inputs.end(), tok.span().begin());
+            std::copy(b.targets.begin(), b.targets.end(), tgt.span().begin());
+            for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
+            m_act.tokens_tensor().copy_from(tok, m_compute);
+            m_act.targets_tensor().copy_from(tgt, m_compute);
+            m_model.forward(bind, m_act, m_options.batch, m_options.seq, m_compute);
+            tiered_tensor<R, host_tier, B> losses(m_backend, shape{BT}, "eval.losses");
+            copy_async(m_backend, losses.view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute).wait();
+            for (R x : losses.span()) total += static_cast<double>(x);
+        }
+        return counted ? total / static_cast<double>(counted) : 0.0;
+    }
+
+private:
+    struct resident_binder {
+        trainer& t;
+        const R* params(std::size_t g, stream&, group_use) { return t.m_params[g].device_data().get(); }
+        R* grads(std::size_t g, stream&) { return t.m_grads[g].device_data().get(); }
+        void done(std::size_t, stream&, group_use) {}
+    };
+
+    std::vector<tiered_tensor<R, device_tier, B>>& pick(state_kind k) {
+        switch (k) {
+            case state_kind::params: return m_params;
+            case state_kind::adam_m: return m_m;
+            case state_kind::adam_v: return m_v;
+            default: return m_grads;
+        }
+    }
+
+    // Exact global L2 norm: per-group sums of squares in double, summed on the host in group order.
+    double grad_norm() {
+        double* partials = m_norm_partials_dev[0].device_data().get();
+        for (std::size_t g = 0; g < m_grads.size(); ++g)
+            op::sum_of_squares(m_compute, partials + g, m_grads[g].device_data().get(), m_grads[g].numel());
+        m_norm_partials_host[0].copy_from(m_norm_partials_dev[0], m_compute).wait();  // named: grad norm
+        double sum = 0;
+        for (double x : m_norm_partials_host[0].span()) sum += x;
+        return std::sqrt(sum);
+    }
+
+    B& m_backend;
+    const model_type& m_model;
+    train_options m_options;
+    stream m_compute;
+    typename model_type::activations m_act;
+    std::vector<tiered_tensor<R, device_tier, B>> m_params, m_grads, m_m, m_v;
+    std::vector<tiered_tensor<double, device_tier, B>> m_norm_partials_dev;
+    std::vector<tiered_tensor<double, host_tier, B>> m_norm_partials_host;
+    long m_step = 0;
+};
+
+}  // namespace strata
