@@ -60,10 +60,12 @@ TEST_CASE("embedding backward matches central differences of wte and wpe") {
     p.backward();
     auto loss = [&] { return p.forward(); };
     // Threshold: the loss is linear, so differences are exact up to rounding (~1e-10); a
-    // dropped repeat or a wrong row is off by O(1). Unused rows are 0 in both (floor 1e-8).
-    const auto dwte = compare(difference(p.dwte, before.dwte), numeric_gradient(loss, p.wte));
+    // dropped repeat or a wrong row is off by O(1). Unused rows are 0 in both.
+    const auto dwte = compare(difference(p.dwte, before.dwte), numeric_gradient(loss, p.wte),
+                              numeric_gradient_floor);
     CHECK_MESSAGE(dwte.error < 1e-6, dwte.describe("dwte"));
-    const auto dwpe = compare(difference(p.dwpe, before.dwpe), numeric_gradient(loss, p.wpe));
+    const auto dwpe = compare(difference(p.dwpe, before.dwpe), numeric_gradient(loss, p.wpe),
+                              numeric_gradient_floor);
     CHECK_MESSAGE(dwpe.error < 1e-6, dwpe.describe("dwpe"));
 }
 
