@@ -155,14 +155,15 @@ public:
 private:
     std::string bar_line(long step, double loss, double tokens_per_s, double eta, std::string_view extra) const {
         const double fraction = std::clamp(static_cast<double>(step) / static_cast<double>(m_total), 0.0, 1.0);
-        const int filled = static_cast<int>(fraction * m_options.bar_width);
+        const auto width = static_cast<std::size_t>(m_options.bar_width);
+        const auto filled = static_cast<std::size_t>(fraction * static_cast<double>(width));
         const std::string total = std::to_string(m_total);
         std::string steps = std::to_string(step);
         if (steps.size() < total.size()) steps.insert(0, total.size() - steps.size(), ' ');  // a steady width
         char percent[16];
         std::snprintf(percent, sizeof percent, "%5.1f%%", 100.0 * fraction);
         std::string line = "step " + steps + "/" + total + " [" + std::string(filled, '#') +
-                           std::string(m_options.bar_width - filled, '.') + "] " + percent + " | loss " +
+                           std::string(width - filled, '.') + "] " + percent + " | loss " +
                            format_loss(loss) + " | " + format_rate(tokens_per_s) + " tok/s | ETA " +
                            format_duration(eta);
         if (!extra.empty()) line += " | " + std::string(extra);
