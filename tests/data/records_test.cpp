@@ -1,5 +1,7 @@
 // Reading records: each format from a real file, auto detection, and every error message.
-#include <strata/data/records.hpp>  // read_records, parse_records, record_format
+#include <strata/data/records.hpp>         // read_records, parse_records, record_format
+#include <strata/data/tokenize.hpp>        // load_data
+#include <strata/text/byte_tokenizer.hpp>  // byte_tokenizer
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
@@ -259,4 +261,27 @@ TEST_CASE("explicit JSON formats refuse plain text; text refuses invalid UTF-8")
     CHECK(contains(error_of([] { parse_records("\xED\xA0\x80", record_format::text, "s"); }), "invalid UTF-8"));
     CHECK(contains(error_of([] { parse_records("ok\xE2\x82", record_format::text, "t"); }), "invalid UTF-8"));
     CHECK_NOTHROW(parse_records("\xF0\x9F\x98\x80 \xE2\x82\xAC", record_format::text, "emoji"));
+}
+
+TEST_CASE("load_data: from a file on disk to train and validation sequences") {
+    strata::byte_tokenizer tok;
+    temp_file base("corpus.txt", "0123456789");  // 10 bytes + eot: T = 2 gives 5 windows
+    prepared_data p = load_data(base.path(), record_format::automatic, tok, {2, 0.2, alpaca_prompt()});
+    CHECK(p.stats.kind == record_kind::base);
+    CHECK(p.train.size() == 4);
+    REQUIRE(p.validation.size() == 1);
+    CHECK(p.validation.inputs(0)[0] == '8');
+    CHECK(p.validation.targets(0)[1] == strata::byte_tokenizer::eot);
+
+    temp_file inst("alpaca.json", R"([{"instruction": "Hi", "input": "", "output": "Yo"}])");
+    prepared_data q = load_data(inst.path(), record_format::automatic, tok, {256, 0.0, alpaca_prompt()});
+    CHECK(q.stats.kind == record_kind::instruct);
+    REQUIRE(q.train.size() == 1);
+    std::string prompt = alpaca_prompt().render("Hi", "");
+    CHECK(q.train.targets(0)[prompt.size() - 2] == ignore_index);
+    CHECK(q.train.targets(0)[prompt.size() - 1] == 'Y');
+    CHECK(q.train.targets(0)[prompt.size()] == 'o');
+    CHECK(q.train.targets(0)[prompt.size() + 1] == strata::byte_tokenizer::eot);
+    CHECK(q.train.targets(0)[prompt.size() + 2] == ignore_index);
+    CHECK(q.stats.trainable_targets == 3);
 }
