@@ -86,4 +86,7 @@ TEST_CASE("a NaN or infinite norm stops training with the step in the message") 
     CHECK(grads[0][0] == 1.0f);  // refused before scaling anything
     CHECK(grads[1][0] == 2.0f);
     CHECK_NOTHROW(strata::require_finite_grad_norm(1e300, 0));
+    CHECK_THROWS_WITH_AS(strata::clip_coefficient(nan, 1.0), "non-finite gradient norm (nan): the loss diverged "
+                         "(hint: lower --lr, lengthen the warmup, or set --grad-clip; resume from the last checkpoint)",
+                         strata::error);
 }

@@ -44,11 +44,11 @@ double global_grad_norm(const R& grads) {
 
 // Throws when the norm is NaN or infinite: at that point the update would destroy the weights, so
 // training must stop rather than clip (torch's error_if_nonfinite=True). `step` names the step in
-// the message.
+// the message (a negative step leaves it out).
 inline void require_finite_grad_norm(double norm, long step) {
     if (!std::isfinite(norm))
-        throw error("non-finite gradient norm (" + std::to_string(norm) + ") at step " + std::to_string(step) +
-                        ": the loss diverged",
+        throw error("non-finite gradient norm (" + std::to_string(norm) + ")" +
+                        (step >= 0 ? " at step " + std::to_string(step) : std::string()) + ": the loss diverged",
                     "lower --lr, lengthen the warmup, or set --grad-clip; resume from the last checkpoint");
 }
 
