@@ -13,8 +13,8 @@
 #include <strata/text/gpt2_vocab_files.hpp>    // gpt2_detail::vocab_reader, key_to_bytes, shown
 #include <strata/text/tokenizer.hpp>           // token_id, Tokenizer
 
-#include <array>          // std::array
 #include <algorithm>      // std::fill
+#include <array>          // std::array
 #include <cstddef>        // std::size_t, std::ptrdiff_t
 #include <cstdint>        // std::uint32_t, std::uint64_t
 #include <filesystem>     // std::filesystem::path
@@ -35,7 +35,7 @@ namespace strata {
 
 namespace gpt2_detail {
 
-// Hashes by string_view so the vocabulary can be probed without building a std::string.
+// Hashes by string_view so the vocabulary can be probed with a string_view.
 struct string_hash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
@@ -185,8 +185,9 @@ public:
                                        std::string_view vocab_name = "vocab.json",
                                        std::string_view merges_name = "merges.txt") {
         auto tables = std::make_shared<gpt2_tokenizer::tables>();
-        read_vocab(*tables, vocab_json, vocab_name);
-        read_merges(*tables, merges_txt, merges_name);
+        id_map id_of;  // only loading looks tokens up by their bytes
+        read_vocab(*tables, id_of, vocab_json, vocab_name);
+        read_merges(*tables, id_of, merges_txt, merges_name);
         return gpt2_tokenizer(std::move(tables));
     }
 
@@ -235,10 +236,11 @@ public:
     std::string_view name() const { return "gpt2"; }
 
 private:
-    // Everything read from the files; immutable after load and shared by copies.
+    using id_map = std::unordered_map<std::string, token_id, gpt2_detail::string_hash, std::equal_to<>>;
+
+    // What encoding and decoding need from the files; immutable after load and shared by copies.
     struct tables {
         std::vector<std::string> bytes_of;  // id -> raw bytes
-        std::unordered_map<std::string, token_id, gpt2_detail::string_hash, std::equal_to<>> id_of;
         std::array<token_id, 256> byte_id{};
         gpt2_detail::merge_table merges;
         token_id eot = -1;
@@ -261,7 +263,7 @@ private:
         return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
 
-    static void read_vocab(tables& t, std::string_view json, std::string_view file_name) {
+    static void read_vocab(tables& t, id_map& id_of, std::string_view json, std::string_view file_name) {
         gpt2_detail::vocab_reader reader(json, file_name);
         struct entry {
             std::string key, bytes;
@@ -287,7 +289,7 @@ private:
             if (owner[id])
                 reader.fail(e.key_at, "id " + std::to_string(e.id) + " of " + gpt2_detail::shown(e.key) +
                                           " is already the id of " + gpt2_detail::shown(owner[id]->key));
-            if (!t.id_of.emplace(e.bytes, e.id).second)
+            if (!id_of.emplace(e.bytes, e.id).second)
                 reader.fail(e.key_at, "token " + gpt2_detail::shown(e.key) + " appears twice");
             owner[id] = &e;
             t.bytes_of[id] = e.bytes;
@@ -295,20 +297,20 @@ private:
         const std::string file(file_name);
         const std::string hint = "vocab.json must be GPT-2's vocabulary: one JSON object {\"token\": id, ...}";
         for (int b = 0; b < 256; ++b) {
-            const auto it = t.id_of.find(std::string(1, static_cast<char>(b)));
-            if (it == t.id_of.end())
+            const auto it = id_of.find(std::string(1, static_cast<char>(b)));
+            if (it == id_of.end())
                 throw error("gpt2_tokenizer: " + file + " has no token for byte " + std::to_string(b) +
                                 " (a byte-level vocabulary needs all 256)",
                             hint);
             t.byte_id[static_cast<std::size_t>(b)] = it->second;
         }
-        const auto eot = t.id_of.find(eot_text);
-        if (eot == t.id_of.end())
+        const auto eot = id_of.find(eot_text);
+        if (eot == id_of.end())
             throw error("gpt2_tokenizer: " + file + " has no \"<|endoftext|>\" token", hint);
         t.eot = eot->second;
     }
 
-    static void read_merges(tables& t, std::string_view text, std::string_view file_name) {
+    static void read_merges(tables& t, const id_map& id_of, std::string_view text, std::string_view file_name) {
         const std::string file(file_name);
         const std::string hint = "merges.txt must be GPT-2's: a \"#version\" line, then one \"left right\" pair per line";
         std::size_t line_no = 0;
@@ -340,8 +342,8 @@ private:
             if (!gpt2_detail::key_to_bytes(right_key, right, why_not))
                 fail("token " + gpt2_detail::shown(right_key) + " " + why_not);
             const auto id_or_fail = [&](const std::string& bytes, std::string_view key) {
-                const auto it = t.id_of.find(bytes);
-                if (it == t.id_of.end()) fail("token " + gpt2_detail::shown(key) + " is not in vocab.json");
+                const auto it = id_of.find(bytes);
+                if (it == id_of.end()) fail("token " + gpt2_detail::shown(key) + " is not in vocab.json");
                 return it->second;
             };
             const token_id left_id = id_or_fail(left, left_key);
