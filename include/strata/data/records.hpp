@@ -15,6 +15,7 @@
 #include <iterator>     // std::istreambuf_iterator
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
+#include <utility>      // std::move
 #include <vector>       // std::vector
 
 namespace strata::data {
