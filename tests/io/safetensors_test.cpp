@@ -327,3 +327,16 @@ TEST_CASE("dtype names and sizes follow the format") {
         CHECK(strata::to_string(row.dtype) == row.name);
     }
 }
+
+TEST_CASE("thousands of tensors keep their order in the header and in the buffer") {
+    safetensors_writer writer;
+    constexpr int count = 3000;
+    for (int i = count - 1; i >= 0; --i)  // descending: file order differs from sorted order
+        writer.add("t" + std::to_string(i), {1}, std::vector<std::int32_t>{i});
+    const safetensors_file file = safetensors_file::from_bytes(writer.to_bytes());
+    REQUIRE(file.size() == count);
+    CHECK(file.names().front() == "t" + std::to_string(count - 1));
+    CHECK(file.names().back() == "t0");
+    CHECK(file.info("t0").begin == 4 * (count - 1));
+    for (int i = 0; i < count; i += 250) CHECK(file.get<std::int32_t>("t" + std::to_string(i))[0] == i);
+}

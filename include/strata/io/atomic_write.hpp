@@ -385,7 +385,10 @@ inline void commit_directory_atomically(const std::filesystem::path& tmp_dir,
         throw error("io: cannot commit '" + tmp_dir.string() + "' as '" + final_dir.string() +
                         "': it is not a directory",
                     "write the checkpoint into the temporary directory first");
-    if (fs::weakly_canonical(tmp_dir, ec) == fs::weakly_canonical(final_dir, ec))
+    std::error_code tmp_ec, final_ec;
+    const fs::path tmp_real = fs::weakly_canonical(tmp_dir, tmp_ec);
+    const fs::path final_real = fs::weakly_canonical(final_dir, final_ec);
+    if (!tmp_ec && !final_ec && tmp_real == final_real)
         throw error("io: cannot commit '" + tmp_dir.string() + "' onto itself",
                     "build the new directory under a different (temporary) name");
 

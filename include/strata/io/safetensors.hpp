@@ -14,7 +14,7 @@
 #include <strata/core/error.hpp>       // strata::error
 #include <strata/io/atomic_write.hpp>  // write_file_atomically, atomic_file_writer, detail:: file helpers
 
-#include <nlohmann/json.hpp>  // nlohmann::ordered_json (keeps the header's key order)
+#include <nlohmann/json.hpp>  // nlohmann::json (reading), nlohmann::ordered_json (writing in field order)
 
 #include <algorithm>    // std::sort, std::min
 #include <array>        // std::array
@@ -186,10 +186,11 @@ public:
     std::size_t size() const noexcept { return m_entries.size(); }
     std::uint64_t data_size() const noexcept { return m_data_size; }
 
-    // The header as written: JSON padded with spaces to a multiple of 8 bytes.
+    // The header as written: compact JSON, padded with spaces to a multiple of 8 bytes. Assembled
+    // entry by entry because a JSON object keyed in insertion order costs a linear search per key.
     std::string header() const {
-        nlohmann::ordered_json json = nlohmann::ordered_json::object();
-        if (!m_metadata.empty()) json["__metadata__"] = m_metadata;
+        std::string text = "{";
+        if (!m_metadata.empty()) text += R"("__metadata__":)" + m_metadata.dump();
         std::uint64_t offset = 0;
         for (const entry& e : m_entries) {
             const std::uint64_t end = offset + e.bytes().size();
@@ -197,10 +198,11 @@ public:
             info["dtype"] = to_string(e.dtype);
             info["shape"] = e.shape;
             info["data_offsets"] = nlohmann::ordered_json::array({offset, end});
-            json[e.name] = std::move(info);
+            if (text.size() > 1) text += ',';
+            text += nlohmann::ordered_json(e.name).dump() + ":" + info.dump();
             offset = end;
         }
-        std::string text = json.dump();
+        text += '}';
         text.append((8 - text.size() % 8) % 8, ' ');
         return text;
     }
@@ -408,8 +410,8 @@ private:
     }
 
     void parse(std::span<const std::byte> file);
-    void parse_metadata(const nlohmann::ordered_json& value);
-    safetensors_tensor_info parse_tensor(const std::string& name, const nlohmann::ordered_json& value,
+    void parse_metadata(const nlohmann::json& value);
+    safetensors_tensor_info parse_tensor(const std::string& name, const nlohmann::json& value,
                                          std::span<const std::byte> buffer) const;
     void check_coverage(std::uint64_t buffer_size) const;
 
@@ -480,33 +482,36 @@ inline void safetensors_file::parse(std::span<const std::byte> file) {
     if (text.empty() || text.front() != '{')
         fail_corrupt("the header does not start with '{'");
 
-    // nlohmann keeps the last of two equal keys; a duplicate must be an error, so the parse
-    // callback tracks the keys of every open object.
+    // nlohmann keeps the last of two equal keys and sorts object keys; the parse callback sees every
+    // key in file order, so it both refuses duplicates and records the order of the tensors.
     std::vector<std::set<std::string>> open_objects;
-    std::string current_tensor;
-    const auto on_event = [&](int, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
-        using event_t = nlohmann::ordered_json::parse_event_t;
+    std::vector<std::string> top_level_keys;
+    const auto on_event = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        using event_t = nlohmann::json::parse_event_t;
         if (event == event_t::object_start) open_objects.emplace_back();
         if (event == event_t::object_end) open_objects.pop_back();
         if (event == event_t::key) {
             const std::string& key = parsed.get_ref<const std::string&>();
-            if (open_objects.size() == 1) current_tensor = key;
             if (!open_objects.back().insert(key).second)
-                fail_corrupt(open_objects.size() == 1
-                                 ? "the header lists '" + key + "' twice"
-                                 : "the header entry '" + current_tensor + "' has the field '" + key + "' twice");
+                fail_corrupt(open_objects.size() == 1 ? "the header lists '" + key + "' twice"
+                                                      : "the header entry '" + top_level_keys.back() +
+                                                            "' has the field '" + key + "' twice");
+            if (open_objects.size() == 1) top_level_keys.push_back(key);
         }
         return true;
     };
-    nlohmann::ordered_json header;
+    nlohmann::json header;
     try {
-        header = nlohmann::ordered_json::parse(text, on_event);
-    } catch (const nlohmann::ordered_json::parse_error& e) {
+        header = nlohmann::json::parse(text, on_event);
+    } catch (const nlohmann::json::parse_error& e) {
         fail_corrupt(std::string("the header is not valid JSON: ") + e.what());
     }
     if (!header.is_object()) fail_corrupt(std::string("the header is a JSON ") + header.type_name() + ", not an object");
 
-    for (const auto& [name, value] : header.items()) {
+    m_names.reserve(top_level_keys.size());
+    m_infos.reserve(top_level_keys.size());
+    for (const std::string& name : top_level_keys) {
+        const nlohmann::json& value = header.at(name);
         if (name == "__metadata__") {
             parse_metadata(value);
             continue;
@@ -518,7 +523,7 @@ inline void safetensors_file::parse(std::span<const std::byte> file) {
     check_coverage(buffer.size());
 }
 
-inline void safetensors_file::parse_metadata(const nlohmann::ordered_json& value) {
+inline void safetensors_file::parse_metadata(const nlohmann::json& value) {
     if (!value.is_object())
         fail_corrupt(std::string("__metadata__ is a JSON ") + value.type_name() + ", not an object of strings");
     for (const auto& [key, item] : value.items()) {
@@ -530,17 +535,17 @@ inline void safetensors_file::parse_metadata(const nlohmann::ordered_json& value
 }
 
 inline safetensors_tensor_info safetensors_file::parse_tensor(const std::string& name,
-                                                              const nlohmann::ordered_json& value,
+                                                              const nlohmann::json& value,
                                                               std::span<const std::byte> buffer) const {
     const std::string where = "tensor '" + name + "'";
     if (!value.is_object()) fail_corrupt(where + " is described by a JSON " + value.type_name() + ", not an object");
-    const auto field = [&](const char* key) -> const nlohmann::ordered_json& {
+    const auto field = [&](const char* key) -> const nlohmann::json& {
         const auto it = value.find(key);
         if (it == value.end()) fail_corrupt(where + " has no \"" + key + "\"");
         return *it;
     };
     const auto unsigned_list = [&](const char* key) {
-        const nlohmann::ordered_json& list = field(key);
+        const nlohmann::json& list = field(key);
         std::vector<std::uint64_t> numbers;
         bool ok = list.is_array();
         for (std::size_t i = 0; ok && i < list.size(); ++i) {
@@ -551,7 +556,7 @@ inline safetensors_tensor_info safetensors_file::parse_tensor(const std::string&
         return numbers;
     };
 
-    const nlohmann::ordered_json& dtype_json = field("dtype");
+    const nlohmann::json& dtype_json = field("dtype");
     const std::optional<safetensors_dtype> dtype =
         dtype_json.is_string() ? parse_safetensors_dtype(dtype_json.get_ref<const std::string&>()) : std::nullopt;
     if (!dtype) {
