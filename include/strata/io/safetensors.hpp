@@ -298,8 +298,9 @@ struct safetensors_tensor_info {
 
 // A whole safetensors file in memory, validated on open. The byte buffer starts on a 64-byte
 // boundary, so get<T>() can hand out views without copying whenever a tensor's offset is a
-// multiple of its element size (as Hugging Face's writer and safetensors_writer with same-size
-// dtypes arrange); copy_to() works for any offset.
+// multiple of its element size. Hugging Face's writer orders tensors by dtype size to arrange
+// that; safetensors_writer keeps insertion order, so a narrow dtype added before a wide one can
+// misalign it. copy_to() works for any offset.
 class safetensors_file {
 public:
     static safetensors_file open(const std::filesystem::path& path) {
