@@ -1,0 +1,258 @@
+// strata-gpt: train a GPT-2-architecture model with strata, and sample from it.
+//
+//   strata-gpt train --data FILE [options]      (strata-gpt train --help)
+//   strata-gpt sample --checkpoint DIR --prompt TEXT [options]
+#include <strata/data/loader.hpp>
+#include <strata/data/records.hpp>
+#include <strata/data/tokenize.hpp>
+#include <strata/io/json_file.hpp>
+#include <strata/model/gpt.hpp>
+#include <strata/model/sampler.hpp>
+#include <strata/nn/cpu_ops.hpp>
+#include <strata/report/loss_plot.hpp>
+#include <strata/report/metrics.hpp>
+#include <strata/report/progress.hpp>
+#include <strata/strata.hpp>
+#include <strata/text/byte_tokenizer.hpp>
+#include <strata/text/gpt2_tokenizer.hpp>
+#include <strata/train/checkpoint.hpp>
+#include <strata/train/trainer.hpp>
+
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace strata;
+
+namespace {
+
+using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer>;
+
+// "byte" or "gpt2:DIR" (a directory with vocab.json and merges.txt).
+any_tokenizer make_tokenizer(const std::string& spec) {
+    if (spec == "byte") return byte_tokenizer{};
+    if (spec.starts_with("gpt2:")) return gpt2_tokenizer::load(spec.substr(5));
+    throw error("unknown tokenizer '" + spec + "'", "use --tokenizer byte or --tokenizer gpt2:DIR");
+}
+
+// The tokenizer a checkpoint directory was trained with: its own vocab.json + merges.txt
+// (a GPT-2 directory), else what trainer_state.json records, else bytes.
+std::string tokenizer_of_checkpoint(const fs::path& dir) {
+    if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) return "gpt2:" + dir.string();
+    if (fs::exists(dir / "trainer_state.json")) {
+        auto state = read_json_file(dir / "trainer_state.json");
+        if (state.contains("tokenizer") && state["tokenizer"] == "byte") return "byte";
+    }
+    return "byte";
+}
+
+struct train_args {
+    std::string data, format = "auto", tokenizer = "byte";
+    std::size_t n_layer = 4, n_head = 4, n_embd = 128, seq_len = 128;
+    std::size_t batch = 8, accum = 1;
+    long steps = 300, warmup = 20, eval_every = 50, save_every = 0, eval_batches = 8;
+    double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
+    std::string schedule = "cosine";
+    std::uint64_t seed = 1337;
+    std::string out = "runs/gpt", resume, metrics, device = "auto";
+    int threads = 0;
+    bool no_checkpointing = false;
+};
+
+void print_line(const std::string& s) { std::cout << s << std::endl; }
+
+std::string fmt_model(const gpt_config& c, const train_options& o) {
+    return "model: GPT-2 architecture, " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
+           " heads, " + std::to_string(c.n_embd) + " channels, vocab " + std::to_string(c.vocab_size) + ", context " +
+           std::to_string(c.max_seq) + ": " + std::to_string(c.parameter_count()) + " parameters; batch " +
+           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) +
+           ", CPU backend (resident)";
+}
+
+int run_train(const train_args& a) {
+    if (a.device == "cuda")
+        throw error("--device cuda: this build's strata-gpt trains on the CPU backend only",
+                    "use --device cpu (the CUDA trainer arrives with the CUDA backend's GPT kernels)");
+    if (a.device != "cpu" && a.device != "auto") throw error("--device must be cpu, cuda or auto, got '" + a.device + "'");
+    if (a.threads > 0) Eigen::setNbThreads(a.threads);
+
+    auto tok = make_tokenizer(a.tokenizer);
+    const auto records = data::read_records(a.data, data::parse_record_format(a.format == "auto" ? "auto" : a.format));
+    data::prepared_data prepared = std::visit(
+        [&](const auto& t) { return data::prepare_data(records, t, {.seq_len = a.seq_len, .val_fraction = a.val_fraction}); },
+        tok);
+    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
+    const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
+    print_line("data: " + a.data + ": " + prepared.stats.summary());
+
+    gpt_config config{.vocab_size = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
+    config.validate();
+    train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
+    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = a.warmup,
+                  .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
+    validate(o.schedule);
+    o.adamw.weight_decay = a.weight_decay;
+    o.clip = a.clip;
+    o.checkpointing = !a.no_checkpointing;
+
+    cpu_backend backend;
+    gpt_model<float, cpu_backend> model(config);
+    trainer<float, cpu_backend> t(backend, model, o);
+    t.initialize(a.seed);
+    auto train_loader = data::make_train_loader(prepared.train, a.batch, a.seed);
+    std::optional<data::batch_loader> val_loader;
+    if (!prepared.validation.empty()) val_loader.emplace(data::make_validation_loader(prepared.validation, a.batch, eot));
+
+    if (!a.resume.empty()) {
+        auto state = load_checkpoint(t, a.resume);
+        train_loader.restore(state.at("data_cursor").get<data::loader_cursor>());
+        print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
+    }
+    print_line(fmt_model(config, o));
+
+    fs::create_directories(a.out);
+    std::optional<metrics_writer> metrics;
+    if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
+    std::vector<loss_point> train_curve, val_curve;
+    std::vector<fs::path> extra_files;
+    if (a.tokenizer.starts_with("gpt2:")) {
+        const fs::path dir = a.tokenizer.substr(5);
+        extra_files = {dir / "vocab.json", dir / "merges.txt"};
+    }
+
+    auto save = [&] {
+        nlohmann::json state{{"data_cursor", train_loader.cursor()},
+                             {"seed", a.seed},
+                             {"tokenizer", a.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
+                             {"data", a.data},
+                             {"options",
+                              {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
+                               {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", a.warmup},
+                               {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}}}};
+        const auto dir = save_checkpoint(t, a.out, state, extra_files);
+        return dir;
+    };
+
+    progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
+    fs::path last_saved;
+    while (t.step_count() < a.steps) {
+        std::vector<data::batch> micro;
+        for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
+        const auto start = std::chrono::steady_clock::now();
+        const step_result r = t.step(micro);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double tps = static_cast<double>(r.tokens) / seconds;
+        train_curve.push_back({static_cast<double>(r.step), r.loss});
+        if (metrics)
+            metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                            {"tokens_per_s", tps}, {"tokens", r.tokens}});
+        progress.update(r.step, r.loss, tps);
+        const bool last = r.step == a.steps;
+        if (val_loader && a.eval_every > 0 && (r.step % a.eval_every == 0 || last)) {
+            val_loader->reset();
+            std::vector<data::batch> batches;
+            const long n = std::min<long>(a.eval_batches, static_cast<long>(val_loader->batches_per_epoch()));
+            for (long i = 0; i < n; ++i) batches.push_back(val_loader->next());
+            const double val = t.evaluate(batches);
+            val_curve.push_back({static_cast<double>(r.step), val});
+            if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
+            progress.note("step " + std::to_string(r.step) + ": val_loss " + format_loss(val));
+        }
+        if ((a.save_every > 0 && r.step % a.save_every == 0) || last) {
+            last_saved = save();
+            write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-gpt: " + a.data);
+        }
+    }
+    progress.finish();
+    if (!last_saved.empty()) print_line("saved " + last_saved.string() + " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
+    return 0;
+}
+
+struct sample_args {
+    std::string checkpoint, prompt;
+    std::size_t max_new_tokens = 200, top_k = 40;
+    double temperature = 0.8;
+    std::uint64_t seed = 42;
+};
+
+int run_sample(const sample_args& a) {
+    auto loaded = load_model_files<float>(a.checkpoint);
+    auto tok = make_tokenizer(tokenizer_of_checkpoint(a.checkpoint));
+    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
+    gpt_sampler<float> sampler(loaded.config, std::move(loaded.blocks));
+    std::vector<token_id> prompt = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
+    sample_options so;
+    so.max_new_tokens = a.max_new_tokens;
+    so.temperature = a.temperature;
+    so.top_k = a.top_k;
+    so.seed = a.seed;
+    so.bos = eot;
+    auto ids = sampler.generate(prompt, so);
+    std::cout << a.prompt << std::visit([&](const auto& t) { return t.decode(ids); }, tok) << std::endl;
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"strata-gpt: train a GPT-2-architecture model with strata, and sample from it"};
+    app.require_subcommand(1);
+
+    train_args t;
+    auto* train = app.add_subcommand("train", "train (pre-train or fine-tune) a GPT on a text or JSON file");
+    train->set_config("--config", "", "read options from a JSON or TOML config file");
+    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records")->required()->check(CLI::ExistingFile);
+    train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
+    train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
+    train->add_option("--n-layer", t.n_layer, "transformer blocks")->capture_default_str();
+    train->add_option("--n-head", t.n_head, "attention heads")->capture_default_str();
+    train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str();
+    train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str();
+    train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str();
+    train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str();
+    train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str();
+    train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
+    train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str();
+    train->add_option("--warmup", t.warmup, "linear warmup steps")->capture_default_str();
+    train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
+    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str();
+    train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str();
+    train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str();
+    train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str();
+    train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str();
+    train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str();
+    train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg")->capture_default_str();
+    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str();
+    train->add_option("--resume", t.resume, "resume from a checkpoint directory")->check(CLI::ExistingDirectory);
+    train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE");
+    train->add_option("--device", t.device, "cpu, cuda or auto")->capture_default_str();
+    train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
+    train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");
+
+    sample_args s;
+    auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
+    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata's OUT/step-N or a Hugging Face GPT-2 directory)")->required()->check(CLI::ExistingDirectory);
+    sample->add_option("--prompt", s.prompt, "text to continue")->required();
+    sample->add_option("--max-new-tokens", s.max_new_tokens, "tokens to generate")->capture_default_str();
+    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str();
+    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str();
+
+    CLI11_PARSE(app, argc, argv);
+    try {
+        if (train->parsed()) return run_train(t);
+        return run_sample(s);
+    } catch (const std::exception& e) {
+        std::cerr << "strata-gpt: error: " << e.what() << std::endl;
+        return 1;
+    }
+}
