@@ -59,11 +59,12 @@ struct train_args {
     std::string data, format = "auto", tokenizer = "byte";
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, seq_len = 128;
     std::size_t batch = 8, accum = 1;
-    long steps = 300, warmup = 20, eval_every = 50, save_every = 0, eval_batches = 8;
+    long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8;
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
     std::string out = "runs/gpt", resume, metrics, device = "auto";
+    long stop_at = 0;  // stop (and save) after this step without changing the schedule
     int threads = 0;
     bool no_checkpointing = false;
 };
@@ -97,7 +98,9 @@ int run_train(const train_args& a) {
     gpt_config config{.vocab_size = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
     config.validate();
     train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
-    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = a.warmup,
+    // warmup -1 (the default): a tenth of the run, at most 20 steps
+    const long warmup = a.warmup >= 0 ? a.warmup : std::min<long>(20, a.steps / 10);
+    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = warmup,
                   .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
     o.adamw.weight_decay = a.weight_decay;
@@ -144,7 +147,8 @@ int run_train(const train_args& a) {
 
     progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
     fs::path last_saved;
-    while (t.step_count() < a.steps) {
+    const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
+    while (t.step_count() < stop) {
         std::vector<data::batch> micro;
         for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
         const auto start = std::chrono::steady_clock::now();
@@ -156,7 +160,7 @@ int run_train(const train_args& a) {
             metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                             {"tokens_per_s", tps}, {"tokens", r.tokens}});
         progress.update(r.step, r.loss, tps);
-        const bool last = r.step == a.steps;
+        const bool last = r.step == stop;
         if (val_loader && a.eval_every > 0 && (r.step % a.eval_every == 0 || last)) {
             val_loader->reset();
             std::vector<data::batch> batches;
@@ -209,7 +213,7 @@ int main(int argc, char** argv) {
 
     train_args t;
     auto* train = app.add_subcommand("train", "train (pre-train or fine-tune) a GPT on a text or JSON file");
-    train->set_config("--config", "", "read options from a JSON or TOML config file");
+    train->set_config("--config", "", "read options from a TOML/INI config file (keys are the long flag names)");
     train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records")->required()->check(CLI::ExistingFile);
     train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
     train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
@@ -222,7 +226,7 @@ int main(int argc, char** argv) {
     train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str();
     train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
     train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str();
-    train->add_option("--warmup", t.warmup, "linear warmup steps")->capture_default_str();
+    train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)");
     train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
     train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str();
     train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str();
@@ -234,6 +238,7 @@ int main(int argc, char** argv) {
     train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str();
     train->add_option("--resume", t.resume, "resume from a checkpoint directory")->check(CLI::ExistingDirectory);
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE");
+    train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)");
     train->add_option("--device", t.device, "cpu, cuda or auto")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
     train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");
