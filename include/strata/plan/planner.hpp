@@ -1,0 +1,442 @@
+// The memory planner: given a GPT config, the micro-batch, and each tier's byte budget, decide
+// where the training state lives (resident on the device, or streamed through device slots from
+// the host and storage), account for every byte per tier, print it as a table, and refuse with
+// the numbers BEFORE anything is allocated when nothing fits.
+//
+// The arithmetic is the model's own, not an estimate: parameter blocks come from the same
+// param_layout (page-padded groups), activations from gpt_model::activations' list of device
+// tensors with each allocation padded to whole pages, as every backend charges its budget.
+//
+// Placements:
+// - resident: weights, grads, AdamW m and v of every group, the activations and the step's
+//   staging live in the device tier (the trainer of train/trainer.hpp).
+// - streamed: weights and grads live in the host tier (pinned), m and v in the host or the storage
+//   tier. The device keeps `slots` parameter buffers, each the size of the largest group's block,
+//   and as many gradient buffers: a slot is filled host -> device while the one before it
+//   computes, and its gradients drain device -> host, so slots = prefetch depth + 1 (2 = one group
+//   in flight ahead of compute; 3 = two, which absorbs jitter of the link). Activation
+//   checkpoints (the block inputs) stay on the device.
+#pragma once
+
+#include <strata/backend/backend.hpp>     // Backend
+#include <strata/core/bytes.hpp>          // format_bytes, page_size, round_up
+#include <strata/core/error.hpp>          // strata::error
+#include <strata/model/gpt.hpp>           // gpt_model (activations' block sizes), gpt_*_params
+#include <strata/model/gpt_config.hpp>    // gpt_config
+#include <strata/model/param_layout.hpp>  // param_layout
+#include <strata/tier/resources.hpp>      // physical_memory_bytes, free_disk_bytes
+#include <strata/tier/tier.hpp>           // tier_id, name_of
+
+#include <algorithm>    // std::max
+#include <array>        // std::array
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int32_t
+#include <cstdio>       // std::snprintf
+#include <filesystem>   // std::filesystem::path, temp_directory_path
+#include <optional>     // std::optional
+#include <string>       // std::string, std::to_string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
+
+namespace strata {
+
+// Where the training state lives. `automatic` is only a request: a plan is resident or streamed.
+enum class placement { automatic, resident, streamed };
+
+constexpr std::string_view name_of(placement p) {
+    switch (p) {
+        case placement::automatic: return "auto";
+        case placement::resident: return "resident";
+        case placement::streamed: return "streamed";
+    }
+    return "unknown";
+}
+
+// "auto" | "resident" | "streamed", as a command line writes it.
+inline placement placement_from_string(std::string_view text) {
+    for (placement p : {placement::automatic, placement::resident, placement::streamed})
+        if (text == name_of(p)) return p;
+    throw error("unknown placement '" + std::string(text) + "'", "use auto, resident or streamed");
+}
+
+// Bytes per tier (a budget, or what one category takes in each tier).
+struct tier_bytes {
+    std::size_t device = 0;
+    std::size_t host = 0;
+    std::size_t storage = 0;
+
+    std::size_t& operator[](tier_id t) { return t == tier_id::device ? device : t == tier_id::host ? host : storage; }
+    std::size_t operator[](tier_id t) const {
+        return t == tier_id::device ? device : t == tier_id::host ? host : storage;
+    }
+};
+
+inline constexpr std::array<tier_id, 3> all_tiers{tier_id::device, tier_id::host, tier_id::storage};
+
+// The machine's budgets, as tier_resources would default them: host = 90 % of RAM, storage = the
+// free disk at `storage_dir` (empty: the temp directory, where tier_resources puts its files).
+// The device budget comes from the caller: only the backend knows its free memory.
+inline tier_bytes default_budgets(std::size_t device_bytes, const std::filesystem::path& storage_dir = {}) {
+    return {.device = device_bytes,
+            .host = physical_memory_bytes() / 10 * 9,
+            .storage = free_disk_bytes(storage_dir.empty() ? std::filesystem::temp_directory_path() : storage_dir)};
+}
+
+struct plan_request {
+    gpt_config model;
+    std::size_t batch = 4;       // micro-batch B
+    std::size_t seq = 128;       // T
+    std::size_t accum = 1;       // micro-batches per optimizer step
+    bool checkpointing = true;   // activation checkpointing per block
+    std::size_t element_bytes = 4;  // 4: float, 8: double (the model's R)
+    tier_bytes budgets;
+    placement where = placement::automatic;
+    bool moments_on_storage = false;  // the user gave --storage-dir: AdamW m, v go to storage when streamed
+    std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
+};
+
+// What the bytes are for: the rows of the plan's table.
+enum class plan_category { weights, grads, moments, activations, slots, staging };
+inline constexpr std::array<plan_category, 6> all_plan_categories{plan_category::weights,     plan_category::grads,
+                                                                  plan_category::moments,     plan_category::activations,
+                                                                  plan_category::slots,       plan_category::staging};
+
+constexpr std::string_view name_of(plan_category c) {
+    switch (c) {
+        case plan_category::weights: return "weights";
+        case plan_category::grads: return "grads";
+        case plan_category::moments: return "AdamW m, v";
+        case plan_category::activations: return "activations";
+        case plan_category::slots: return "device slots";
+        case plan_category::staging: return "staging";
+    }
+    return "unknown";
+}
+
+struct memory_plan {
+    placement where = placement::resident;
+    tier_id weights_home = tier_id::device;
+    tier_id grads_home = tier_id::device;
+    tier_id m_home = tier_id::device;
+    tier_id v_home = tier_id::device;
+    tier_id activations_home = tier_id::device;  // the block inputs kept for the recompute
+    std::size_t slots = 0;  // streamed: device buffers for parameters, and as many for gradients; resident: 0
+
+    std::size_t parameters = 0;           // real parameters of the model
+    std::size_t group_count = 0;          // layer groups (embeddings, blocks, final layernorm)
+    std::size_t state_bytes = 0;          // one kind (e.g. the weights) of every group, page-padded
+    std::size_t largest_group_bytes = 0;  // one kind of the largest group: the size of one slot
+    std::size_t activation_bytes = 0;     // gpt_model::activations on the device
+    std::size_t device_staging_bytes = 0;
+    // The least device memory any streamed plan needs: 2 slots x the largest group (weights +
+    // grads) + activations + device staging.
+    std::size_t min_streamed_device_bytes = 0;
+
+    tier_bytes budgets;
+    std::array<tier_bytes, all_plan_categories.size()> bytes{};  // by plan_category
+
+    tier_bytes& of(plan_category c) { return bytes[static_cast<std::size_t>(c)]; }
+    const tier_bytes& of(plan_category c) const { return bytes[static_cast<std::size_t>(c)]; }
+    std::size_t bytes_of(plan_category c, tier_id t) const { return of(c)[t]; }
+
+    std::size_t total(tier_id t) const {
+        std::size_t sum = 0;
+        for (const auto& row : bytes) sum += row[t];
+        return sum;
+    }
+    bool fits() const {
+        for (tier_id t : all_tiers)
+            if (total(t) > budgets[t]) return false;
+        return true;
+    }
+
+    std::string to_table() const;
+};
+
+namespace detail {
+
+// Calls f(R{}) with the element type of `element_bytes`.
+template <class F>
+decltype(auto) with_element_type(std::size_t element_bytes, F&& f) {
+    if (element_bytes == sizeof(float)) return f(float{});
+    if (element_bytes == sizeof(double)) return f(double{});
+    throw error("memory plan: element size " + std::to_string(element_bytes) + " bytes is not supported",
+                "use 4 (float) or 8 (double)");
+}
+
+// What a backend charges its budget for one allocation of `bytes`.
+constexpr std::size_t charged(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
+
+// "12.00 MiB": short enough for a table column ("-" for nothing).
+inline std::string short_bytes(std::size_t bytes) {
+    if (bytes == 0) return "-";
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = static_cast<double>(bytes);
+    int unit = 0;
+    while (value >= 1024.0 && unit < 4) {
+        value /= 1024.0;
+        ++unit;
+    }
+    char buf[32];
+    if (unit == 0)
+        std::snprintf(buf, sizeof buf, "%zu B", bytes);
+    else
+        std::snprintf(buf, sizeof buf, "%.2f %s", value, units[unit]);
+    return buf;
+}
+
+inline std::string percent_of(std::size_t part, std::size_t whole) {
+    if (whole == 0) return part == 0 ? "-" : "over";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+    return buf;
+}
+
+inline std::string pad_left(const std::string& s, std::size_t width) {
+    return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+inline std::string pad_right(const std::string& s, std::size_t width) {
+    return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+}  // namespace detail
+
+// Page-padded bytes of one kind (weights, or grads, or m, or v) of each layer group, in group
+// order: the same blocks gpt_model<R, B>(config).groups()[g].bytes() allocates.
+inline std::vector<std::size_t> gpt_group_bytes(const gpt_config& config, std::size_t element_bytes) {
+    config.validate();
+    return detail::with_element_type(element_bytes, [&]<class R>(R) {
+        std::vector<std::size_t> out;
+        out.push_back(param_layout::of<R>(gpt_embedding_params(config)).bytes());
+        const std::size_t block = param_layout::of<R>(gpt_block_params(config)).bytes();
+        for (std::size_t l = 0; l < config.n_layer; ++l) out.push_back(block);
+        out.push_back(param_layout::of<R>(gpt_final_params(config)).bytes());
+        return out;
+    });
+}
+
+// Device bytes of gpt_model<R, B>::activations for a B x T micro-batch: every tensor it allocates,
+// each padded to whole pages. Depends on the backend through ops<B>::attention_saved.
+template <Backend B>
+std::size_t gpt_activation_bytes(const gpt_config& c, std::size_t batch, std::size_t seq, bool checkpointing,
+                                 std::size_t element_bytes) {
+    return detail::with_element_type(element_bytes, [&]<class R>(R) {
+        using model = gpt_model<R, B>;
+        const std::size_t BT = batch * seq, C = c.n_embd, V = c.vocab_size, L = c.n_layer;
+        auto floats = [](std::size_t n) { return detail::charged(n * sizeof(R)); };
+        std::size_t total = 2 * detail::charged(BT * sizeof(std::int32_t));  // tokens, targets
+        total += floats((L + 1) * BT * C);                                      // block inputs (checkpoints)
+        total += floats((checkpointing ? 1 : L) * model::block_floats(c, batch, seq));  // block workspace
+        total += floats(BT * C);      // lnf
+        total += floats(2 * BT);      // lnf_stats
+        total += floats(BT * V);      // logits
+        total += floats(BT);          // losses
+        total += floats(BT);          // lse
+        total += floats(BT * V);      // dlogits
+        total += floats(BT * C);      // dlnf
+        total += floats(2 * BT * C);  // dx, ping-pong
+        total += floats(model::block_grad_floats(c, batch, seq));  // dblock
+        return total;
+    });
+}
+
+namespace detail {
+
+struct plan_inputs {
+    std::vector<std::size_t> groups;
+    std::size_t state = 0, largest = 0, activations = 0;
+    std::size_t device_staging = 0, host_staging = 0;
+};
+
+inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
+    memory_plan p;
+    p.parameters = r.model.parameter_count();
+    p.group_count = in.groups.size();
+    p.state_bytes = in.state;
+    p.largest_group_bytes = in.largest;
+    p.activation_bytes = in.activations;
+    p.device_staging_bytes = in.device_staging;
+    p.min_streamed_device_bytes = 2 * 2 * in.largest + in.activations + in.device_staging;
+    p.budgets = r.budgets;
+    p.of(plan_category::activations).device = in.activations;
+    p.of(plan_category::staging).device = in.device_staging;
+    p.of(plan_category::staging).host = in.host_staging;
+    return p;
+}
+
+inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in) {
+    memory_plan p = base_plan(r, in);
+    p.where = placement::resident;
+    p.of(plan_category::weights).device = in.state;
+    p.of(plan_category::grads).device = in.state;
+    p.of(plan_category::moments).device = 2 * in.state;
+    return p;
+}
+
+inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, std::size_t slots, tier_id moments) {
+    memory_plan p = base_plan(r, in);
+    p.where = placement::streamed;
+    p.slots = slots;
+    p.weights_home = p.grads_home = tier_id::host;
+    p.m_home = p.v_home = moments;
+    p.of(plan_category::weights).host = in.state;
+    p.of(plan_category::grads).host = in.state;
+    p.of(plan_category::moments)[moments] = 2 * in.state;
+    p.of(plan_category::slots).device = 2 * slots * in.largest;  // parameter slots + gradient slots
+    // With m, v on storage the host optimizer reads a group's m and v into host buffers, updates,
+    // and writes them back; double-buffered so the next group's read overlaps this group's update.
+    if (moments == tier_id::storage) p.of(plan_category::staging).host += 2 * 2 * in.largest;
+    return p;
+}
+
+// "device: needs X, budget Y (over by Z)" for every tier.
+inline std::string needs_vs_budgets(const memory_plan& p) {
+    std::string out;
+    for (tier_id t : all_tiers) {
+        if (!out.empty()) out += "; ";
+        const std::size_t need = p.total(t), have = p.budgets[t];
+        out += std::string(name_of(t)) + " needs " + format_bytes(need) + " of a " + format_bytes(have) + " budget";
+        if (need > have) out += " (over by " + format_bytes(need - have) + ")";
+    }
+    return out;
+}
+
+inline std::string streaming_minimum(const memory_plan& p) {
+    return "streaming needs at least " + format_bytes(p.min_streamed_device_bytes) +
+           " on the device = 2 slots x largest group " + format_bytes(2 * p.largest_group_bytes) +
+           " (weights + grads) + activations " + format_bytes(p.activation_bytes) + " + staging " +
+           format_bytes(p.device_staging_bytes);
+}
+
+inline std::string plan_hint(const plan_request& r, const memory_plan& p) {
+    std::string hint;
+    auto add = [&](const std::string& h) { hint += (hint.empty() ? "" : "; ") + h; };
+    if (p.total(tier_id::device) > p.budgets.device) {
+        add("lower --batch (now " + std::to_string(r.batch) + ") or --seq-len (now " + std::to_string(r.seq) + ")");
+        if (!r.checkpointing) add("turn activation checkpointing on");
+        add("raise the device budget");
+    }
+    if (p.total(tier_id::host) > p.budgets.host) {
+        add("raise the host budget");
+        if (p.m_home != tier_id::storage) add("pass --storage-dir to keep the AdamW moments on storage");
+    }
+    if (p.total(tier_id::storage) > p.budgets.storage)
+        add("choose a --storage-dir on a disk with more free space, or raise the storage budget");
+    return hint;
+}
+
+[[noreturn]] inline void refuse(const plan_request& r, const memory_plan& p, const std::string& why) {
+    throw error("memory plan: " + why + ": " + needs_vs_budgets(p) + "; " + streaming_minimum(p), plan_hint(r, p));
+}
+
+inline void validate(const plan_request& r) {
+    r.model.validate();
+    auto positive = [](std::size_t v, const char* name) {
+        if (v == 0) throw error(std::string("memory plan: ") + name + " must be positive");
+    };
+    positive(r.batch, "the micro-batch");
+    positive(r.seq, "the sequence length");
+    positive(r.accum, "accum");
+    if (r.seq > r.model.max_seq)
+        throw error("memory plan: sequence length " + std::to_string(r.seq) + " exceeds the model's context " +
+                        std::to_string(r.model.max_seq),
+                    "lower --seq-len or build the model with a longer context");
+    if (r.slots && *r.slots < 2)
+        throw error("memory plan: " + std::to_string(*r.slots) + " device slot(s) asked for; streaming needs at least 2",
+                    "one slot computes while the next one is filled: ask for 2 or more slots");
+}
+
+}  // namespace detail
+
+// Chooses a placement for `request` on backend B, or throws a strata::error with every tier's
+// needed and available bytes. Nothing is allocated.
+//
+// auto: resident when everything fits the device budget; otherwise streamed, with m, v on the host
+// unless moments_on_storage asks for storage or the host cannot hold them (then storage must).
+// Streamed takes the requested slots, else 3 when they fit the device, else 2.
+// moments_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
+template <Backend B>
+memory_plan plan(const plan_request& request) {
+    detail::validate(request);
+    detail::plan_inputs in;
+    in.groups = gpt_group_bytes(request.model, request.element_bytes);
+    for (std::size_t g : in.groups) {
+        in.state += g;
+        in.largest = std::max(in.largest, g);
+    }
+    in.activations = gpt_activation_bytes<B>(request.model, request.batch, request.seq, request.checkpointing,
+                                             request.element_bytes);
+    // The trainer's per-step buffers: the grad-norm partial sums (one double per group) on the
+    // device and on the host, and per micro-batch host copies of tokens, targets and losses, all
+    // alive until the step ends.
+    const std::size_t BT = request.batch * request.seq;
+    const std::size_t partials = detail::charged(in.groups.size() * sizeof(double));
+    in.device_staging = partials;
+    in.host_staging = partials + request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
+                                                  detail::charged(BT * request.element_bytes));
+
+    if (request.where != placement::streamed) {
+        memory_plan resident = detail::resident_plan(request, in);
+        if (resident.fits()) return resident;
+        if (request.where == placement::resident)
+            detail::refuse(request, resident, "resident placement does not fit (weights, grads, m, v: " +
+                                                  format_bytes(4 * in.state) + ", activations " +
+                                                  format_bytes(in.activations) + ")");
+    }
+
+    auto streamed = [&](std::size_t slots) {
+        if (request.moments_on_storage) return detail::streamed_plan(request, in, slots, tier_id::storage);
+        memory_plan on_host = detail::streamed_plan(request, in, slots, tier_id::host);
+        if (on_host.total(tier_id::host) <= on_host.budgets.host) return on_host;
+        return detail::streamed_plan(request, in, slots, tier_id::storage);
+    };
+    // Why m, v are on storage when nobody asked: the host alone cannot hold them.
+    auto moments_note = [&](const memory_plan& p) -> std::string {
+        if (request.moments_on_storage || p.m_home != tier_id::storage) return "";
+        const memory_plan on_host = detail::streamed_plan(request, in, p.slots, tier_id::host);
+        return " (AdamW m, v went to storage: with them the host would need " +
+               format_bytes(on_host.total(tier_id::host)) + ")";
+    };
+    const std::size_t slots = request.slots.value_or(3);
+    memory_plan p = streamed(slots);
+    if (p.fits()) return p;
+    if (!request.slots) {
+        p = streamed(2);
+        if (p.fits()) return p;
+    }
+    detail::refuse(request, p,
+                   "streamed placement with " + std::to_string(p.slots) + " slots does not fit" + moments_note(p));
+}
+
+// Rows = categories, columns = tiers, then the total, the budget and the share of it used.
+inline std::string memory_plan::to_table() const {
+    std::string out = "memory plan: " + std::string(name_of(where)) + " placement";
+    if (where == placement::streamed)
+        out += ", " + std::to_string(slots) + " device slots (prefetch depth " + std::to_string(slots - 1) + ")";
+    char params[32];
+    const double n = static_cast<double>(parameters);
+    if (n >= 1e9)
+        std::snprintf(params, sizeof params, "%.2f B", n / 1e9);
+    else
+        std::snprintf(params, sizeof params, "%.2f M", n / 1e6);
+    out += ", " + std::string(params) + " parameters in " + std::to_string(group_count) + " groups\n";
+    out += "homes: weights " + std::string(name_of(weights_home)) + ", grads " + std::string(name_of(grads_home)) +
+           ", m " + std::string(name_of(m_home)) + ", v " + std::string(name_of(v_home)) +
+           ", activation checkpoints " + std::string(name_of(activations_home)) + "\n";
+
+    constexpr std::size_t label_width = 14, column_width = 13;
+    auto row = [&](const std::string& label, auto cell) {
+        std::string line = detail::pad_right(label, label_width);
+        for (tier_id t : all_tiers) line += detail::pad_left(cell(t), column_width);
+        out += line + "\n";
+    };
+    row("", [](tier_id t) { return std::string(name_of(t)); });
+    for (plan_category c : all_plan_categories)
+        row(std::string(name_of(c)), [&](tier_id t) { return detail::short_bytes(bytes_of(c, t)); });
+    row("total", [&](tier_id t) { return detail::short_bytes(total(t)); });
+    row("budget", [&](tier_id t) { return detail::short_bytes(budgets[t]); });
+    row("used", [&](tier_id t) { return detail::percent_of(total(t), budgets[t]); });
+    return out;
+}
+
+}  // namespace strata

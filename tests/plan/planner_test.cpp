@@ -1,0 +1,386 @@
+// The memory planner: its bytes are the model's and the trainer's real allocations, its choices
+// follow the placement rules, and it refuses with the numbers when nothing fits.
+#include <strata/nn/cpu_ops.hpp>       // ops<cpu_backend> (before the model is instantiated)
+#include <strata/plan/planner.hpp>     // plan, memory_plan, plan_request, default_budgets
+#include <strata/strata.hpp>           // cpu_backend, tier_options, tier_id
+#include <strata/train/trainer.hpp>    // trainer (the resident footprint, allocated for real)
+
+#include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
+
+#include <array>    // std::array
+#include <cmath>    // std::abs
+#include <cstddef>  // std::size_t
+#include <sstream>  // std::istringstream
+#include <string>   // std::string, std::to_string
+#include <vector>   // std::vector
+
+using namespace strata;
+
+namespace {
+
+gpt_config small() { return {.vocab_size = 64, .max_seq = 16, .n_layer = 8, .n_head = 4, .n_embd = 64}; }
+
+plan_request request(const gpt_config& c, tier_bytes budgets) {
+    return {.model = c, .batch = 2, .seq = 16, .accum = 1, .budgets = budgets};
+}
+
+constexpr std::size_t big = std::size_t(1) << 40;
+
+std::string message_of(const plan_request& r) {
+    try {
+        (void)plan<cpu_backend>(r);
+    } catch (const error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// Every line of the table, split into whitespace-separated cells.
+std::vector<std::vector<std::string>> table_rows(const std::string& table) {
+    std::vector<std::vector<std::string>> rows;
+    std::istringstream lines(table);
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream cells(line);
+        std::vector<std::string> row;
+        for (std::string cell; cells >> cell;) row.push_back(cell);
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+// A table cell read back: "12.00 MiB" is 12 MiB, give or take the rounding to two decimals.
+struct cell_value {
+    double bytes = 0;
+    double rounding = 0;
+};
+
+// The last three cells of a table row ("-" is 0). Right to left, since a label may hold spaces.
+std::array<cell_value, 3> tier_cells(const std::vector<std::string>& row) {
+    std::array<cell_value, 3> out{};
+    std::size_t i = row.size();
+    for (std::size_t cell = 3; cell-- > 0;) {
+        REQUIRE(i > 0);
+        const std::string last = row[--i];
+        if (last == "-") continue;
+        const std::vector<std::string> units{"B", "KiB", "MiB", "GiB", "TiB"};
+        double scale = 1;
+        bool found = false;
+        for (const auto& u : units) {
+            if (u == last) {
+                found = true;
+                break;
+            }
+            scale *= 1024;
+        }
+        REQUIRE(found);
+        REQUIRE(i > 0);
+        out[cell] = {std::stod(row[--i]) * scale, scale == 1 ? 0 : 0.005 * scale};
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("group bytes are the model's page-padded blocks", R, float, double) {
+    for (const gpt_config& c : {small(), gpt_config{.vocab_size = 11, .max_seq = 6, .n_layer = 2, .n_head = 2, .n_embd = 6},
+                                gpt_config{.vocab_size = 50257, .max_seq = 1024, .n_layer = 3, .n_head = 12, .n_embd = 768}}) {
+        gpt_model<R, cpu_backend> model(c);
+        const auto bytes = gpt_group_bytes(c, sizeof(R));
+        REQUIRE(bytes.size() == model.group_count());
+        for (std::size_t g = 0; g < bytes.size(); ++g) CHECK(bytes[g] == model.groups()[g].bytes());
+    }
+}
+
+TEST_CASE_TEMPLATE("activation bytes equal what gpt_model::activations allocates", R, float, double) {
+    const gpt_config c{.vocab_size = 50, .max_seq = 32, .n_layer = 3, .n_head = 4, .n_embd = 32};
+    for (bool checkpointing : {true, false})
+        for (auto [B, T] : {std::pair<std::size_t, std::size_t>{1, 1}, {2, 16}, {3, 32}, {5, 7}}) {
+            CAPTURE(checkpointing);
+            CAPTURE(B);
+            CAPTURE(T);
+            cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 16 << 20});
+            typename gpt_model<R, cpu_backend>::activations act(backend, c, B, T, checkpointing);
+            CHECK(gpt_activation_bytes<cpu_backend>(c, B, T, checkpointing, sizeof(R)) ==
+                  backend.budget(tier_id::device).used());
+        }
+}
+
+TEST_CASE("a resident plan is what the resident trainer really allocates, on the device and the host") {
+    const gpt_config c = small();
+    plan_request r = request(c, {.device = 256 << 20, .host = 64 << 20, .storage = 0});
+    r.accum = 3;
+    const memory_plan p = plan<cpu_backend>(r);
+    REQUIRE(p.where == placement::resident);
+    CHECK(p.weights_home == tier_id::device);
+    CHECK(p.grads_home == tier_id::device);
+    CHECK(p.m_home == tier_id::device);
+    CHECK(p.v_home == tier_id::device);
+    CHECK(p.activations_home == tier_id::device);
+    CHECK(p.slots == 0);
+    CHECK(p.total(tier_id::storage) == 0);
+    // 16 bytes per parameter, plus the page padding of each group
+    CHECK(p.total(tier_id::device) - p.activation_bytes - p.device_staging_bytes == 4 * p.state_bytes);
+    CHECK(4 * p.state_bytes >= 16 * c.parameter_count());
+
+    cpu_backend backend({.device_bytes = r.budgets.device, .host_bytes = r.budgets.host});
+    gpt_model<float, cpu_backend> model(c);
+    trainer<float, cpu_backend> t(backend, model, {.batch = r.batch, .seq = r.seq, .accum = r.accum});
+    CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
+    t.initialize(1);
+    backend.budget(tier_id::host).reset_peak();
+    std::vector<data::batch> micro(r.accum);
+    for (auto& b : micro)
+        for (std::size_t i = 0; i < r.batch * r.seq; ++i) {
+            b.inputs.push_back(static_cast<token_id>(i % c.vocab_size));
+            b.targets.push_back(static_cast<token_id>((i + 1) % c.vocab_size));
+        }
+    t.step(micro);
+    CHECK(backend.budget(tier_id::host).peak() == p.total(tier_id::host));
+    CHECK(backend.budget(tier_id::device).peak() == p.total(tier_id::device));
+}
+
+TEST_CASE("a device budget of a third of the resident footprint streams, within the budget") {
+    const gpt_config c = small();
+    const memory_plan resident = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    REQUIRE(resident.where == placement::resident);
+    const std::size_t third = resident.total(tier_id::device) / 3;
+
+    const memory_plan p = plan<cpu_backend>(request(c, {.device = third, .host = big, .storage = 0}));
+    CHECK(p.where == placement::streamed);
+    CHECK(p.total(tier_id::device) <= third);
+    CHECK(p.weights_home == tier_id::host);
+    CHECK(p.grads_home == tier_id::host);
+    CHECK(p.m_home == tier_id::host);
+    CHECK(p.v_home == tier_id::host);
+    CHECK(p.activations_home == tier_id::device);
+    CHECK(p.slots == 3);  // three slots fit in a third here
+    CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 2 * 3 * p.largest_group_bytes);
+    CHECK(p.bytes_of(plan_category::weights, tier_id::device) == 0);
+    CHECK(p.bytes_of(plan_category::weights, tier_id::host) == resident.state_bytes);
+    CHECK(p.bytes_of(plan_category::grads, tier_id::host) == resident.state_bytes);
+    CHECK(p.bytes_of(plan_category::moments, tier_id::host) == 2 * resident.state_bytes);
+    CHECK(p.bytes_of(plan_category::activations, tier_id::device) == resident.activation_bytes);
+
+    // the largest group: a transformer block here (12 C^2 + 13 C floats, page-padded)
+    const std::size_t C = c.n_embd;
+    CHECK(p.largest_group_bytes == round_up((12 * C * C + 13 * C) * 4, page_size));
+}
+
+TEST_CASE("two slots when three do not fit; the least device budget is exactly the stated minimum") {
+    const gpt_config c = small();
+    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const std::size_t minimum = any.min_streamed_device_bytes;
+    CHECK(minimum == 4 * any.largest_group_bytes + any.activation_bytes + any.device_staging_bytes);
+
+    const memory_plan p = plan<cpu_backend>(request(c, {.device = minimum, .host = big, .storage = 0}));
+    CHECK(p.where == placement::streamed);
+    CHECK(p.slots == 2);
+    CHECK(p.total(tier_id::device) == minimum);
+
+    const plan_request too_small = request(c, {.device = minimum - 1, .host = big, .storage = 0});
+    CHECK_THROWS_AS((void)plan<cpu_backend>(too_small), error);
+    const std::string message = message_of(too_small);
+    CAPTURE(message);
+    CHECK(message.find(std::to_string(minimum) + " B") != std::string::npos);      // needed
+    CHECK(message.find(std::to_string(minimum - 1) + " B") != std::string::npos);  // available
+    CHECK(message.find("over by 1 B") != std::string::npos);
+    CHECK(message.find("2 slots x largest group") != std::string::npos);
+    CHECK(message.find(std::to_string(any.activation_bytes) + " B") != std::string::npos);
+    CHECK(message.find("hint:") != std::string::npos);
+    CHECK(message.find("--batch") != std::string::npos);
+}
+
+TEST_CASE("the hint asks for checkpointing only when it is off") {
+    plan_request r = request(small(), {.device = 4096, .host = big, .storage = 0});
+    CHECK(message_of(r).find("checkpointing") == std::string::npos);
+    r.checkpointing = false;
+    CHECK(message_of(r).find("turn activation checkpointing on") != std::string::npos);
+}
+
+TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold them") {
+    const gpt_config c = small();
+    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    plan_request r = request(c, {.device = any.total(tier_id::device) / 3, .host = big, .storage = big});
+    r.moments_on_storage = true;
+    const memory_plan p = plan<cpu_backend>(r);
+    CHECK(p.where == placement::streamed);
+    CHECK(p.m_home == tier_id::storage);
+    CHECK(p.v_home == tier_id::storage);
+    CHECK(p.weights_home == tier_id::host);
+    CHECK(p.bytes_of(plan_category::moments, tier_id::storage) == 2 * any.state_bytes);
+    CHECK(p.bytes_of(plan_category::moments, tier_id::host) == 0);
+    CHECK(p.total(tier_id::storage) == 2 * any.state_bytes);
+    // the host reads and writes back m, v through double-buffered group-sized buffers
+    CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
+          any.bytes_of(plan_category::staging, tier_id::host) + 4 * any.largest_group_bytes);
+
+    r.budgets.storage = 2 * any.state_bytes - 1;
+    const std::string message = message_of(r);
+    CAPTURE(message);
+    CHECK(message.find("storage needs " + format_bytes(2 * any.state_bytes)) != std::string::npos);
+    CHECK(message.find(std::to_string(2 * any.state_bytes - 1) + " B") != std::string::npos);
+    CHECK(message.find("--storage-dir") != std::string::npos);
+}
+
+TEST_CASE("moments go to storage when the host cannot hold them, and the error names both tiers otherwise") {
+    const gpt_config c = small();
+    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host);
+    // room for weights + grads + the staging of storage round trips, not for m and v
+    const std::size_t host = 2 * any.state_bytes + staging + 4 * any.largest_group_bytes;
+    plan_request r = request(c, {.device = any.min_streamed_device_bytes, .host = host, .storage = big});
+    const memory_plan p = plan<cpu_backend>(r);
+    CHECK(p.m_home == tier_id::storage);
+    CHECK(p.total(tier_id::host) == host);
+
+    r.budgets.storage = 0;
+    const std::string message = message_of(r);
+    CAPTURE(message);
+    CHECK(message.find("host needs") != std::string::npos);
+    CHECK(message.find("storage needs " + format_bytes(2 * any.state_bytes) + " of a 0 B budget") != std::string::npos);
+
+    r.budgets.host = 2 * any.state_bytes - 1;  // not even the weights and grads
+    r.budgets.storage = big;
+    CHECK(message_of(r).find("raise the host budget") != std::string::npos);
+}
+
+TEST_CASE("the table lists every tier and category, and its totals are the sums") {
+    const gpt_config c = small();
+    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    plan_request r = request(c, {.device = any.total(tier_id::device) / 3, .host = 16 << 20, .storage = 64 << 20});
+    r.moments_on_storage = true;
+    const memory_plan p = plan<cpu_backend>(r);
+    const std::string table = p.to_table();
+    CAPTURE(table);
+    CHECK(table.find("streamed placement, 3 device slots") != std::string::npos);
+    CHECK(table.find("m storage, v storage") != std::string::npos);
+
+    const auto rows = table_rows(table);
+    REQUIRE(rows.size() == 2 + 1 + all_plan_categories.size() + 3);
+    CHECK(rows[2] == std::vector<std::string>{"device", "host", "storage"});
+    for (tier_id t : all_tiers) {
+        std::size_t sum = 0;
+        for (plan_category c2 : all_plan_categories) sum += p.bytes_of(c2, t);
+        CHECK(sum == p.total(t));
+        CHECK(sum > 0);  // every tier is used by this plan
+    }
+    for (const char* label : {"weights", "grads", "AdamW m, v", "activations", "device slots", "staging", "total",
+                              "budget", "used"})
+        CHECK(table.find(std::string("\n") + label) != std::string::npos);
+    // read the numbers back: per column, the category cells add up to the total cell
+    const std::size_t total_row = 3 + all_plan_categories.size();
+    std::array<cell_value, 3> sums{};
+    for (std::size_t row = 3; row < total_row; ++row) {
+        const auto cells = tier_cells(rows[row]);
+        for (std::size_t t = 0; t < 3; ++t) {
+            sums[t].bytes += cells[t].bytes;
+            sums[t].rounding += cells[t].rounding;
+        }
+    }
+    const auto totals = tier_cells(rows[total_row]);
+    for (tier_id t : all_tiers) {
+        const auto i = static_cast<std::size_t>(t);
+        const double exact = static_cast<double>(p.total(t));
+        CAPTURE(name_of(t));
+        CHECK(std::abs(totals[i].bytes - exact) <= totals[i].rounding);
+        CHECK(std::abs(sums[i].bytes - exact) <= sums[i].rounding);
+    }
+    CHECK(table.find("16.00 MiB") != std::string::npos);  // the host budget
+    CHECK(table.find(detail::percent_of(p.total(tier_id::storage), 64 << 20)) != std::string::npos);
+    // columns line up: every line of the grid has the same width
+    std::istringstream lines(table);
+    std::string line;
+    std::getline(lines, line);
+    std::getline(lines, line);
+    std::size_t width = 0;
+    while (std::getline(lines, line)) {
+        if (width == 0) width = line.size();
+        CHECK(line.size() == width);
+    }
+}
+
+TEST_CASE("resident requested but not fitting is refused with the numbers; streamed requested streams") {
+    const gpt_config c = small();
+    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const std::size_t resident_bytes = any.total(tier_id::device);
+
+    plan_request r = request(c, {.device = resident_bytes - 4096, .host = big, .storage = big});
+    r.where = placement::resident;
+    const std::string message = message_of(r);
+    CAPTURE(message);
+    CHECK(message.find("resident placement does not fit") != std::string::npos);
+    CHECK(message.find(format_bytes(resident_bytes)) != std::string::npos);
+    CHECK(message.find(format_bytes(resident_bytes - 4096)) != std::string::npos);
+    CHECK(message.find("over by 4.00 KiB (4096 B)") != std::string::npos);
+
+    r.budgets.device = resident_bytes;
+    CHECK(plan<cpu_backend>(r).where == placement::resident);
+
+    r.where = placement::streamed;
+    const memory_plan s = plan<cpu_backend>(r);
+    CHECK(s.where == placement::streamed);
+    CHECK(s.weights_home == tier_id::host);
+    CHECK(s.slots == 3);
+}
+
+TEST_CASE("requested slots are kept, checked, and refused below two") {
+    const gpt_config c = small();
+    plan_request r = request(c, {.device = big, .host = big, .storage = 0});
+    r.where = placement::streamed;
+    r.slots = 5;
+    const memory_plan p = plan<cpu_backend>(r);
+    CHECK(p.slots == 5);
+    CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 10 * p.largest_group_bytes);
+
+    r.budgets.device = p.total(tier_id::device) - 1;
+    CHECK(message_of(r).find("with 5 slots does not fit") != std::string::npos);
+
+    r.slots = 1;
+    CHECK(message_of(r).find("needs at least 2") != std::string::npos);
+}
+
+TEST_CASE("bad requests are refused before planning") {
+    plan_request r = request(small(), {.device = big, .host = big, .storage = big});
+    r.seq = 17;
+    CHECK(message_of(r).find("exceeds the model's context 16") != std::string::npos);
+    r.seq = 16;
+    r.batch = 0;
+    CHECK(message_of(r).find("micro-batch must be positive") != std::string::npos);
+    r.batch = 1;
+    r.element_bytes = 2;
+    CHECK(message_of(r).find("element size 2 bytes") != std::string::npos);
+}
+
+TEST_CASE("GPT-2 124M: 16 bytes per parameter, and a 1.5B model on an H200-sized budget streams") {
+    const gpt_config gpt2{.vocab_size = 50257, .max_seq = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
+    plan_request r{.model = gpt2, .batch = 8, .seq = 1024, .budgets = {.device = 140'000'000'000, .host = big, .storage = 0}};
+    const memory_plan p = plan<cpu_backend>(r);
+    CHECK(p.where == placement::resident);
+    CHECK(p.parameters == 124'439'808);
+    const double per_param = 4.0 * static_cast<double>(p.state_bytes) / static_cast<double>(p.parameters);
+    CHECK(per_param >= 16.0);
+    CHECK(per_param < 16.01);  // page and 64-byte padding cost little
+
+    const gpt_config xl{.vocab_size = 50257, .max_seq = 1024, .n_layer = 48, .n_head = 25, .n_embd = 1600};
+    r = {.model = xl, .batch = 4, .seq = 1024, .budgets = {.device = 16'000'000'000, .host = 120'000'000'000, .storage = 0}};
+    const memory_plan s = plan<cpu_backend>(r);
+    CHECK(s.where == placement::streamed);
+    CHECK(s.total(tier_id::device) <= r.budgets.device);
+    CHECK(s.m_home == tier_id::host);
+}
+
+TEST_CASE("placement names round-trip and default budgets read the machine") {
+    for (placement p : {placement::automatic, placement::resident, placement::streamed})
+        CHECK(placement_from_string(name_of(p)) == p);
+    CHECK_THROWS_WITH_AS(placement_from_string("device"), doctest::Contains("unknown placement 'device'"), error);
+
+    const tier_bytes b = default_budgets(123);
+    CHECK(b.device == 123);
+    CHECK(b.host == physical_memory_bytes() / 10 * 9);
+    CHECK(b.host > 0);
+    const std::size_t free_now = free_disk_bytes(std::filesystem::temp_directory_path());
+    CHECK(b.storage > 0);
+    // other processes write meanwhile: the two readings agree to within 1 %
+    CHECK(static_cast<double>(b.storage) == doctest::Approx(static_cast<double>(free_now)).epsilon(0.01));
+    CHECK(default_budgets(1, "/nonexistent-strata-dir/below").storage == free_disk_bytes("/"));
+}
