@@ -5,7 +5,7 @@
 #include <strata/train/adamw.hpp>  // adamw_hparams
 
 #include <bit>      // std::bit_cast
-#include <cmath>    // std::pow
+#include <cmath>    // std::pow, std::fabs
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::uint32_t, std::uintptr_t
 #include <cstdio>   // std::snprintf
@@ -54,8 +54,19 @@ inline float awkward_value(std::mt19937_64& rng, bool non_negative) {
     }
 }
 
+// Draws from a fixed table of awkward values (drawing each through std::pow would dominate the
+// run time of the million-element tests).
 inline void fill(std::span<float> x, std::mt19937_64& rng, bool non_negative = false) {
-    for (float& e : x) e = awkward_value(rng, non_negative);
+    static const std::vector<float> table = [] {
+        std::mt19937_64 table_rng(20240601);
+        std::vector<float> values(1 << 16);
+        for (float& e : values) e = awkward_value(table_rng, false);
+        return values;
+    }();
+    for (float& e : x) {
+        const float value = table[rng() % table.size()];
+        e = non_negative ? std::fabs(value) : value;
+    }
 }
 
 // Empty when a and b hold the same bits; otherwise the first differing index and both values.
