@@ -16,6 +16,9 @@
 //   computes, and its gradients drain device -> host, so slots = prefetch depth + 1 (2 = one group
 //   in flight ahead of compute; 3 = two, which absorbs jitter of the link). Activation
 //   checkpoints (the block inputs) stay on the device.
+//
+// plan<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
+// (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before plan<B> is used.
 #pragma once
 
 #include <strata/backend/backend.hpp>     // Backend
