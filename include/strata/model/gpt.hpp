@@ -62,6 +62,7 @@ class gpt_model {
 public:
     using stream = typename B::stream;
     using op = ops<B>;
+    using value_type = R;
 
     explicit gpt_model(const gpt_config& config) : m_config(config) {
         config.validate();

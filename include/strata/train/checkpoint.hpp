@@ -145,8 +145,8 @@ loaded_model<R> load_model_files(const std::filesystem::path& dir) {
     return out;
 }
 
-template <class R, Backend B>
-host_blocks<R> download_blocks(trainer<R, B>& t, typename trainer<R, B>::state_kind kind) {
+template <class Trainer, class R = typename Trainer::model_type::value_type>
+host_blocks<R> download_blocks(Trainer& t, typename Trainer::state_kind kind) {
     host_blocks<R> blocks;
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         blocks.emplace_back(t.model().groups()[g].numel());
@@ -156,11 +156,12 @@ host_blocks<R> download_blocks(trainer<R, B>& t, typename trainer<R, B>::state_k
 }
 
 // Saves everything a resume needs into OUT/step-<N>/ atomically; returns that directory.
-template <class R, Backend B>
-std::filesystem::path save_checkpoint(trainer<R, B>& t, const std::filesystem::path& out_dir,
+template <class Trainer>
+std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir,
                                       nlohmann::json trainer_state,
                                       const std::vector<std::filesystem::path>& extra_files = {}) {
-    using kind = typename trainer<R, B>::state_kind;
+    using kind = typename Trainer::state_kind;
+    using R = typename Trainer::model_type::value_type;
     const auto final_dir = out_dir / checkpoint_dir_name(t.step_count());
     const auto tmp_dir = out_dir / (checkpoint_dir_name(t.step_count()) + ".tmp-" + std::to_string(::getpid()));
     std::filesystem::remove_all(tmp_dir);
@@ -194,9 +195,10 @@ std::filesystem::path save_checkpoint(trainer<R, B>& t, const std::filesystem::p
 }
 
 // Restores weights, AdamW moments and the step count; returns trainer_state.json.
-template <class R, Backend B>
-nlohmann::json load_checkpoint(trainer<R, B>& t, const std::filesystem::path& dir) {
-    using kind = typename trainer<R, B>::state_kind;
+template <class Trainer>
+nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
+    using kind = typename Trainer::state_kind;
+    using R = typename Trainer::model_type::value_type;
     const auto state_path = dir / "trainer_state.json";
     if (!std::filesystem::exists(state_path) || !std::filesystem::exists(dir / "optimizer.safetensors"))
         throw error("'" + dir.string() + "' cannot be resumed: trainer_state.json or optimizer.safetensors is missing",

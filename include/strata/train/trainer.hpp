@@ -49,6 +49,35 @@ struct step_result {
     std::size_t counted = 0; // tokens that counted in the loss
 };
 
+namespace detail {
+// Checks the micro-batches of one step and returns the targets that count in the loss.
+inline std::size_t check_micro_batches(std::span<const data::batch> micro, const train_options& o, long update) {
+    if (micro.size() != o.accum)
+        throw error("trainer::step got " + std::to_string(micro.size()) + " micro-batches, expected accum = " +
+                    std::to_string(o.accum));
+    const std::size_t BT = o.batch * o.seq;
+    std::size_t counted = 0;
+    for (const auto& b : micro) {
+        if (b.inputs.size() != BT || b.targets.size() != BT)
+            throw error("micro-batch has " + std::to_string(b.inputs.size()) + " tokens, expected B x T = " +
+                        std::to_string(BT));
+        for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
+    }
+    if (counted == 0)
+        throw error("step " + std::to_string(update) + ": no target token counts in the loss (all are ignored)",
+                    "instruction data needs responses that fit in --seq-len");
+    return counted;
+}
+
+// A NaN loss or gradient norm stops training before the update can destroy the weights.
+inline void check_finite(const step_result& r, long update) {
+    if (!std::isfinite(r.loss))
+        throw error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(update),
+                    "training diverged: lower --lr or lengthen --warmup, and resume from the last checkpoint");
+    require_finite_grad_norm(r.grad_norm, update);
+}
+}  // namespace detail
+
 template <class R, Backend B>
 class trainer {
 public:
@@ -118,21 +147,9 @@ public:
 
     // One optimizer step over `micro` (accum micro-batches of B x T tokens each).
     step_result step(std::span<const data::batch> micro) {
-        if (micro.size() != m_options.accum)
-            throw error("trainer::step got " + std::to_string(micro.size()) + " micro-batches, expected accum = " +
-                        std::to_string(m_options.accum));
-        const std::size_t BT = m_options.batch * m_options.seq;
-        std::size_t counted = 0;
-        for (const auto& b : micro) {
-            if (b.inputs.size() != BT || b.targets.size() != BT)
-                throw error("micro-batch has " + std::to_string(b.inputs.size()) + " tokens, expected B x T = " +
-                            std::to_string(BT));
-            for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
-        }
         const long update = m_step + 1;
-        if (counted == 0)
-            throw error("step " + std::to_string(update) + ": no target token counts in the loss (all are ignored)",
-                        "instruction data needs responses that fit in --seq-len");
+        const std::size_t counted = detail::check_micro_batches(micro, m_options, update);
+        const std::size_t BT = m_options.batch * m_options.seq;
 
         for (auto& g : m_grads) op::zero(m_compute, g.device_data().get(), g.numel());
         // Token buffers stay alive until the step's end: the copies read them asynchronously.
@@ -160,10 +177,7 @@ public:
         for (const auto& l : losses)
             for (R x : l.span()) r.loss += static_cast<double>(x);
         r.loss /= static_cast<double>(counted);
-        if (!std::isfinite(r.loss))
-            throw error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(update),
-                        "training diverged: lower --lr or lengthen --warmup, and resume from the last checkpoint");
-        require_finite_grad_norm(r.grad_norm, update);
+        detail::check_finite(r, update);
 
         r.lr = lr_at(m_options.schedule, m_step);
         const double coefficient = m_options.clip > 0 ? clip_coefficient(r.grad_norm, m_options.clip, update) : 1.0;
@@ -241,5 +255,33 @@ private:
     std::vector<tiered_tensor<double, host_tier, B>> m_norm_partials_host;
     long m_step = 0;
 };
+
+}  // namespace strata
+
+namespace strata {
+
+// Compile-time composition: trainer_t<R, Backend, Placement, Moments>.
+//   trainer_t<float, cpu_backend>                                              resident
+//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<host_tier>>    streamed
+//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<storage_tier>> streamed, moments on disk
+struct resident_placement {};
+template <Tier Home>
+struct moments_in {
+    using tier = Home;
+};
+
+template <class R, Backend B, class Placement, class Moments>
+struct select_trainer {
+    static_assert(sizeof(Placement) == 0,
+                  "no trainer for this Placement/Moments pair: use resident_placement with moments_in<device_tier>, "
+                  "or prefetch_pipeline<N> with moments_in<host_tier> or moments_in<storage_tier>");
+};
+template <class R, Backend B>
+struct select_trainer<R, B, resident_placement, moments_in<device_tier>> {
+    using type = trainer<R, B>;
+};
+
+template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>>
+using trainer_t = typename select_trainer<R, B, Placement, Moments>::type;
 
 }  // namespace strata

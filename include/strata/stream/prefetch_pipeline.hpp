@@ -1,0 +1,169 @@
+// prefetch_pipeline<Depth>: streams transformer blocks through a few device slots.
+//
+// The blocks' weights and gradients live in the host tier. The device holds `slots = Depth + 1`
+// weight slots and as many gradient slots, each the size of one block, plus the small groups
+// that are used at both ends of a pass (embeddings: tied LM head; final layernorm), which stay on
+// the device for the whole step ("pinned"). Device memory is therefore O(Depth x block +
+// activations), independent of the number of layers.
+//
+// Three backend streams, ordered only by events:
+//   h2d     weights (and, for micro-batches after the first, the accumulated gradients) into a
+//           slot, `Depth` uses ahead of compute, in forward order and then in reverse for backward;
+//   compute waits for a slot's "ready" event, computes, records "free";
+//   d2h     waits for a block's backward to finish and takes its gradients to the host at once.
+// Gradient accumulation is exact and bitwise equal to the resident trainer: a block's gradient
+// slot starts from zero in the first micro-batch and from the host's accumulated gradients in
+// the next ones, so the same kernels add the same numbers in the same order.
+#pragma once
+
+#include <strata/backend/backend.hpp>       // Backend
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/model/gpt.hpp>             // group_use
+#include <strata/nn/ops.hpp>                // ops
+#include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
+
+#include <cstddef>  // std::size_t
+#include <string>   // std::string
+#include <vector>   // std::vector
+
+namespace strata {
+
+// The placement policy tag: trainer<R, B, prefetch_pipeline<2>, ...>.
+template <std::size_t Depth>
+struct prefetch_pipeline {
+    static_assert(Depth >= 1, "prefetch_pipeline needs at least one slot of prefetch (Depth >= 1)");
+    static constexpr std::size_t depth = Depth;
+    static constexpr std::size_t slots = Depth + 1;
+};
+
+// Bytes moved over each link, for the metrics.
+struct transfer_counters {
+    std::size_t h2d_bytes = 0;
+    std::size_t d2h_bytes = 0;
+};
+
+// The engine behind prefetch_pipeline: slots, streams and events. `streamed` lists the groups
+// that stream (the transformer blocks); the others are pinned on the device by the trainer.
+template <class R, Backend B, std::size_t Depth>
+class pipeline_engine {
+public:
+    using stream = typename B::stream;
+    using event = typename B::event;
+    using op = ops<B>;
+    static constexpr std::size_t slot_count = prefetch_pipeline<Depth>::slots;
+
+    pipeline_engine(B& backend, std::size_t block_numel)
+        : m_backend(backend), m_h2d(backend.make_stream("h2d")), m_d2h(backend.make_stream("d2h")) {
+        for (std::size_t k = 0; k < slot_count; ++k) {
+            m_param_slots.emplace_back(backend, shape{block_numel}, "slot.params." + std::to_string(k));
+            m_grad_slots.emplace_back(backend, shape{block_numel}, "slot.grads." + std::to_string(k));
+        }
+        m_param_ready.resize(slot_count);
+        m_param_free.resize(slot_count);
+        m_grad_ready.resize(slot_count);
+        m_grad_free.resize(slot_count);
+    }
+
+    stream& h2d() { return m_h2d; }
+    stream& d2h() { return m_d2h; }
+    transfer_counters& counters() { return m_counters; }
+
+    // One pass of the model over one micro-batch: the order in which it will use the streamed
+    // groups, the host homes of their weights and gradients, and whether gradients start at zero.
+    struct pass {
+        std::vector<std::pair<std::size_t, group_use>> order;
+        std::vector<R*> host_params;  // by group; null for groups that do not stream
+        std::vector<R*> host_grads;   // by group
+        std::vector<std::size_t> bytes;  // by group: its block's bytes (at most a slot's)
+        std::vector<event>* last_d2h; // by group: the newest gradient copy to the host
+        bool first_micro = true;
+    };
+
+    void begin(pass p) {
+        m_pass = std::move(p);
+        m_issued = m_used = 0;
+    }
+
+    bool streams(std::size_t g) const { return g < m_pass.host_params.size() && m_pass.host_params[g] != nullptr; }
+
+    const R* params(std::size_t g, stream& compute, group_use u) {
+        check_next(g, u);
+        while (m_issued < m_pass.order.size() && m_issued <= m_used + Depth) issue(m_issued++);
+        const std::size_t k = slot_of(m_used);
+        compute.wait(m_param_ready[k]);
+        return m_param_slots[k].device_data().get();
+    }
+
+    R* grads(std::size_t g, stream& compute) {
+        const std::size_t k = slot_of(m_used);
+        if (m_pass.order[m_used].first != g || m_pass.order[m_used].second != group_use::backward)
+            throw error("prefetch_pipeline: gradients of group " + std::to_string(g) + " asked for outside its backward");
+        compute.wait(m_grad_ready[k]);
+        return m_grad_slots[k].device_data().get();
+    }
+
+    void done(std::size_t g, stream& compute, group_use u) {
+        const std::size_t k = slot_of(m_used);
+        event finished = compute.record();
+        m_param_free[k] = finished;
+        if (u == group_use::backward) {
+            m_d2h.wait(finished);
+            const std::size_t bytes = m_pass.bytes[g];
+            (*m_pass.last_d2h)[g] =
+                m_backend.copy(m_pass.host_grads[g], tier_id::host, m_grad_slots[k].device_data().get(), tier_id::device,
+                               bytes, m_d2h);
+            m_grad_free[k] = (*m_pass.last_d2h)[g];
+            m_counters.d2h_bytes += bytes;
+        }
+        ++m_used;
+    }
+
+private:
+    std::size_t slot_of(std::size_t use) const { return (m_base + use) % slot_count; }
+
+    void check_next(std::size_t g, group_use u) const {
+        if (m_used >= m_pass.order.size() || m_pass.order[m_used].first != g || m_pass.order[m_used].second != u)
+            throw error("prefetch_pipeline: the model used group " + std::to_string(g) +
+                            " out of the planned order (use " + std::to_string(m_used) + ")",
+                        "the model's pass order and the pipeline's plan disagree: a bug in the model binder");
+    }
+
+    // Brings use i's weights (and for backward its gradient slot) onto the device on h2d.
+    void issue(std::size_t i) {
+        const auto [g, u] = m_pass.order[i];
+        const std::size_t k = slot_of(i);
+        m_h2d.wait(m_param_free[k]);  // the slot's previous user has finished computing
+        const std::size_t bytes = m_pass.bytes[g];
+        m_backend.copy(m_param_slots[k].device_data().get(), tier_id::device, m_pass.host_params[g], tier_id::host,
+                       bytes, m_h2d);
+        m_counters.h2d_bytes += bytes;
+        if (u == group_use::backward) {
+            m_h2d.wait(m_grad_free[k]);  // the slot's previous gradients have reached the host
+            R* slot = m_grad_slots[k].device_data().get();
+            if (m_pass.first_micro) {
+                op::zero(m_h2d, slot, m_grad_slots[k].numel());
+            } else {
+                m_h2d.wait((*m_pass.last_d2h)[g]);  // the previous micro-batch's gradients are home
+                m_backend.copy(slot, tier_id::device, m_pass.host_grads[g], tier_id::host, bytes, m_h2d);
+                m_counters.h2d_bytes += bytes;
+            }
+            m_grad_ready[k] = m_h2d.record();
+        }
+        m_param_ready[k] = m_h2d.record();
+    }
+
+public:
+    // Called after a pass: the next pass starts on the slot after the last one used.
+    void end() { m_base = (m_base + m_used) % slot_count; }
+
+private:
+    B& m_backend;
+    stream m_h2d, m_d2h;
+    std::vector<tiered_tensor<R, device_tier, B>> m_param_slots, m_grad_slots;
+    std::vector<event> m_param_ready, m_param_free, m_grad_ready, m_grad_free;
+    pass m_pass;
+    std::size_t m_issued = 0, m_used = 0, m_base = 0;
+    transfer_counters m_counters;
+};
+
+}  // namespace strata

@@ -1,0 +1,342 @@
+// streamed_trainer: the trainer of trainer.hpp with the model's state in the host (and storage)
+// tier, and the transformer blocks streamed through device slots by prefetch_pipeline<Depth>.
+//
+// Homes: weights and gradients of every group in pinned host memory; AdamW moments in the host
+// tier or, with MomentsTier = storage_tier, in files on the storage tier (read and written back
+// around each group's update). The embeddings and the final layernorm are used at both ends of
+// a pass, so they are copied to the device once per step ("pinned groups").
+//
+// The optimizer runs on the host (offloaded_adamw: vectorized, multi-threaded, bitwise equal to
+// the resident trainer's AdamW). Exact global-norm clipping needs every gradient first, so:
+//   clip > 0:  gradients stay in the host tier until the backward of the last micro-batch has
+//              landed; then the norm, the clip and AdamW per group (multi-threaded);
+//   clip == 0: AdamW of a block runs on the optimizer thread as soon as its gradients of the last
+//              micro-batch land, overlapped with the backward of the blocks before it.
+// Both give bitwise the same weights as the resident trainer (tests/stream/).
+#pragma once
+
+#include <strata/backend/backend.hpp>            // Backend
+#include <strata/backend/cpu/stream.hpp>         // cpu::stream (the optimizer's host thread)
+#include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
+#include <strata/kernels/cpu/elementwise.hpp>    // sum_of_squares, scale_inplace on the host
+#include <strata/model/gpt.hpp>                  // gpt_model
+#include <strata/optim/offloaded_adamw.hpp>      // offloaded_adamw
+#include <strata/stream/prefetch_pipeline.hpp>   // prefetch_pipeline, pipeline_engine
+#include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
+#include <strata/train/trainer.hpp>              // train_options, step_result, trainer
+
+#include <cmath>        // std::sqrt, std::isfinite
+#include <memory>       // std::unique_ptr
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
+
+namespace strata {
+
+template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier>
+class streamed_trainer {
+    static_assert(std::is_same_v<MomentsTier, host_tier> || std::is_same_v<MomentsTier, storage_tier>,
+                  "AdamW moments of a streamed trainer live in the host or the storage tier");
+
+public:
+    using model_type = gpt_model<R, B>;
+    using stream = typename B::stream;
+    using event = typename B::event;
+    using op = ops<B>;
+    using state_kind = typename trainer<R, B>::state_kind;
+
+    streamed_trainer(B& backend, const model_type& model, train_options options)
+        : m_backend(backend),
+          m_model(model),
+          m_options(std::move(options)),
+          m_compute(backend.make_stream("compute")),
+          m_optimizer("optimizer"),
+          m_adamw(m_options.adamw),
+          m_engine(backend, largest_block(model)),
+          m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing) {
+        const auto& groups = model.groups();
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+            const std::string n = "g" + std::to_string(g);
+            const shape s{groups[g].numel()};
+            m_params.emplace_back(backend, s, "params." + n);
+            m_grads.emplace_back(backend, s, "grads." + n);
+            m_m.emplace_back(backend, s, "adam_m." + n);
+            m_v.emplace_back(backend, s, "adam_v." + n);
+            std::fill(m_params.back().span().begin(), m_params.back().span().end(), R(0));
+            std::fill(m_grads.back().span().begin(), m_grads.back().span().end(), R(0));
+            if (pinned(g)) {
+                m_pinned_params.emplace_back(backend, s, "pinned.params." + n);
+                m_pinned_grads.emplace_back(backend, s, "pinned.grads." + n);
+            }
+        }
+        m_last_d2h.resize(groups.size());
+        zero_moments();
+    }
+
+    const model_type& model() const { return m_model; }
+    const train_options& options() const { return m_options; }
+    long step_count() const { return m_step; }
+    void set_step_count(long step) { m_step = step; }
+    B& backend() { return m_backend; }
+    const transfer_counters& counters() const { return m_engine.counters(); }
+
+    void initialize(std::uint64_t seed) {
+        rng gen(seed);
+        for (std::size_t g = 0; g < m_params.size(); ++g) m_model.initialize(g, m_params[g].span(), gen);
+    }
+
+    void download(state_kind k, std::size_t g, std::span<R> out) { host_copy(k, g, out, /*to_host=*/true); }
+    void upload(state_kind k, std::size_t g, std::span<const R> in) {
+        host_copy(k, g, std::span<R>(const_cast<R*>(in.data()), in.size()), /*to_host=*/false);
+    }
+
+    step_result step(std::span<const data::batch> micro) {
+        const std::size_t counted = detail::check_micro_batches(micro, m_options, m_step + 1);
+        const long update = m_step + 1;
+        const std::size_t BT = m_options.batch * m_options.seq;
+
+        upload_pinned();
+        std::vector<tiered_tensor<std::int32_t, host_tier, B>> staged;
+        std::vector<tiered_tensor<R, host_tier, B>> losses;
+        for (std::size_t k = 0; k < micro.size(); ++k) {
+            stage_tokens(micro[k], staged);
+            m_engine.begin(make_pass(/*backward=*/true, k == 0));
+            binder bind{*this};
+            m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
+                                     m_compute);
+            m_engine.end();
+            losses.emplace_back(m_backend, shape{BT}, "losses.host");
+            copy_async(m_backend, losses.back().view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
+        }
+        download_pinned_grads();
+
+        step_result r;
+        r.step = update;
+        r.tokens = BT * micro.size();
+        r.counted = counted;
+        r.lr = lr_at(m_options.schedule, m_step);
+        if (m_options.clip == 0) schedule_overlapped_adamw(r.lr, update);
+        wait_gradients();  // named: every gradient of the step is in the host tier
+        r.grad_norm = grad_norm();
+        for (const auto& l : losses)
+            for (R x : l.span()) r.loss += static_cast<double>(x);
+        r.loss /= static_cast<double>(counted);
+        m_optimizer.synchronize();  // named: the overlapped AdamW (clip == 0) has finished
+        detail::check_finite(r, update);
+        if (m_options.clip > 0) {
+            const double coefficient = clip_coefficient(r.grad_norm, m_options.clip, update);
+            for (std::size_t g = 0; g < m_grads.size(); ++g) {
+                if (coefficient < 1)
+                    kernels::cpu::scale_inplace(m_grads[g].data(), static_cast<R>(coefficient), m_grads[g].numel());
+                adamw_group(g, r.lr, update);
+            }
+        }
+        m_step = update;
+        return r;
+    }
+
+    double evaluate(std::span<const data::batch> batches) {
+        const std::size_t BT = m_options.batch * m_options.seq;
+        upload_pinned();
+        double total = 0;
+        std::size_t counted = 0;
+        for (const auto& b : batches) {
+            std::vector<tiered_tensor<std::int32_t, host_tier, B>> staged;
+            stage_tokens(b, staged);
+            for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
+            m_engine.begin(make_pass(/*backward=*/false, true));
+            binder bind{*this};
+            m_model.forward(bind, m_act, m_options.batch, m_options.seq, m_compute);
+            m_engine.end();
+            tiered_tensor<R, host_tier, B> losses(m_backend, shape{BT}, "eval.losses");
+            copy_async(m_backend, losses.view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute).wait();
+            for (R x : losses.span()) total += static_cast<double>(x);
+        }
+        return counted ? total / static_cast<double>(counted) : 0.0;
+    }
+
+private:
+    // Groups used at both ends of a pass stay on the device for the whole step.
+    bool pinned(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
+    std::size_t pinned_index(std::size_t g) const { return g == 0 ? 0 : 1; }
+
+    static std::size_t largest_block(const model_type& model) {
+        std::size_t n = 0;
+        for (std::size_t l = 0; l < model.config().n_layer; ++l) n = std::max(n, model.groups()[model.block_group(l)].numel());
+        return n;
+    }
+
+    struct binder {
+        streamed_trainer& t;
+        const R* params(std::size_t g, stream& s, group_use u) {
+            if (t.pinned(g)) return t.m_pinned_params[t.pinned_index(g)].device_data().get();
+            return t.m_engine.params(g, s, u);
+        }
+        R* grads(std::size_t g, stream& s) {
+            if (t.pinned(g)) return t.m_pinned_grads[t.pinned_index(g)].device_data().get();
+            return t.m_engine.grads(g, s);
+        }
+        void done(std::size_t g, stream& s, group_use u) {
+            if (!t.pinned(g)) t.m_engine.done(g, s, u);
+        }
+    };
+
+    typename pipeline_engine<R, B, Depth>::pass make_pass(bool backward, bool first_micro) {
+        typename pipeline_engine<R, B, Depth>::pass p;
+        const std::size_t L = m_model.config().n_layer;
+        for (std::size_t l = 0; l < L; ++l) p.order.push_back({m_model.block_group(l), group_use::forward});
+        if (backward)
+            for (std::size_t l = L; l-- > 0;) p.order.push_back({m_model.block_group(l), group_use::backward});
+        p.host_params.assign(m_params.size(), nullptr);
+        p.host_grads.assign(m_params.size(), nullptr);
+        p.bytes.assign(m_params.size(), 0);
+        for (std::size_t g = 0; g < m_params.size(); ++g)
+            if (!pinned(g)) {
+                p.host_params[g] = m_params[g].data();
+                p.host_grads[g] = m_grads[g].data();
+                p.bytes[g] = m_params[g].bytes();
+            }
+        p.last_d2h = &m_last_d2h;
+        p.first_micro = first_micro;
+        return p;
+    }
+
+    void stage_tokens(const data::batch& b, std::vector<tiered_tensor<std::int32_t, host_tier, B>>& staged) {
+        const std::size_t BT = m_options.batch * m_options.seq;
+        staged.emplace_back(m_backend, shape{BT}, "tokens.host");
+        staged.emplace_back(m_backend, shape{BT}, "targets.host");
+        auto& tok = staged[staged.size() - 2];
+        auto& tgt = staged.back();
+        std::copy(b.inputs.begin(), b.inputs.end(), tok.span().begin());
+        std::copy(b.targets.begin(), b.targets.end(), tgt.span().begin());
+        m_act.tokens_tensor().copy_from(tok, m_compute);
+        m_act.targets_tensor().copy_from(tgt, m_compute);
+    }
+
+    // Pinned groups: this step's weights up, zeroed gradients (compute waits for both).
+    void upload_pinned() {
+        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) {
+            auto& dev = m_pinned_params[pinned_index(g)];
+            m_compute.wait(dev.copy_from(m_params[g], m_engine.h2d()));
+            m_engine.counters().h2d_bytes += dev.bytes();
+            op::zero(m_compute, m_pinned_grads[pinned_index(g)].device_data().get(), dev.numel());
+        }
+    }
+    void download_pinned_grads() {
+        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) {
+            m_engine.d2h().wait(m_compute.record());
+            m_last_d2h[g] = m_grads[g].copy_from(m_pinned_grads[pinned_index(g)], m_engine.d2h());
+            m_engine.counters().d2h_bytes += m_grads[g].bytes();
+        }
+    }
+    void wait_gradients() {
+        for (auto& e : m_last_d2h) e.wait();
+        m_compute.synchronize();
+    }
+
+    // Exact global norm: the resident trainer's per-group sums, in group order, on the host.
+    double grad_norm() const {
+        double sum = 0;
+        for (const auto& g : m_grads) sum += kernels::cpu::sum_of_squares(g.data(), g.numel());
+        return std::sqrt(sum);
+    }
+
+    // clip == 0: each block's AdamW waits only for its own gradients of the last micro-batch.
+    void schedule_overlapped_adamw(double lr, long update) {
+        for (std::size_t g = m_grads.size(); g-- > 0;) {
+            event landed = m_last_d2h[g];
+            m_optimizer.enqueue([this, landed, g, lr, update] {
+                landed.wait();
+                adamw_group(g, lr, update);
+            });
+        }
+    }
+
+    // AdamW over one group, tensor by tensor (weight decay per tensor); moments read from and
+    // written back to the storage tier when they live there.
+    void adamw_group(std::size_t g, double lr, long update) {
+        R* p = m_params[g].data();
+        R* grad = m_grads[g].data();
+        auto run = [&](R* m, R* v) {
+            for (const auto& slot : m_model.groups()[g].slots()) {
+                const std::size_t o = slot.offset, n = slot.spec.shape.numel();
+                if constexpr (std::is_same_v<R, float>)
+                    m_adamw.step_block({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, lr, update, slot.spec.decay);
+                else
+                    adamw_update<R>({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, m_options.adamw, lr, update,
+                                    slot.spec.decay);
+            }
+        };
+        if constexpr (std::is_same_v<MomentsTier, host_tier>) {
+            run(m_m[g].data(), m_v[g].data());
+        } else {
+            tiered_tensor<R, host_tier, B> m(m_backend, m_m[g].shape(), "adam_m.staging"), v(m_backend, m_v[g].shape(), "adam_v.staging");
+            auto io = m_backend.make_stream("storage I/O");
+            m.copy_from(m_m[g], io);
+            v.copy_from(m_v[g], io).wait();  // named: moments read from storage
+            run(m.data(), v.data());
+            m_m[g].copy_from(m, io);
+            m_v[g].copy_from(v, io).wait();  // named: moments written back before the staging is freed
+        }
+    }
+
+    void zero_moments() {
+        for (std::size_t g = 0; g < m_m.size(); ++g) {
+            std::vector<R> zeros(m_m[g].numel(), R(0));
+            upload(state_kind::adam_m, g, zeros);
+            upload(state_kind::adam_v, g, zeros);
+        }
+    }
+
+    void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
+        if (k == state_kind::params || k == state_kind::grads) {
+            auto& t = k == state_kind::params ? m_params[g] : m_grads[g];
+            if (buf.size() != t.numel()) throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
+            if (to_host)
+                std::copy(t.span().begin(), t.span().end(), buf.begin());
+            else
+                std::copy(buf.begin(), buf.end(), t.span().begin());
+            return;
+        }
+        auto& t = k == state_kind::adam_m ? m_m[g] : m_v[g];
+        if (buf.size() != t.numel()) throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
+        if constexpr (std::is_same_v<MomentsTier, host_tier>) {
+            if (to_host)
+                std::copy(t.span().begin(), t.span().end(), buf.begin());
+            else
+                std::copy(buf.begin(), buf.end(), t.span().begin());
+        } else {
+            tiered_tensor<R, host_tier, B> staging(m_backend, t.shape(), "moments.staging");
+            auto io = m_backend.make_stream("storage I/O");
+            if (to_host) {
+                staging.copy_from(t, io).wait();  // named: checkpoint I/O
+                std::copy(staging.span().begin(), staging.span().end(), buf.begin());
+            } else {
+                std::copy(buf.begin(), buf.end(), staging.span().begin());
+                t.copy_from(staging, io).wait();  // named: checkpoint I/O
+            }
+        }
+    }
+
+    B& m_backend;
+    const model_type& m_model;
+    train_options m_options;
+    stream m_compute;
+    cpu::stream m_optimizer;
+    offloaded_adamw m_adamw;
+    pipeline_engine<R, B, Depth> m_engine;
+    typename model_type::activations m_act;
+    std::vector<tiered_tensor<R, host_tier, B>> m_params, m_grads;
+    std::vector<tiered_tensor<R, MomentsTier, B>> m_m, m_v;
+    std::vector<tiered_tensor<R, device_tier, B>> m_pinned_params, m_pinned_grads;
+    std::vector<event> m_last_d2h;
+    long m_step = 0;
+};
+
+}  // namespace strata
+
+namespace strata {
+template <class R, Backend B, std::size_t Depth, Tier M>
+struct select_trainer<R, B, prefetch_pipeline<Depth>, moments_in<M>> {
+    using type = streamed_trainer<R, B, Depth, M>;
+};
+}  // namespace strata
