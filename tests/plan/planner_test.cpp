@@ -154,8 +154,20 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
     CHECK(p.v_home == tier_id::host);
     CHECK(p.activations_home == tier_id::device);
     CHECK(p.slots == 3);  // three slots fit in a third here
-    CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 2 * 3 * p.largest_group_bytes);
+    CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 2 * 3 * p.largest_block_bytes);
+    // the embeddings and the final layernorm stay on the device, weights and grads
+    const auto groups = gpt_group_bytes(c, sizeof(float));
+    CHECK(p.pinned_group_bytes == groups.front() + groups.back());
+    CHECK(p.bytes_of(plan_category::pinned, tier_id::device) == 2 * (groups.front() + groups.back()));
+    CHECK(p.bytes_of(plan_category::pinned, tier_id::host) == 0);
     CHECK(p.bytes_of(plan_category::weights, tier_id::device) == 0);
+    CHECK(p.bytes_of(plan_category::grads, tier_id::device) == 0);
+    // the grad norm is summed on the host: no partial sums on the device, nor on the host
+    CHECK(p.device_staging_bytes == 0);
+    CHECK(p.bytes_of(plan_category::staging, tier_id::device) == 0);
+    CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
+          resident.bytes_of(plan_category::staging, tier_id::host) - resident.device_staging_bytes);
+    CHECK(p.total(tier_id::device) == 6 * p.largest_block_bytes + 2 * p.pinned_group_bytes + p.activation_bytes);
     CHECK(p.bytes_of(plan_category::weights, tier_id::host) == resident.state_bytes);
     CHECK(p.bytes_of(plan_category::grads, tier_id::host) == resident.state_bytes);
     CHECK(p.bytes_of(plan_category::moments, tier_id::host) == 2 * resident.state_bytes);
@@ -164,13 +176,38 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
     // the largest group: a transformer block here (12 C^2 + 13 C floats, page-padded)
     const std::size_t C = c.n_embd;
     CHECK(p.largest_group_bytes == round_up((12 * C * C + 13 * C) * 4, page_size));
+    CHECK(p.largest_block_bytes == p.largest_group_bytes);
+}
+
+TEST_CASE("slots are sized to the largest transformer block, not to larger embeddings") {
+    // V = 512, C = 16: the embeddings ((512 + 8) x 16 floats) outweigh a block (12 C^2 + 13 C)
+    const gpt_config c{.vocab_size = 512, .max_seq = 8, .n_layer = 3, .n_head = 2, .n_embd = 16};
+    plan_request r{.model = c, .batch = 2, .seq = 8, .budgets = {.device = big, .host = big, .storage = big}};
+    r.where = placement::streamed;
+    r.slots = 2;
+    r.moments_on_storage = true;
+    const memory_plan p = plan<cpu_backend>(r);
+    const std::size_t C = c.n_embd;
+    const std::size_t block = round_up((12 * C * C + 13 * C) * 4, page_size);
+    const std::size_t embeddings = round_up((c.vocab_size + c.max_seq) * C * 4, page_size);
+    REQUIRE(embeddings > block);
+    CHECK(p.largest_block_bytes == block);
+    CHECK(p.largest_group_bytes == embeddings);
+    CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 2 * 2 * block);
+    CHECK(p.pinned_group_bytes == embeddings + round_up(2 * C * 4, page_size));
+    CHECK(p.min_streamed_device_bytes == 4 * block + 2 * p.pinned_group_bytes + p.activation_bytes);
+    CHECK(p.total(tier_id::device) == p.min_streamed_device_bytes);
+    // the optimizer's m, v staging is a whole group: the embeddings are the largest
+    r.moments_on_storage = false;
+    CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
+          plan<cpu_backend>(r).bytes_of(plan_category::staging, tier_id::host) + 2 * embeddings);
 }
 
 TEST_CASE("two slots when three do not fit; the least device budget is exactly the stated minimum") {
     const gpt_config c = small();
     const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
     const std::size_t minimum = any.min_streamed_device_bytes;
-    CHECK(minimum == 4 * any.largest_group_bytes + any.activation_bytes + any.device_staging_bytes);
+    CHECK(minimum == 4 * any.largest_block_bytes + 2 * any.pinned_group_bytes + any.activation_bytes);
 
     const memory_plan p = plan<cpu_backend>(request(c, {.device = minimum, .host = big, .storage = 0}));
     CHECK(p.where == placement::streamed);
@@ -184,7 +221,8 @@ TEST_CASE("two slots when three do not fit; the least device budget is exactly t
     CHECK(message.find(std::to_string(minimum) + " B") != std::string::npos);      // needed
     CHECK(message.find(std::to_string(minimum - 1) + " B") != std::string::npos);  // available
     CHECK(message.find("over by 1 B") != std::string::npos);
-    CHECK(message.find("2 slots x largest group") != std::string::npos);
+    CHECK(message.find("2 slots x largest block " + format_bytes(2 * any.largest_block_bytes)) != std::string::npos);
+    CHECK(message.find("pinned groups " + format_bytes(2 * any.pinned_group_bytes)) != std::string::npos);
     CHECK(message.find(std::to_string(any.activation_bytes) + " B") != std::string::npos);
     CHECK(message.find("hint:") != std::string::npos);
     CHECK(message.find("--batch") != std::string::npos);
@@ -210,9 +248,10 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
     CHECK(p.bytes_of(plan_category::moments, tier_id::storage) == 2 * any.state_bytes);
     CHECK(p.bytes_of(plan_category::moments, tier_id::host) == 0);
     CHECK(p.total(tier_id::storage) == 2 * any.state_bytes);
-    // the host reads and writes back m, v through double-buffered group-sized buffers
+    // tokens, targets and losses of the step, and the m and v of one group read back from storage
+    const std::size_t BT = r.batch * r.seq;
     CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
-          any.bytes_of(plan_category::staging, tier_id::host) + 4 * any.largest_group_bytes);
+          r.accum * 3 * round_up(BT * 4, page_size) + 2 * any.largest_group_bytes);
 
     r.budgets.storage = 2 * any.state_bytes - 1;
     const std::string message = message_of(r);
@@ -225,9 +264,9 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
 TEST_CASE("moments go to storage when the host cannot hold them, and the error names both tiers otherwise") {
     const gpt_config c = small();
     const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
-    const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host);
-    // room for weights + grads + the staging of storage round trips, not for m and v
-    const std::size_t host = 2 * any.state_bytes + staging + 4 * any.largest_group_bytes;
+    const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host) - any.device_staging_bytes;
+    // room for weights + grads + the step's staging + one group's m and v, not for all of m and v
+    const std::size_t host = 2 * any.state_bytes + staging + 2 * any.largest_group_bytes;
     plan_request r = request(c, {.device = any.min_streamed_device_bytes, .host = host, .storage = big});
     const memory_plan p = plan<cpu_backend>(r);
     CHECK(p.m_home == tier_id::storage);
@@ -264,8 +303,8 @@ TEST_CASE("the table lists every tier and category, and its totals are the sums"
         CHECK(sum == p.total(t));
         CHECK(sum > 0);  // every tier is used by this plan
     }
-    for (const char* label : {"weights", "grads", "AdamW m, v", "activations", "device slots", "staging", "total",
-                              "budget", "used"})
+    for (const char* label : {"weights", "grads", "AdamW m, v", "activations", "device slots", "pinned groups",
+                              "staging", "total", "budget", "used"})
         CHECK(table.find(std::string("\n") + label) != std::string::npos);
     // read the numbers back: per column, the category cells add up to the total cell
     const std::size_t total_row = 3 + all_plan_categories.size();
@@ -330,7 +369,7 @@ TEST_CASE("requested slots are kept, checked, and refused below two") {
     r.slots = 5;
     const memory_plan p = plan<cpu_backend>(r);
     CHECK(p.slots == 5);
-    CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 10 * p.largest_group_bytes);
+    CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 10 * p.largest_block_bytes);
 
     r.budgets.device = p.total(tier_id::device) - 1;
     CHECK(message_of(r).find("with 5 slots does not fit") != std::string::npos);

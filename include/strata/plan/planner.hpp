@@ -10,12 +10,19 @@
 // Placements:
 // - resident: weights, grads, AdamW m and v of every group, the activations and the step's
 //   staging live in the device tier (the trainer of train/trainer.hpp).
-// - streamed: weights and grads live in the host tier (pinned), m and v in the host or the storage
-//   tier. The device keeps `slots` parameter buffers, each the size of the largest group's block,
-//   and as many gradient buffers: a slot is filled host -> device while the one before it
-//   computes, and its gradients drain device -> host, so slots = prefetch depth + 1 (2 = one group
-//   in flight ahead of compute; 3 = two, which absorbs jitter of the link). Activation
-//   checkpoints (the block inputs) stay on the device.
+// - streamed: what streamed_trainer<R, B, Depth, MomentsTier> (train/streamed_trainer.hpp)
+//   allocates, chosen as trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<host_tier or
+//   storage_tier>>. Weights and grads of every group live in the host tier (pinned), m and v in
+//   the host or the storage tier. The transformer blocks stream through the device: `slots`
+//   weight buffers and as many gradient buffers, each the size of the largest transformer block
+//   (not of the largest group: the embeddings never stream). A slot is filled host -> device while
+//   the one before it computes, and its gradients drain device -> host, so slots = prefetch depth
+//   + 1 (2 = one block in flight ahead of compute; 3 = two, which absorbs jitter of the link).
+//   The groups used at both ends of a pass (group 0: wte + wpe; the final layernorm) are pinned:
+//   their weights and grads are on the device for the whole step. Activations as resident. The
+//   grad norm is summed on the host, so there are no partial sums on the device. With m, v on
+//   storage the host optimizer reads one group's m and v into two host buffers, updates, writes
+//   them back and frees the buffers before the next group: 2 x the largest group at the peak.
 //
 // plan<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
 // (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before plan<B> is used.
@@ -98,11 +105,12 @@ struct plan_request {
     std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
 };
 
-// What the bytes are for: the rows of the plan's table.
-enum class plan_category { weights, grads, moments, activations, slots, staging };
-inline constexpr std::array<plan_category, 6> all_plan_categories{plan_category::weights,     plan_category::grads,
-                                                                  plan_category::moments,     plan_category::activations,
-                                                                  plan_category::slots,       plan_category::staging};
+// What the bytes are for: the rows of the plan's table. `slots` and `pinned` are the device copies
+// of streamed and pinned groups (weights + grads) whose homes are on the host.
+enum class plan_category { weights, grads, moments, activations, slots, pinned, staging };
+inline constexpr std::array<plan_category, 7> all_plan_categories{
+    plan_category::weights, plan_category::grads,  plan_category::moments, plan_category::activations,
+    plan_category::slots,   plan_category::pinned, plan_category::staging};
 
 constexpr std::string_view name_of(plan_category c) {
     switch (c) {
@@ -111,6 +119,7 @@ constexpr std::string_view name_of(plan_category c) {
         case plan_category::moments: return "AdamW m, v";
         case plan_category::activations: return "activations";
         case plan_category::slots: return "device slots";
+        case plan_category::pinned: return "pinned groups";
         case plan_category::staging: return "staging";
     }
     return "unknown";
@@ -123,16 +132,20 @@ struct memory_plan {
     tier_id m_home = tier_id::device;
     tier_id v_home = tier_id::device;
     tier_id activations_home = tier_id::device;  // the block inputs kept for the recompute
-    std::size_t slots = 0;  // streamed: device buffers for parameters, and as many for gradients; resident: 0
+    // streamed: device buffers for block weights, and as many for their gradients (prefetch depth
+    // + 1); resident: 0
+    std::size_t slots = 0;
 
     std::size_t parameters = 0;           // real parameters of the model
     std::size_t group_count = 0;          // layer groups (embeddings, blocks, final layernorm)
     std::size_t state_bytes = 0;          // one kind (e.g. the weights) of every group, page-padded
-    std::size_t largest_group_bytes = 0;  // one kind of the largest group: the size of one slot
+    std::size_t largest_group_bytes = 0;  // one kind of the largest group of any kind (m, v staging)
+    std::size_t largest_block_bytes = 0;  // one kind of the largest transformer block: one slot
+    std::size_t pinned_group_bytes = 0;   // one kind of the pinned groups (embeddings + final layernorm)
     std::size_t activation_bytes = 0;     // gpt_model::activations on the device
-    std::size_t device_staging_bytes = 0;
-    // The least device memory any streamed plan needs: 2 slots x the largest group (weights +
-    // grads) + activations + device staging.
+    std::size_t device_staging_bytes = 0;  // resident: the grad-norm partial sums; streamed: none
+    // The least device memory any streamed plan needs: 2 slots x the largest block (weights +
+    // grads) + the pinned groups (weights + grads) + activations.
     std::size_t min_streamed_device_bytes = 0;
 
     tier_bytes budgets;
@@ -247,8 +260,11 @@ namespace detail {
 
 struct plan_inputs {
     std::vector<std::size_t> groups;
-    std::size_t state = 0, largest = 0, activations = 0;
-    std::size_t device_staging = 0, host_staging = 0;
+    std::size_t state = 0, largest = 0, largest_block = 0, pinned = 0, activations = 0;
+    // The step's staging on the host: tokens, targets and losses of every micro-batch (both trainers).
+    std::size_t step_staging = 0;
+    // The resident trainer's grad-norm partial sums, one on the device and one on the host.
+    std::size_t partials = 0;
 };
 
 inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
@@ -257,19 +273,22 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
     p.group_count = in.groups.size();
     p.state_bytes = in.state;
     p.largest_group_bytes = in.largest;
+    p.largest_block_bytes = in.largest_block;
+    p.pinned_group_bytes = in.pinned;
     p.activation_bytes = in.activations;
-    p.device_staging_bytes = in.device_staging;
-    p.min_streamed_device_bytes = 2 * 2 * in.largest + in.activations + in.device_staging;
+    p.min_streamed_device_bytes = 2 * 2 * in.largest_block + 2 * in.pinned + in.activations;
     p.budgets = r.budgets;
     p.of(plan_category::activations).device = in.activations;
-    p.of(plan_category::staging).device = in.device_staging;
-    p.of(plan_category::staging).host = in.host_staging;
+    p.of(plan_category::staging).host = in.step_staging;
     return p;
 }
 
 inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in) {
     memory_plan p = base_plan(r, in);
     p.where = placement::resident;
+    p.device_staging_bytes = in.partials;
+    p.of(plan_category::staging).device = in.partials;
+    p.of(plan_category::staging).host += in.partials;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.state;
     p.of(plan_category::moments).device = 2 * in.state;
@@ -285,10 +304,11 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     p.of(plan_category::weights).host = in.state;
     p.of(plan_category::grads).host = in.state;
     p.of(plan_category::moments)[moments] = 2 * in.state;
-    p.of(plan_category::slots).device = 2 * slots * in.largest;  // parameter slots + gradient slots
-    // With m, v on storage the host optimizer reads a group's m and v into host buffers, updates,
-    // and writes them back; double-buffered so the next group's read overlaps this group's update.
-    if (moments == tier_id::storage) p.of(plan_category::staging).host += 2 * 2 * in.largest;
+    p.of(plan_category::slots).device = 2 * slots * in.largest_block;  // weight slots + gradient slots
+    p.of(plan_category::pinned).device = 2 * in.pinned;                // weights + grads
+    // With m, v on storage the host optimizer reads a group's m and v into two host buffers,
+    // updates, writes them back and frees them, one group after the other.
+    if (moments == tier_id::storage) p.of(plan_category::staging).host += 2 * in.largest;
     return p;
 }
 
@@ -306,9 +326,9 @@ inline std::string needs_vs_budgets(const memory_plan& p) {
 
 inline std::string streaming_minimum(const memory_plan& p) {
     return "streaming needs at least " + format_bytes(p.min_streamed_device_bytes) +
-           " on the device = 2 slots x largest group " + format_bytes(2 * p.largest_group_bytes) +
-           " (weights + grads) + activations " + format_bytes(p.activation_bytes) + " + staging " +
-           format_bytes(p.device_staging_bytes);
+           " on the device = 2 slots x largest block " + format_bytes(2 * p.largest_block_bytes) +
+           " (weights + grads) + pinned groups " + format_bytes(2 * p.pinned_group_bytes) +
+           " (embeddings and final layernorm, weights + grads) + activations " + format_bytes(p.activation_bytes);
 }
 
 inline std::string plan_hint(const plan_request& r, const memory_plan& p) {
@@ -356,7 +376,9 @@ inline void validate(const plan_request& r) {
 //
 // auto: resident when everything fits the device budget; otherwise streamed, with m, v on the host
 // unless moments_on_storage asks for storage or the host cannot hold them (then storage must).
-// Streamed takes the requested slots, else 3 when they fit the device, else 2.
+// Streamed takes the requested slots, else 3 when they fit the device, else 2; the trainer that
+// allocates exactly this plan is trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<T>>,
+// T = host_tier or storage_tier as m_home says.
 // moments_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
 template <Backend B>
 memory_plan plan(const plan_request& request) {
@@ -367,16 +389,18 @@ memory_plan plan(const plan_request& request) {
         in.state += g;
         in.largest = std::max(in.largest, g);
     }
+    // groups: embeddings, n_layer blocks, final layernorm (gpt_group_bytes' order)
+    for (std::size_t g = 1; g + 1 < in.groups.size(); ++g) in.largest_block = std::max(in.largest_block, in.groups[g]);
+    in.pinned = in.groups.front() + in.groups.back();
     in.activations = gpt_activation_bytes<B>(request.model, request.batch, request.seq, request.checkpointing,
                                              request.element_bytes);
-    // The trainer's per-step buffers: the grad-norm partial sums (one double per group) on the
-    // device and on the host, and per micro-batch host copies of tokens, targets and losses, all
-    // alive until the step ends.
+    // The trainers' per-step buffers: per micro-batch host copies of tokens, targets and losses,
+    // all alive until the step ends; and the resident trainer's grad-norm partial sums (one double
+    // per group) on the device and on the host.
     const std::size_t BT = request.batch * request.seq;
-    const std::size_t partials = detail::charged(in.groups.size() * sizeof(double));
-    in.device_staging = partials;
-    in.host_staging = partials + request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
-                                                  detail::charged(BT * request.element_bytes));
+    in.partials = detail::charged(in.groups.size() * sizeof(double));
+    in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
+                                       detail::charged(BT * request.element_bytes));
 
     if (request.where != placement::streamed) {
         memory_plan resident = detail::resident_plan(request, in);
@@ -415,7 +439,8 @@ memory_plan plan(const plan_request& request) {
 inline std::string memory_plan::to_table() const {
     std::string out = "memory plan: " + std::string(name_of(where)) + " placement";
     if (where == placement::streamed)
-        out += ", " + std::to_string(slots) + " device slots (prefetch depth " + std::to_string(slots - 1) + ")";
+        out += ", " + std::to_string(slots) + " device slots (prefetch depth " + std::to_string(slots - 1) +
+               ") of the largest block " + detail::short_bytes(largest_block_bytes) + " each";
     char params[32];
     const double n = static_cast<double>(parameters);
     if (n >= 1e9)
