@@ -76,7 +76,8 @@ TEST_CASE("adamw_update_parallel is bitwise equal to adamw_update<float> for 1, 
     for (const std::size_t threads : {1, 2, 3}) {
         strata::host_thread_pool pool(threads);
         // Sizes below one chunk (caller alone), just past a few chunks, and a million odd.
-        for (const std::size_t n : {std::size_t{0}, std::size_t{17}, 3 * strata::adamw_parallel_min_chunk + 5, std::size_t{1000003}}) {
+        const std::size_t a_few_chunks = 3 * strata::adamw_parallel_min_chunk + 5;
+        for (const std::size_t n : {std::size_t{0}, std::size_t{17}, a_few_chunks, std::size_t{1000003}}) {
             for (const adamw_path path : paths) {
                 for (const bool decay : {true, false}) {
                     CAPTURE(threads);
@@ -91,9 +92,9 @@ TEST_CASE("adamw_update_parallel is bitwise equal to adamw_update<float> for 1, 
                     for (long t = 1; t <= 3; ++t) {
                         strata_test::fill(g, rng);
                         const double lr = 2e-3 / static_cast<double>(t);
-                        strata::adamw_update_parallel(pool, std::span(s.p).subspan(3), std::span<const float>(g).subspan(3),
-                                                      std::span(s.m).subspan(3), std::span(s.v).subspan(3), h, lr, t,
-                                                      decay, path);
+                        strata::adamw_update_parallel(pool, std::span(s.p).subspan(3),
+                                                      std::span<const float>(g).subspan(3), std::span(s.m).subspan(3),
+                                                      std::span(s.v).subspan(3), h, lr, t, decay, path);
                         strata::adamw_update<float>(std::span(s.ref_p).subspan(3), std::span<const float>(g).subspan(3),
                                                     std::span(s.ref_m).subspan(3), std::span(s.ref_v).subspan(3), h,
                                                     lr, t, decay);
@@ -201,9 +202,9 @@ TEST_CASE("size mismatches, bad steps and bad hyperparameters are refused before
     strata::host_thread_pool pool(2);
     std::vector<float> p(100, 1.0f), g(100, 0.5f), m(100, 0.0f), v(99, 0.0f);
     const std::vector<float> p_before = p;
-    CHECK_THROWS_WITH_AS(strata::adamw_update_parallel(pool, p, g, m, v, {}, 1e-3, 1, true),
-                         doctest::Contains("adamw_update_parallel: span sizes differ: params 100, grads 100, m 100, v 99"),
-                         strata::error);
+    CHECK_THROWS_WITH_AS(
+        strata::adamw_update_parallel(pool, p, g, m, v, {}, 1e-3, 1, true),
+        doctest::Contains("adamw_update_parallel: span sizes differ: params 100, grads 100, m 100, v 99"), strata::error);
     CHECK(p == p_before);
 
     strata::offloaded_adamw opt({}, 2);

@@ -173,8 +173,8 @@ TEST_CASE("adamw_update_fast refuses what adamw_update refuses") {
     std::vector<float> g4(4);
     CHECK_THROWS_WITH_AS(strata::adamw_update_fast(p, g4, m, p, h, 1e-3, 1, true),
                          doctest::Contains("params 5, grads 4"), strata::error);
-    CHECK_THROWS_WITH_AS(strata::adamw_update_fast(p, g, m, p, h, 1e-3, 0, true), doctest::Contains("step must be >= 1"),
-                         strata::error);
+    CHECK_THROWS_WITH_AS(strata::adamw_update_fast(p, g, m, p, h, 1e-3, 0, true),
+                         doctest::Contains("step must be >= 1"), strata::error);
     CHECK_THROWS_WITH_AS(strata::adamw_update_fast(p, g, m, p, h, -1.0, 1, true), doctest::Contains("lr must be"),
                          strata::error);
     strata::adamw_hparams bad;

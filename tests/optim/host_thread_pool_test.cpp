@@ -38,8 +38,8 @@ TEST_CASE("parallel_for runs every index exactly once, in non-empty chunks on al
         strata::host_thread_pool pool(threads);
         CHECK(pool.size() == threads);
         for (const std::size_t count : {0, 1, 7, 16, 100, 10007}) {
-            for (const strata::chunking how : {strata::chunking{}, strata::chunking{16, 5, 1}, strata::chunking{16, 0, 100},
-                                               strata::chunking{7, 20, 3}}) {
+            for (const strata::chunking how : {strata::chunking{}, strata::chunking{16, 5, 1},
+                                               strata::chunking{16, 0, 100}, strata::chunking{7, 20, 3}}) {
                 CAPTURE(threads);
                 CAPTURE(count);
                 CAPTURE(how.multiple);
