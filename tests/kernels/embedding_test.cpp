@@ -7,7 +7,7 @@
 #include <doctest/doctest.h>                      // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE
 #include <strata/core/error.hpp>                  // strata::error
 #include <strata/kernels/cpu/embedding.hpp>       // embedding_forward, embedding_backward
-#include <strata/kernels/cpu/gradient_check.hpp>  // numeric_gradient, compare, random_vector
+#include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 
 namespace {
 
@@ -54,28 +54,17 @@ TEST_CASE_TEMPLATE("embedding forward is wte[token] + wpe[t]", Real, float, doub
 }
 
 TEST_CASE("embedding backward matches central differences of wte and wpe") {
-    problem<double> p;
-    const problem<double> before = p;
-    p.forward();
-    p.backward();
-    auto loss = [&] { return p.forward(); };
+    using P = problem<double>;
     // Threshold: the loss is linear, so differences are exact up to rounding (~1e-10); a
     // dropped repeat or a wrong row is off by O(1). Unused rows are 0 in both.
-    const auto dwte = compare(difference(p.dwte, before.dwte), numeric_gradient(loss, p.wte),
-                              numeric_gradient_floor);
+    const auto dwte = gradient_error(P{}, &P::wte, &P::dwte);
     CHECK_MESSAGE(dwte.error < 1e-6, dwte.describe("dwte"));
-    const auto dwpe = compare(difference(p.dwpe, before.dwpe), numeric_gradient(loss, p.wpe),
-                              numeric_gradient_floor);
+    const auto dwpe = gradient_error(P{}, &P::wpe, &P::dwpe);
     CHECK_MESSAGE(dwpe.error < 1e-6, dwpe.describe("dwpe"));
 }
 
 TEST_CASE("embedding in float agrees with double on the same inputs") {
-    problem<float> f;
-    problem<double> d;
-    f.forward();
-    d.forward();
-    f.backward();
-    d.backward();
+    const auto [f, d] = solve_in_float_and_double<problem>();
     // Absolute error for values below 1, relative above: at most four float additions.
     constexpr double tolerance = 1e-6;
     const auto out = compare(f.out, d.out, 1.0);

@@ -6,7 +6,7 @@
 #include <type_traits>                            // std::is_same_v
 #include <vector>                                 // std::vector
 #include <doctest/doctest.h>                      // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, INFO
-#include <strata/kernels/cpu/gradient_check.hpp>  // numeric_gradient, compare, random_vector
+#include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 #include <strata/kernels/cpu/layernorm.hpp>       // layernorm_forward, layernorm_backward
 
 namespace {
@@ -68,31 +68,19 @@ TEST_CASE_TEMPLATE("layernorm forward is (x - mean) / sqrt(biased var + 1e-5) * 
 }
 
 TEST_CASE("layernorm backward matches central differences of every input and weight") {
-    problem<double> p;
-    const problem<double> before = p;
-    p.forward();
-    p.backward();
-    auto loss = [&] { return p.forward(); };
+    using P = problem<double>;
     // Threshold: central differences in double agree to ~1e-9 relative here; a dropped term
     // (e.g. the path through rstd) is off by O(1).
-    const auto dinp = compare(difference(p.dinp, before.dinp), numeric_gradient(loss, p.inp),
-                              numeric_gradient_floor);
+    const auto dinp = gradient_error(P{}, &P::inp, &P::dinp);
     CHECK_MESSAGE(dinp.error < 1e-6, dinp.describe("dinp"));
-    const auto dweight = compare(difference(p.dweight, before.dweight),
-                                 numeric_gradient(loss, p.weight), numeric_gradient_floor);
+    const auto dweight = gradient_error(P{}, &P::weight, &P::dweight);
     CHECK_MESSAGE(dweight.error < 1e-6, dweight.describe("dweight"));
-    const auto dbias = compare(difference(p.dbias, before.dbias), numeric_gradient(loss, p.bias),
-                               numeric_gradient_floor);
+    const auto dbias = gradient_error(P{}, &P::bias, &P::dbias);
     CHECK_MESSAGE(dbias.error < 1e-6, dbias.describe("dbias"));
 }
 
 TEST_CASE("layernorm in float agrees with double on the same inputs") {
-    problem<float> f;
-    problem<double> d;
-    f.forward();
-    d.forward();
-    f.backward();
-    d.backward();
+    const auto [f, d] = solve_in_float_and_double<problem>();
     // Absolute error for values below 1, relative above: float rounding of a few C-term sums.
     constexpr double tolerance = 1e-5;
     const auto out = compare(f.out, d.out, 1.0);

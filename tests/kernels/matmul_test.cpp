@@ -5,7 +5,7 @@
 #include <type_traits>                            // std::is_same_v
 #include <vector>                                 // std::vector
 #include <doctest/doctest.h>                      // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE
-#include <strata/kernels/cpu/gradient_check.hpp>  // numeric_gradient, compare, random_vector
+#include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 #include <strata/kernels/cpu/matmul.hpp>          // matmul_*, lm_head_*
 
 namespace {
@@ -98,31 +98,21 @@ TEST_CASE_TEMPLATE("matmul forward is inp @ weight (C, OC) + bias, with or witho
 }
 
 TEST_CASE("matmul backward matches central differences of every input and weight") {
-    linear_problem<double> p;
-    const linear_problem<double> before = p;
-    p.forward();
-    p.backward();
-    auto loss = [&] { return p.forward(); };
-    // Threshold: the loss is bilinear, so central differences are exact up to rounding (~1e-10);
+    using P = linear_problem<double>;
+    // Threshold: the loss is bilinear, so central differences are exact up to rounding (~1e-9);
     // a transposed or dropped GEMM is off by O(1).
-    const auto dinp = compare(difference(p.dinp, before.dinp), numeric_gradient(loss, p.inp),
-                              numeric_gradient_floor);
+    const auto dinp = gradient_error(P{}, &P::inp, &P::dinp);
     CHECK_MESSAGE(dinp.error < 1e-6, dinp.describe("dinp"));
-    const auto dweight = compare(difference(p.dweight, before.dweight),
-                                 numeric_gradient(loss, p.weight), numeric_gradient_floor);
+    const auto dweight = gradient_error(P{}, &P::weight, &P::dweight);
     CHECK_MESSAGE(dweight.error < 1e-6, dweight.describe("dweight"));
-    const auto dbias = compare(difference(p.dbias, before.dbias), numeric_gradient(loss, p.bias),
-                               numeric_gradient_floor);
+    const auto dbias = gradient_error(P{}, &P::bias, &P::dbias);
     CHECK_MESSAGE(dbias.error < 1e-6, dbias.describe("dbias"));
 }
 
 TEST_CASE("matmul backward without dinp and without bias still accumulates dweight") {
+    linear_problem<double> full;
+    full.backward();
     linear_problem<double> p;
-    const linear_problem<double> full = [&] {
-        linear_problem<double> q = p;
-        q.backward();
-        return q;
-    }();
     // The weight gradient does not depend on the bias, so it must equal the full backward's.
     matmul_backward(nullptr, p.dweight.data(), nullptr, p.dout.data(), p.inp.data(),
                     p.weight.data(), B, T, C, OC);
@@ -141,29 +131,18 @@ TEST_CASE_TEMPLATE("lm_head forward is inp @ wte^T with wte (V, C)", Real, float
 }
 
 TEST_CASE("lm_head backward matches central differences of inp and wte") {
-    head_problem<double> p;
-    const head_problem<double> before = p;
-    p.forward();
-    p.backward();
-    auto loss = [&] { return p.forward(); };
+    using P = head_problem<double>;
     // Threshold as for matmul: bilinear loss, differences exact up to rounding.
-    const auto dinp = compare(difference(p.dinp, before.dinp), numeric_gradient(loss, p.inp),
-                              numeric_gradient_floor);
+    const auto dinp = gradient_error(P{}, &P::inp, &P::dinp);
     CHECK_MESSAGE(dinp.error < 1e-6, dinp.describe("dinp"));
-    const auto dwte = compare(difference(p.dwte, before.dwte), numeric_gradient(loss, p.wte),
-                              numeric_gradient_floor);
+    const auto dwte = gradient_error(P{}, &P::wte, &P::dwte);
     CHECK_MESSAGE(dwte.error < 1e-6, dwte.describe("dwte"));
 }
 
 TEST_CASE("matmul and lm_head in float agree with double on the same inputs") {
     // Absolute error for values below 1, relative above: float GEMMs of 7 to 10 terms.
     constexpr double tolerance = 1e-5;
-    linear_problem<float> lf;
-    linear_problem<double> ld;
-    lf.forward();
-    ld.forward();
-    lf.backward();
-    ld.backward();
+    const auto [lf, ld] = solve_in_float_and_double<linear_problem>();
     const auto out = compare(lf.out, ld.out, 1.0);
     CHECK_MESSAGE(out.error < tolerance, out.describe("out"));
     const auto dinp = compare(lf.dinp, ld.dinp, 1.0);
@@ -173,12 +152,7 @@ TEST_CASE("matmul and lm_head in float agree with double on the same inputs") {
     const auto dbias = compare(lf.dbias, ld.dbias, 1.0);
     CHECK_MESSAGE(dbias.error < tolerance, dbias.describe("dbias"));
 
-    head_problem<float> hf;
-    head_problem<double> hd;
-    hf.forward();
-    hd.forward();
-    hf.backward();
-    hd.backward();
+    const auto [hf, hd] = solve_in_float_and_double<head_problem>();
     const auto logits = compare(hf.logits, hd.logits, 1.0);
     CHECK_MESSAGE(logits.error < tolerance, logits.describe("logits"));
     const auto head_dinp = compare(hf.dinp, hd.dinp, 1.0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>              // std::max
 #include <cmath>                  // std::abs
+#include <concepts>               // std::convertible_to
 #include <cstddef>                // std::size_t
 #include <cstdint>                // std::uint32_t
 #include <iomanip>                // std::setprecision
@@ -13,6 +14,7 @@
 #include <sstream>                // std::ostringstream
 #include <string>                 // std::string, std::to_string
 #include <string_view>            // std::string_view
+#include <utility>                // std::pair
 #include <vector>                 // std::vector
 #include <strata/core/error.hpp>  // strata::error
 
@@ -40,20 +42,6 @@ std::vector<double> numeric_gradient(Loss&& loss, std::span<double> x, double h 
         gradient[i] = (plus - minus) / (2.0 * h);
     }
     return gradient;
-}
-
-// What a backward kernel added to a gradient buffer that held `before`: tests start gradients at
-// random values, so a kernel that overwrites instead of accumulating fails its check.
-inline std::vector<double> difference(const std::vector<double>& after,
-                                      const std::vector<double>& before) {
-    if (after.size() != before.size()) {
-        throw error("difference: " + std::to_string(after.size()) + " values against " +
-                        std::to_string(before.size()),
-                    "subtract two states of the same buffer");
-    }
-    std::vector<double> added(after.size());
-    for (std::size_t i = 0; i < after.size(); ++i) added[i] = after[i] - before[i];
-    return added;
 }
 
 // The worst element of a comparison, with what is needed to read a failure.
@@ -104,6 +92,45 @@ std::vector<Real> random_vector(std::size_t n, std::uint32_t seed, double lo = -
     std::vector<Real> values(n);
     for (auto& value : values) value = static_cast<Real>(uniform(engine));
     return values;
+}
+
+// A kernel test problem: a struct owning the inputs, outputs and gradients of one op, where
+// forward() runs the forward kernel and returns a scalar loss, and backward() runs the backward
+// kernel for that loss (e.g. loss = sum(out * dout), so every output counts), accumulating into
+// the gradient members. Templated on the element type, it serves both precisions.
+template <class Problem>
+concept DifferentiableProblem = requires(Problem problem) {
+    { problem.forward() } -> std::convertible_to<double>;
+    problem.backward();
+};
+
+// The gradient that backward() adds to problem.*gradient, against central differences of
+// forward() in problem.*input. Only what backward() adds is compared, so when the gradient
+// starts at random values, a kernel that overwrites instead of accumulating fails.
+template <DifferentiableProblem Problem>
+comparison gradient_error(Problem problem, std::vector<double> Problem::*input,
+                          std::vector<double> Problem::*gradient) {
+    const std::vector<double> before = problem.*gradient;
+    problem.forward();
+    problem.backward();
+    std::vector<double> added = problem.*gradient;
+    for (std::size_t i = 0; i < added.size(); ++i) added[i] -= before[i];
+    const auto numeric =
+        numeric_gradient([&] { return static_cast<double>(problem.forward()); }, problem.*input);
+    return compare(added, numeric, numeric_gradient_floor);
+}
+
+// The same problem run forward then backward in float and in double, to compare the two.
+template <template <class> class Problem>
+std::pair<Problem<float>, Problem<double>> solve_in_float_and_double()
+    requires DifferentiableProblem<Problem<float>> && DifferentiableProblem<Problem<double>>
+{
+    std::pair<Problem<float>, Problem<double>> both;
+    both.first.forward();
+    both.first.backward();
+    both.second.forward();
+    both.second.backward();
+    return both;
 }
 
 }  // namespace strata::kernels::cpu
