@@ -8,6 +8,9 @@
 #include <strata/io/json_file.hpp>
 #include <strata/model/gpt.hpp>
 #include <strata/model/sampler.hpp>
+#include <strata/plan/planner.hpp>
+#include <strata/report/trace.hpp>
+#include <strata/train/streamed_trainer.hpp>
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/report/loss_plot.hpp>
 #include <strata/report/metrics.hpp>
@@ -65,6 +68,8 @@ struct train_args {
     std::uint64_t seed = 1337;
     std::string out = "runs/gpt", resume, metrics, device = "auto";
     long stop_at = 0;  // stop (and save) after this step without changing the schedule
+    std::string placement = "auto", device_budget, host_budget, storage_dir, storage_budget, trace;
+    bool plan_only = false;
     int threads = 0;
     bool no_checkpointing = false;
 };
@@ -76,7 +81,135 @@ std::string fmt_model(const gpt_config& c, const train_options& o) {
            " heads, " + std::to_string(c.n_embd) + " channels, vocab " + std::to_string(c.vocab_size) + ", context " +
            std::to_string(c.max_seq) + ": " + std::to_string(c.parameter_count()) + " parameters; batch " +
            std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) +
-           ", CPU backend (resident)";
+           ", CPU backend";
+}
+
+// Parses "1234", "512M", "16G" (binary units) into bytes.
+std::size_t parse_bytes(const std::string& text, const std::string& flag) {
+    std::size_t pos = 0;
+    double value = 0;
+    try {
+        value = std::stod(text, &pos);
+    } catch (...) {
+        pos = 0;
+    }
+    std::string unit = text.substr(pos);
+    double scale = 1;
+    if (unit == "K" || unit == "KiB") scale = 1024.0;
+    else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
+    else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
+    else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
+    else if (!unit.empty() && unit != "B") pos = 0;
+    if (pos == 0 || value < 0)
+        throw error(flag + " '" + text + "' is not a byte count", "write it like 1073741824, 512M or 16G");
+    return static_cast<std::size_t>(value * scale);
+}
+
+// Everything the training loop needs besides the trainer.
+struct run_context {
+    const train_args& a;
+    data::prepared_data& prepared;
+    token_id eot;
+    std::optional<trace_recorder> trace;  // per-step recorder: transfer time hidden under compute
+};
+
+template <class Trainer>
+int train_loop(cpu_backend& backend, const gpt_model<float, cpu_backend>& model, const train_options& o, run_context& ctx) {
+    const train_args& a = ctx.a;
+    Trainer t(backend, model, o);
+    t.initialize(a.seed);
+    if (ctx.trace)
+        t.for_each_stream([&](std::string_view track, auto& s) {
+            if constexpr (requires { s.set_tracer(cpu::stream_tracer{}); })
+                s.set_tracer([rec = &*ctx.trace, name = std::string(track)](std::string_view what, auto b, auto e) {
+                    rec->add(name, what, b, e);
+                });
+        });
+    auto train_loader = data::make_train_loader(ctx.prepared.train, a.batch, a.seed);
+    std::optional<data::batch_loader> val_loader;
+    if (!ctx.prepared.validation.empty())
+        val_loader.emplace(data::make_validation_loader(ctx.prepared.validation, a.batch, ctx.eot));
+    if (!a.resume.empty()) {
+        auto state = load_checkpoint(t, a.resume);
+        train_loader.restore(state.at("data_cursor").template get<data::loader_cursor>());
+        print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
+    }
+
+    fs::create_directories(a.out);
+    std::optional<metrics_writer> metrics;
+    if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
+    std::vector<loss_point> train_curve, val_curve;
+    std::vector<fs::path> extra_files;
+    if (a.tokenizer.starts_with("gpt2:")) {
+        const fs::path dir = a.tokenizer.substr(5);
+        extra_files = {dir / "vocab.json", dir / "merges.txt"};
+    }
+    auto save = [&] {
+        nlohmann::json state{{"data_cursor", train_loader.cursor()},
+                             {"seed", a.seed},
+                             {"tokenizer", a.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
+                             {"data", a.data},
+                             {"options",
+                              {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
+                               {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", a.warmup},
+                               {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}}}};
+        return save_checkpoint(t, a.out, state, extra_files);
+    };
+
+    progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
+    // --trace keeps steps 2 and 3 (past the first step's cold caches) and writes them after step 3.
+    const auto traced = [&](long step) { return !a.trace.empty() && (step == 2 || step == 3); };
+    bool trace_written = false;
+    fs::path last_saved;
+    const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
+    transfer_counters before{};
+    while (t.step_count() < stop) {
+        std::vector<data::batch> micro;
+        for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
+        if (ctx.trace && !(traced(t.step_count() + 1) && t.step_count() + 1 == 3)) ctx.trace->clear();
+        const auto start = std::chrono::steady_clock::now();
+        const step_result r = t.step(micro);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double tps = static_cast<double>(r.tokens) / seconds;
+        train_curve.push_back({static_cast<double>(r.step), r.loss});
+        nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                              {"tokens_per_s", tps}, {"tokens", r.tokens}};
+        if constexpr (requires { t.counters(); }) {
+            const transfer_counters now = t.counters();
+            record["bytes_h2d"] = now.h2d_bytes - before.h2d_bytes;
+            record["bytes_d2h"] = now.d2h_bytes - before.d2h_bytes;
+            before = now;
+        }
+        if (ctx.trace) {
+            record["transfer_hidden_fraction"] = ctx.trace->transfer_hidden_fraction();
+            if (traced(r.step) && (r.step == 3 || r.step == stop)) {
+                ctx.trace->write(a.trace);
+                trace_written = true;
+            }
+        }
+        if (metrics) metrics->write(record);
+        progress.update(r.step, r.loss, tps);
+        const bool last = r.step == stop;
+        if (val_loader && a.eval_every > 0 && (r.step % a.eval_every == 0 || last)) {
+            val_loader->reset();
+            std::vector<data::batch> batches;
+            const long n = std::min<long>(a.eval_batches, static_cast<long>(val_loader->batches_per_epoch()));
+            for (long i = 0; i < n; ++i) batches.push_back(val_loader->next());
+            const double val = t.evaluate(batches);
+            val_curve.push_back({static_cast<double>(r.step), val});
+            if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
+            progress.note("step " + std::to_string(r.step) + ": val_loss " + format_loss(val));
+        }
+        if ((a.save_every > 0 && r.step % a.save_every == 0) || last) {
+            last_saved = save();
+            write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-gpt: " + a.data);
+        }
+    }
+    progress.finish();
+    if (trace_written) print_line("trace of steps 2-3: " + a.trace + " (open it in ui.perfetto.dev)");
+    if (!last_saved.empty())
+        print_line("saved " + last_saved.string() + " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
+    return 0;
 }
 
 int run_train(const train_args& a) {
@@ -87,7 +220,7 @@ int run_train(const train_args& a) {
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
     auto tok = make_tokenizer(a.tokenizer);
-    const auto records = data::read_records(a.data, data::parse_record_format(a.format == "auto" ? "auto" : a.format));
+    const auto records = data::read_records(a.data, data::parse_record_format(a.format));
     data::prepared_data prepared = std::visit(
         [&](const auto& t) { return data::prepare_data(records, t, {.seq_len = a.seq_len, .val_fraction = a.val_fraction}); },
         tok);
@@ -107,78 +240,35 @@ int run_train(const train_args& a) {
     o.clip = a.clip;
     o.checkpointing = !a.no_checkpointing;
 
-    cpu_backend backend;
-    gpt_model<float, cpu_backend> model(config);
-    trainer<float, cpu_backend> t(backend, model, o);
-    t.initialize(a.seed);
-    auto train_loader = data::make_train_loader(prepared.train, a.batch, a.seed);
-    std::optional<data::batch_loader> val_loader;
-    if (!prepared.validation.empty()) val_loader.emplace(data::make_validation_loader(prepared.validation, a.batch, eot));
-
-    if (!a.resume.empty()) {
-        auto state = load_checkpoint(t, a.resume);
-        train_loader.restore(state.at("data_cursor").get<data::loader_cursor>());
-        print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
-    }
+    // The plan: placement and bytes per tier, refused before anything is allocated.
+    const fs::path storage_dir = a.storage_dir.empty() ? fs::temp_directory_path() / ("strata-" + std::to_string(::getpid()))
+                                                       : fs::path(a.storage_dir);
+    tier_bytes budgets = default_budgets(physical_memory_bytes() / 4, storage_dir);
+    if (!a.device_budget.empty()) budgets.device = parse_bytes(a.device_budget, "--device-budget");
+    if (!a.host_budget.empty()) budgets.host = parse_bytes(a.host_budget, "--host-budget");
+    if (!a.storage_budget.empty()) budgets.storage = parse_bytes(a.storage_budget, "--storage-budget");
+    plan_request request{.model = config, .batch = a.batch, .seq = a.seq_len, .accum = a.accum,
+                         .checkpointing = o.checkpointing, .element_bytes = sizeof(float), .budgets = budgets,
+                         .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
+    const memory_plan p = plan<cpu_backend>(request);
     print_line(fmt_model(config, o));
+    print_line(p.to_table());
+    if (a.plan_only) return 0;
 
-    fs::create_directories(a.out);
-    std::optional<metrics_writer> metrics;
-    if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
-    std::vector<loss_point> train_curve, val_curve;
-    std::vector<fs::path> extra_files;
-    if (a.tokenizer.starts_with("gpt2:")) {
-        const fs::path dir = a.tokenizer.substr(5);
-        extra_files = {dir / "vocab.json", dir / "merges.txt"};
-    }
-
-    auto save = [&] {
-        nlohmann::json state{{"data_cursor", train_loader.cursor()},
-                             {"seed", a.seed},
-                             {"tokenizer", a.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
-                             {"data", a.data},
-                             {"options",
-                              {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
-                               {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", a.warmup},
-                               {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}}}};
-        const auto dir = save_checkpoint(t, a.out, state, extra_files);
-        return dir;
-    };
-
-    progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
-    fs::path last_saved;
-    const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
-    while (t.step_count() < stop) {
-        std::vector<data::batch> micro;
-        for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
-        const auto start = std::chrono::steady_clock::now();
-        const step_result r = t.step(micro);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const double tps = static_cast<double>(r.tokens) / seconds;
-        train_curve.push_back({static_cast<double>(r.step), r.loss});
-        if (metrics)
-            metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                            {"tokens_per_s", tps}, {"tokens", r.tokens}});
-        progress.update(r.step, r.loss, tps);
-        const bool last = r.step == stop;
-        if (val_loader && a.eval_every > 0 && (r.step % a.eval_every == 0 || last)) {
-            val_loader->reset();
-            std::vector<data::batch> batches;
-            const long n = std::min<long>(a.eval_batches, static_cast<long>(val_loader->batches_per_epoch()));
-            for (long i = 0; i < n; ++i) batches.push_back(val_loader->next());
-            const double val = t.evaluate(batches);
-            val_curve.push_back({static_cast<double>(r.step), val});
-            if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
-            progress.note("step " + std::to_string(r.step) + ": val_loss " + format_loss(val));
-        }
-        if ((a.save_every > 0 && r.step % a.save_every == 0) || last) {
-            last_saved = save();
-            write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-gpt: " + a.data);
-        }
-    }
-    progress.finish();
-    if (!last_saved.empty()) print_line("saved " + last_saved.string() + " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
-    return 0;
+    cpu_backend backend({.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
+                         .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir});
+    gpt_model<float, cpu_backend> model(config);
+    run_context ctx{a, prepared, eot, std::nullopt};
+    const bool streamed = p.where == placement::streamed;
+    if (streamed) ctx.trace.emplace();
+    else if (!a.trace.empty()) ctx.trace.emplace();
+    if (!streamed) return train_loop<trainer_t<float, cpu_backend>>(backend, model, o, ctx);
+    const bool on_storage = p.m_home == tier_id::storage;
+    if (p.slots >= 3)
+        return on_storage ? train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, model, o, ctx)
+                          : train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, model, o, ctx);
+    return on_storage ? train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<storage_tier>>>(backend, model, o, ctx)
+                      : train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, model, o, ctx);
 }
 
 struct sample_args {
@@ -239,6 +329,13 @@ int main(int argc, char** argv) {
     train->add_option("--resume", t.resume, "resume from a checkpoint directory")->check(CLI::ExistingDirectory);
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE");
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)");
+    train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
+    train->add_option("--device-budget", t.device_budget, "device tier budget in bytes (e.g. 512M; default: a quarter of RAM on the CPU backend)");
+    train->add_option("--host-budget", t.host_budget, "host tier budget in bytes (default: 90% of RAM)");
+    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files; puts the AdamW moments there when streaming");
+    train->add_option("--storage-budget", t.storage_budget, "storage tier budget in bytes (default: free disk at --storage-dir)");
+    train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
+    train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--device", t.device, "cpu, cuda or auto")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
     train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");

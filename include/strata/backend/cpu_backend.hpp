@@ -78,17 +78,17 @@ public:
     // ---- asynchronous copies: each is a task on `s` and yields the event that marks its end ----
 
     event copy(void* dst, tier_id, const void* src, tier_id, std::size_t bytes, stream& s) {
-        if (bytes) s.enqueue([=] { std::memcpy(dst, src, bytes); });
+        if (bytes) s.enqueue([=] { std::memcpy(dst, src, bytes); }, "copy");
         return s.record();
     }
 
     event read(void* dst, tier_id, const storage_file& src, std::size_t offset, std::size_t bytes, stream& s) {
-        s.enqueue([=, &src] { src.read(offset, dst, bytes); });
+        s.enqueue([=, &src] { src.read(offset, dst, bytes); }, "storage read");
         return s.record();
     }
 
     event write(storage_file& dst, std::size_t offset, const void* src, tier_id, std::size_t bytes, stream& s) {
-        s.enqueue([=, &dst] { dst.write(offset, src, bytes); });
+        s.enqueue([=, &dst] { dst.write(offset, src, bytes); }, "storage write");
         return s.record();
     }
 
@@ -102,7 +102,7 @@ public:
                 dst.write(dst_offset + done, bounce.get(), n);
                 done += n;
             }
-        });
+        }, "storage copy");
         return s.record();
     }
 

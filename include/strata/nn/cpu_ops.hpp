@@ -21,104 +21,104 @@ struct ops<cpu_backend> {
 
     template <class R>
     static void zero(stream& s, R* x, size n) {
-        s.enqueue([=] { std::memset(x, 0, n * sizeof(R)); });
+        s.enqueue([=] { std::memset(x, 0, n * sizeof(R)); }, "zero");
     }
     template <class R>
     static void copy(stream& s, R* dst, const R* src, size n) {
-        s.enqueue([=] { std::memcpy(dst, src, n * sizeof(R)); });
+        s.enqueue([=] { std::memcpy(dst, src, n * sizeof(R)); }, "copy");
     }
     template <class R>
     static void add_inplace(stream& s, R* dst, const R* src, size n) {
-        s.enqueue([=] { kernels::cpu::add_inplace(dst, src, n); });
+        s.enqueue([=] { kernels::cpu::add_inplace(dst, src, n); }, "add_inplace");
     }
     template <class R>
     static void scale_inplace(stream& s, R* x, double factor, size n) {
-        s.enqueue([=] { kernels::cpu::scale_inplace(x, static_cast<R>(factor), n); });
+        s.enqueue([=] { kernels::cpu::scale_inplace(x, static_cast<R>(factor), n); }, "scale_inplace");
     }
     // *out = sum of x[i]^2 in double, in a fixed order (deterministic).
     template <class R>
     static void sum_of_squares(stream& s, double* out, const R* x, size n) {
-        s.enqueue([=] { *out = kernels::cpu::sum_of_squares(x, n); });
+        s.enqueue([=] { *out = kernels::cpu::sum_of_squares(x, n); }, "sum_of_squares");
     }
 
     template <class R>
     static void embedding_forward(stream& s, R* out, const std::int32_t* tokens, const R* wte, const R* wpe, size B,
                                   size T, size C, size V, size maxT) {
-        s.enqueue([=] { kernels::cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, V, maxT); });
+        s.enqueue([=] { kernels::cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, V, maxT); }, "embedding_forward");
     }
     template <class R>
     static void embedding_backward(stream& s, R* dwte, R* dwpe, const R* dout, const std::int32_t* tokens, size B,
                                    size T, size C, size V, size maxT) {
-        s.enqueue([=] { kernels::cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, V, maxT); });
+        s.enqueue([=] { kernels::cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, V, maxT); }, "embedding_backward");
     }
 
     template <class R>
     static void layernorm_forward(stream& s, R* out, R* mean, R* rstd, const R* inp, const R* w, const R* b, size B,
                                   size T, size C) {
-        s.enqueue([=] { kernels::cpu::layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); });
+        s.enqueue([=] { kernels::cpu::layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, "layernorm_forward");
     }
     template <class R>
     static void layernorm_backward(stream& s, R* dinp, R* dw, R* db, const R* mean, const R* rstd, const R* dout,
                                    const R* inp, const R* w, size B, size T, size C) {
-        s.enqueue([=] { kernels::cpu::layernorm_backward(dinp, dw, db, mean, rstd, dout, inp, w, B, T, C); });
+        s.enqueue([=] { kernels::cpu::layernorm_backward(dinp, dw, db, mean, rstd, dout, inp, w, B, T, C); }, "layernorm_backward");
     }
 
     template <class R>
     static void matmul_forward(stream& s, R* out, const R* inp, const R* w, const R* bias, size B, size T, size C,
                                size OC) {
-        s.enqueue([=] { kernels::cpu::matmul_forward(out, inp, w, bias, B, T, C, OC); });
+        s.enqueue([=] { kernels::cpu::matmul_forward(out, inp, w, bias, B, T, C, OC); }, "matmul_forward");
     }
     template <class R>
     static void matmul_backward(stream& s, R* dinp, R* dw, R* dbias, const R* dout, const R* inp, const R* w, size B,
                                 size T, size C, size OC) {
-        s.enqueue([=] { kernels::cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, B, T, C, OC); });
+        s.enqueue([=] { kernels::cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, B, T, C, OC); }, "matmul_backward");
     }
     template <class R>
     static void lm_head_forward(stream& s, R* logits, const R* inp, const R* wte, size B, size T, size C, size V) {
-        s.enqueue([=] { kernels::cpu::lm_head_forward(logits, inp, wte, B, T, C, V); });
+        s.enqueue([=] { kernels::cpu::lm_head_forward(logits, inp, wte, B, T, C, V); }, "lm_head_forward");
     }
     template <class R>
     static void lm_head_backward(stream& s, R* dinp, R* dwte, const R* dlogits, const R* inp, const R* wte, size B,
                                  size T, size C, size V) {
-        s.enqueue([=] { kernels::cpu::lm_head_backward(dinp, dwte, dlogits, inp, wte, B, T, C, V); });
+        s.enqueue([=] { kernels::cpu::lm_head_backward(dinp, dwte, dlogits, inp, wte, B, T, C, V); }, "lm_head_backward");
     }
 
     // What attention keeps for its backward, in elements: the CPU keeps the probabilities.
     static size attention_saved(size B, size T, size NH) { return B * NH * T * T; }
     template <class R>
     static void attention_forward(stream& s, R* out, R* saved, const R* qkv, size B, size T, size C, size NH) {
-        s.enqueue([=] { kernels::cpu::attention_forward(out, saved, qkv, B, T, C, NH); });
+        s.enqueue([=] { kernels::cpu::attention_forward(out, saved, qkv, B, T, C, NH); }, "attention_forward");
     }
     template <class R>
     static void attention_backward(stream& s, R* dqkv, const R* saved, const R* dout, const R* qkv, size B, size T,
                                    size C, size NH) {
-        s.enqueue([=] { kernels::cpu::attention_backward(dqkv, saved, dout, qkv, B, T, C, NH); });
+        s.enqueue([=] { kernels::cpu::attention_backward(dqkv, saved, dout, qkv, B, T, C, NH); }, "attention_backward");
     }
 
     template <class R>
     static void gelu_forward(stream& s, R* out, const R* inp, size N) {
-        s.enqueue([=] { kernels::cpu::gelu_forward(out, inp, N); });
+        s.enqueue([=] { kernels::cpu::gelu_forward(out, inp, N); }, "gelu_forward");
     }
     template <class R>
     static void gelu_backward(stream& s, R* dinp, const R* dout, const R* inp, size N) {
-        s.enqueue([=] { kernels::cpu::gelu_backward(dinp, dout, inp, N); });
+        s.enqueue([=] { kernels::cpu::gelu_backward(dinp, dout, inp, N); }, "gelu_backward");
     }
     template <class R>
     static void residual_forward(stream& s, R* out, const R* a, const R* b, size N) {
-        s.enqueue([=] { kernels::cpu::residual_forward(out, a, b, N); });
+        s.enqueue([=] { kernels::cpu::residual_forward(out, a, b, N); }, "residual_forward");
     }
 
     template <class R>
     static void cross_entropy_forward(stream& s, R* losses, R* lse, const R* logits, const std::int32_t* targets,
                                       size B, size T, size V) {
-        s.enqueue([=] { kernels::cpu::cross_entropy_forward(losses, lse, logits, targets, B, T, V); });
+        s.enqueue([=] { kernels::cpu::cross_entropy_forward(losses, lse, logits, targets, B, T, V); }, "cross_entropy_forward");
     }
     template <class R>
     static void cross_entropy_backward(stream& s, R* dlogits, const R* lse, const R* logits,
                                        const std::int32_t* targets, double scale, size B, size T, size V) {
         s.enqueue([=] {
             kernels::cpu::cross_entropy_backward(dlogits, lse, logits, targets, static_cast<R>(scale), B, T, V);
-        });
+        }, "cross_entropy_backward");
     }
 
     // AdamW on one parameter tensor, where the state lives in the tier the stream's memory is in.
@@ -128,7 +128,7 @@ struct ops<cpu_backend> {
         s.enqueue([=] {
             adamw_update<R>(std::span<R>(p, n), std::span<const R>(g, n), std::span<R>(m, n), std::span<R>(v, n), h, lr,
                             step, decay);
-        });
+        }, "adamw");
     }
 };
 

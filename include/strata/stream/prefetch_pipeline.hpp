@@ -67,6 +67,7 @@ public:
     stream& h2d() { return m_h2d; }
     stream& d2h() { return m_d2h; }
     transfer_counters& counters() { return m_counters; }
+    const transfer_counters& counters() const { return m_counters; }
 
     // One pass of the model over one micro-batch: the order in which it will use the streamed
     // groups, the host homes of their weights and gradients, and whether gradients start at zero.

@@ -50,6 +50,7 @@ public:
           m_options(std::move(options)),
           m_compute(backend.make_stream("compute")),
           m_optimizer("optimizer"),
+          m_io(backend.make_stream("storage I/O")),
           m_adamw(m_options.adamw),
           m_engine(backend, largest_block(model)),
           m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing) {
@@ -78,6 +79,16 @@ public:
     void set_step_count(long step) { m_step = step; }
     B& backend() { return m_backend; }
     const transfer_counters& counters() const { return m_engine.counters(); }
+
+    // Every stream of the trainer with its trace track name (H2D, compute, D2H, optimizer, storage I/O).
+    template <class F>
+    void for_each_stream(F&& f) {
+        f("H2D", m_engine.h2d());
+        f("compute", m_compute);
+        f("D2H", m_engine.d2h());
+        f("optimizer", m_optimizer);
+        f("storage I/O", m_io);
+    }
 
     void initialize(std::uint64_t seed) {
         rng gen(seed);
@@ -270,12 +281,11 @@ private:
             run(m_m[g].data(), m_v[g].data());
         } else {
             tiered_tensor<R, host_tier, B> m(m_backend, m_m[g].shape(), "adam_m.staging"), v(m_backend, m_v[g].shape(), "adam_v.staging");
-            auto io = m_backend.make_stream("storage I/O");
-            m.copy_from(m_m[g], io);
-            v.copy_from(m_v[g], io).wait();  // named: moments read from storage
+            m.copy_from(m_m[g], m_io);
+            v.copy_from(m_v[g], m_io).wait();  // named: moments read from storage
             run(m.data(), v.data());
-            m_m[g].copy_from(m, io);
-            m_v[g].copy_from(v, io).wait();  // named: moments written back before the staging is freed
+            m_m[g].copy_from(m, m_io);
+            m_v[g].copy_from(v, m_io).wait();  // named: moments written back before the staging is freed
         }
     }
 
@@ -306,13 +316,12 @@ private:
                 std::copy(buf.begin(), buf.end(), t.span().begin());
         } else {
             tiered_tensor<R, host_tier, B> staging(m_backend, t.shape(), "moments.staging");
-            auto io = m_backend.make_stream("storage I/O");
             if (to_host) {
-                staging.copy_from(t, io).wait();  // named: checkpoint I/O
+                staging.copy_from(t, m_io).wait();  // named: checkpoint I/O
                 std::copy(staging.span().begin(), staging.span().end(), buf.begin());
             } else {
                 std::copy(buf.begin(), buf.end(), staging.span().begin());
-                t.copy_from(staging, io).wait();  // named: checkpoint I/O
+                t.copy_from(staging, m_io).wait();  // named: checkpoint I/O
             }
         }
     }
@@ -322,6 +331,7 @@ private:
     train_options m_options;
     stream m_compute;
     cpu::stream m_optimizer;
+    stream m_io;
     offloaded_adamw m_adamw;
     pipeline_engine<R, B, Depth> m_engine;
     typename model_type::activations m_act;

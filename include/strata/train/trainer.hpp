@@ -118,6 +118,12 @@ public:
     B& backend() { return m_backend; }
     stream& compute_stream() { return m_compute; }
 
+    // Every stream of the trainer with its trace track name (resident: compute only).
+    template <class F>
+    void for_each_stream(F&& f) {
+        f("compute", m_compute);
+    }
+
     // GPT-2 initialization from a seed, group by group, through one host buffer.
     void initialize(std::uint64_t seed) {
         rng gen(seed);

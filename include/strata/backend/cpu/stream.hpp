@@ -9,6 +9,7 @@
 
 #include <strata/core/error.hpp>  // strata::error
 
+#include <chrono>              // std::chrono::steady_clock
 #include <condition_variable>  // std::condition_variable
 #include <deque>               // std::deque
 #include <exception>           // std::exception_ptr, std::rethrow_exception
@@ -16,6 +17,7 @@
 #include <memory>              // std::shared_ptr, std::unique_ptr
 #include <mutex>               // std::mutex, std::unique_lock
 #include <string>              // std::string
+#include <string_view>         // std::string_view
 #include <thread>              // std::thread
 #include <utility>             // std::move
 
@@ -55,6 +57,10 @@ private:
     std::shared_ptr<detail::event_state> m_state;
 };
 
+// Sees every task a stream runs, with when it started and ended on the worker (a trace).
+using stream_tracer = std::function<void(std::string_view task, std::chrono::steady_clock::time_point begin,
+                                         std::chrono::steady_clock::time_point end)>;
+
 class stream {
 public:
     explicit stream(std::string name) : m_impl(std::make_unique<impl>(std::move(name))) {}
@@ -66,7 +72,14 @@ public:
 
     // Run `task` after everything enqueued before it. If an earlier task failed, later tasks are
     // skipped: their inputs may be garbage. The failure surfaces at the next event::wait().
-    void enqueue(std::function<void()> task) { m_impl->push(std::move(task)); }
+    // `what` names the task in a trace.
+    void enqueue(std::function<void()> task, const char* what = "task") { m_impl->push(std::move(task), what); }
+
+    // Every task run from now on is reported to `tracer` (empty: none). For tracing only.
+    void set_tracer(stream_tracer tracer) {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->tracer = tracer ? std::make_shared<const stream_tracer>(std::move(tracer)) : nullptr;
+    }
 
     // An event that completes when all work enqueued so far has run.
     event record() {
@@ -83,7 +96,7 @@ public:
     // Work enqueued after this call starts only once `e` has completed (the worker blocks).
     // A failure behind `e` propagates into this stream.
     void wait(const event& e) {
-        m_impl->push([e] { e.wait(); });
+        m_impl->push([e] { e.wait(); }, nullptr);  // waiting is not work: never traced
     }
 
     // Named host wait for everything enqueued so far; rethrows the stream's failure.
@@ -94,6 +107,7 @@ private:
         struct item {
             std::function<void()> task;                      // work, skipped after a failure
             std::function<void(std::exception_ptr)> marker;  // always runs: completes events
+            const char* what = "task";
         };
 
         std::string name;
@@ -102,6 +116,7 @@ private:
         std::deque<item> queue;
         bool stopping = false;
         std::exception_ptr failure;  // touched only by the worker thread
+        std::shared_ptr<const stream_tracer> tracer;  // guarded by mutex
         std::thread worker;
 
         explicit impl(std::string n) : name(std::move(n)), worker([this] { run(); }) {}
@@ -115,8 +130,8 @@ private:
             worker.join();
         }
 
-        void push(std::function<void()> task) { push_item({std::move(task), {}}); }
-        void push_marker(std::function<void(std::exception_ptr)> marker) { push_item({{}, std::move(marker)}); }
+        void push(std::function<void()> task, const char* what = "task") { push_item({std::move(task), {}, what}); }
+        void push_marker(std::function<void(std::exception_ptr)> marker) { push_item({{}, std::move(marker), "event"}); }
 
         void push_item(item it) {
             {
@@ -129,21 +144,25 @@ private:
         void run() {
             for (;;) {
                 item it;
+                std::shared_ptr<const stream_tracer> trace;
                 {
                     std::unique_lock lock(mutex);
                     cv.wait(lock, [&] { return stopping || !queue.empty(); });
                     if (queue.empty()) return;  // stopping and drained
                     it = std::move(queue.front());
                     queue.pop_front();
+                    trace = tracer;
                 }
                 if (it.marker) {
                     it.marker(failure);
                 } else if (!failure) {
+                    const auto begin = std::chrono::steady_clock::now();
                     try {
                         it.task();
                     } catch (...) {
                         failure = std::current_exception();
                     }
+                    if (trace && it.what) (*trace)(it.what, begin, std::chrono::steady_clock::now());
                 }
             }
         }
