@@ -1,8 +1,11 @@
-// Test data for the optimizer tests: AdamW state with awkward values at awkward addresses, and a
-// bitwise comparison that names the first differing element.
+// Test data for the optimizer tests: AdamW state with awkward values at awkward addresses, a
+// bitwise comparison that names the first differing element, and the paths to compare.
 #pragma once
 
-#include <strata/train/adamw.hpp>  // adamw_hparams
+#include <strata/optim/adamw_simd.hpp>  // adamw_path, adamw_path_available, name_of
+#include <strata/train/adamw.hpp>       // adamw_hparams
+
+#include <doctest/doctest.h>  // MESSAGE
 
 #include <bit>      // std::bit_cast
 #include <cmath>    // std::pow, std::fabs
@@ -82,6 +85,18 @@ inline std::string first_bit_difference(std::span<const float> a, std::span<cons
         }
     }
     return {};
+}
+
+// The forced paths this CPU has, announcing each one it lacks (a visible skip, not a silent pass).
+inline std::vector<strata::adamw_path> available_paths() {
+    std::vector<strata::adamw_path> paths;
+    for (const auto path : {strata::adamw_path::scalar, strata::adamw_path::avx2_fma, strata::adamw_path::avx512f}) {
+        if (strata::adamw_path_available(path))
+            paths.push_back(path);
+        else
+            MESSAGE("skipped: this CPU has no " << strata::name_of(path) << " path");
+    }
+    return paths;
 }
 
 // The hyperparameter sets every test walks through: GPT-2's; torch's defaults; a beta1 below 0.5,

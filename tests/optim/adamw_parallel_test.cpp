@@ -5,7 +5,7 @@
 #include <strata/optim/offloaded_adamw.hpp>   // offloaded_adamw
 #include <strata/train/adamw.hpp>             // adamw_update, adamw_hparams
 
-#include "adamw_data.hpp"  // offset_array, fill, first_bit_difference, hparam_sets
+#include "adamw_data.hpp"  // fill, first_bit_difference, hparam_sets, available_paths
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE, MESSAGE, CAPTURE, CHECK_THROWS_WITH_AS
 
@@ -22,17 +22,6 @@
 namespace {
 
 using strata::adamw_path;
-
-std::vector<adamw_path> available_paths() {
-    std::vector<adamw_path> paths;
-    for (const adamw_path path : {adamw_path::scalar, adamw_path::avx2_fma, adamw_path::avx512f}) {
-        if (strata::adamw_path_available(path))
-            paths.push_back(path);
-        else
-            MESSAGE("skipped: this CPU has no " << strata::name_of(path) << " path");
-    }
-    return paths;
-}
 
 // One block of AdamW state and its copy for the reference.
 struct twin_state {
@@ -72,7 +61,7 @@ private:
 }  // namespace
 
 TEST_CASE("adamw_update_parallel is bitwise equal to adamw_update<float> for 1, 2 and 3 threads") {
-    const std::vector<adamw_path> paths = available_paths();
+    const std::vector<adamw_path> paths = strata_test::available_paths();
     for (const std::size_t threads : {1, 2, 3}) {
         strata::host_thread_pool pool(threads);
         // Sizes below one chunk (caller alone), just past a few chunks, and a million odd.
@@ -128,7 +117,7 @@ TEST_CASE("worker threads use the caller's flush-to-zero setting, so the thread 
     {
         const scoped_ftz_daz flush;
         strata::adamw_update<float>(ref_p, g, ref_m, ref_v, h, 1e-3, 1, true);
-        for (const adamw_path path : available_paths()) {
+        for (const adamw_path path : strata_test::available_paths()) {
             CAPTURE(strata::name_of(path));
             p = p0;
             m = m0;
@@ -186,7 +175,7 @@ TEST_CASE("every forced path gives offloaded_adamw the same bits") {
     strata_test::fill(g, rng);
     twin_state s(n, rng);
     s.reference_step(g, strata::adamw_hparams{}, 1e-3, 1, true);
-    for (const adamw_path path : available_paths()) {
+    for (const adamw_path path : strata_test::available_paths()) {
         CAPTURE(strata::name_of(path));
         strata::offloaded_adamw opt({}, 2, path);
         CHECK(opt.path() == path);

@@ -4,7 +4,7 @@
 #include <strata/optim/adamw_simd.hpp>  // adamw_update_fast, adamw_path, adamw_path_available, resolve
 #include <strata/train/adamw.hpp>       // adamw_update, adamw_hparams
 
-#include "adamw_data.hpp"  // offset_array, fill, first_bit_difference, hparam_sets
+#include "adamw_data.hpp"  // offset_array, fill, first_bit_difference, hparam_sets, available_paths
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE, MESSAGE, CAPTURE
 
@@ -23,18 +23,6 @@ using strata::adamw_path;
 using strata_test::offset_array;
 
 constexpr adamw_path forced_paths[] = {adamw_path::scalar, adamw_path::avx2_fma, adamw_path::avx512f};
-
-// The paths to test, announcing each one the CPU lacks (a visible skip, not a silent pass).
-std::vector<adamw_path> available_paths() {
-    std::vector<adamw_path> paths;
-    for (const adamw_path path : forced_paths) {
-        if (strata::adamw_path_available(path))
-            paths.push_back(path);
-        else
-            MESSAGE("skipped: this CPU has no " << strata::name_of(path) << " path");
-    }
-    return paths;
-}
 
 struct adamw_state {
     offset_array p, m, v;
@@ -57,7 +45,7 @@ void check_paths_against_reference(std::size_t n, std::array<std::size_t, 4> off
     strata_test::fill(reference.m.span(), rng);
     strata_test::fill(reference.v.span(), rng, /*non_negative=*/true);  // v is a running mean of squares
 
-    const std::vector<adamw_path> paths = available_paths();
+    const std::vector<adamw_path> paths = strata_test::available_paths();
     std::vector<std::unique_ptr<adamw_state>> states;
     for (std::size_t i = 0; i < paths.size(); ++i) {
         states.push_back(std::make_unique<adamw_state>(n, std::array{offsets[0], offsets[2], offsets[3]}));
