@@ -56,7 +56,7 @@ TEST_CASE_TEMPLATE("add_inplace, scale_inplace and sum_of_squares", Real, float,
     const std::vector<Real> y = {0.5, 0.25, -4};
     add_inplace(x.data(), y.data(), x.size());
     CHECK(x == std::vector<Real>{1.5, -1.75, -1});
-    scale_inplace(x.data(), Real(2), x.size());
+    scale_inplace(x.data(), 2.0, x.size());  // a double factor, also for float buffers
     CHECK(x == std::vector<Real>{3, -3.5, -2});
     CHECK(sum_of_squares(x.data(), x.size()) == 9.0 + 12.25 + 4.0);
     CHECK(sum_of_squares(x.data(), 0) == 0.0);

@@ -13,6 +13,7 @@
 #include <cstddef>                // std::size_t
 #include <cstdint>                // std::int32_t
 #include <string>                 // std::to_string
+#include <type_traits>            // std::type_identity_t
 #include <strata/core/error.hpp>  // strata::error
 
 namespace strata::kernels::cpu {
@@ -69,12 +70,14 @@ std::size_t cross_entropy_forward(Real* losses,                 // (B, T)
 // dlogits += scale * (softmax(logits) - onehot(target)) on counted rows; ignored rows get nothing.
 // This is the gradient of scale * sum(losses): the trainer passes scale = 1 / (counted targets of
 // the whole effective batch), so summing micro-batches gives exactly the gradient of the mean.
+// scale does not take part in deducing Real, so a double scale works for float logits.
 template <std::floating_point Real>
 void cross_entropy_backward(Real* dlogits,                // (B, T, V)
                             const Real* lse,              // (B, T)
                             const Real* logits,           // (B, T, V)
                             const std::int32_t* targets,  // (B, T)
-                            Real scale, std::size_t B, std::size_t T, std::size_t V) {
+                            std::type_identity_t<Real> scale, std::size_t B, std::size_t T,
+                            std::size_t V) {
     for (std::size_t row = 0; row < B * T; ++row) {
         if (!detail::counted_target(targets[row], row, T, V)) continue;
         const Real* z = logits + row * V;

@@ -4,8 +4,9 @@
 // Glossary: N number of elements.
 #pragma once
 
-#include <concepts>  // std::floating_point
-#include <cstddef>   // std::size_t
+#include <concepts>     // std::floating_point
+#include <cstddef>      // std::size_t
+#include <type_traits>  // std::type_identity_t
 
 namespace strata::kernels::cpu {
 
@@ -17,10 +18,10 @@ void add_inplace(Real* dst,        // (N)
     for (std::size_t i = 0; i < N; ++i) dst[i] += src[i];
 }
 
-// x *= factor.
+// x *= factor. factor does not take part in deducing Real, so a double literal scales floats.
 template <std::floating_point Real>
 void scale_inplace(Real* x,  // (N)
-                   Real factor, std::size_t N) {
+                   std::type_identity_t<Real> factor, std::size_t N) {
     for (std::size_t i = 0; i < N; ++i) x[i] *= factor;
 }
 
