@@ -135,11 +135,15 @@ public:
         detail::check_finite(r, update);
         if (m_options.clip > 0) {
             const double coefficient = clip_coefficient(r.grad_norm, m_options.clip, update);
-            for (std::size_t g = 0; g < m_grads.size(); ++g) {
-                if (coefficient < 1)
-                    kernels::cpu::scale_inplace(m_grads[g].data(), static_cast<R>(coefficient), m_grads[g].numel());
-                adamw_group(g, r.lr, update);
-            }
+            for (std::size_t g = 0; g < m_grads.size(); ++g)
+                m_optimizer.enqueue(
+                    [this, g, coefficient, lr = r.lr, update] {
+                        if (coefficient < 1)
+                            kernels::cpu::scale_inplace(m_grads[g].data(), static_cast<R>(coefficient), m_grads[g].numel());
+                        adamw_group(g, lr, update);
+                    },
+                    "adamw");
+            m_optimizer.synchronize();  // named: the update is complete before the step returns
         }
         m_step = update;
         return r;
@@ -255,10 +259,12 @@ private:
     void schedule_overlapped_adamw(double lr, long update) {
         for (std::size_t g = m_grads.size(); g-- > 0;) {
             event landed = m_last_d2h[g];
-            m_optimizer.enqueue([this, landed, g, lr, update] {
-                landed.wait();
-                adamw_group(g, lr, update);
-            });
+            m_optimizer.enqueue(
+                [this, landed, g, lr, update] {
+                    landed.wait();
+                    adamw_group(g, lr, update);
+                },
+                "adamw");
         }
     }
 
