@@ -16,17 +16,22 @@ inline constexpr double gelu_cubic = 0.044715;
 // sqrt(2 / pi) as a literal: std::sqrt is not constexpr in C++20.
 inline constexpr double gelu_sqrt_2_over_pi = 0.7978845608028654;
 
+// tanh(sqrt(2/pi) (x + 0.044715 x^3)), rounded the same way in forward and backward.
+template <class Real>
+Real gelu_tanh(Real x) {
+    const Real s = static_cast<Real>(gelu_sqrt_2_over_pi);
+    const Real a = static_cast<Real>(gelu_cubic);
+    return std::tanh(s * (x + a * (x * x * x)));
+}
+
 }  // namespace detail
 
 template <std::floating_point Real>
 void gelu_forward(Real* out,        // (N)
                   const Real* inp,  // (N)
                   std::size_t N) {
-    const Real s = static_cast<Real>(detail::gelu_sqrt_2_over_pi);
-    const Real a = static_cast<Real>(detail::gelu_cubic);
     for (std::size_t i = 0; i < N; ++i) {
-        const Real x = inp[i];
-        out[i] = Real(0.5) * x * (Real(1) + std::tanh(s * (x + a * (x * x * x))));
+        out[i] = Real(0.5) * inp[i] * (Real(1) + detail::gelu_tanh(inp[i]));
     }
 }
 
@@ -40,7 +45,7 @@ void gelu_backward(Real* dinp,        // (N)
     const Real a = static_cast<Real>(detail::gelu_cubic);
     for (std::size_t i = 0; i < N; ++i) {
         const Real x = inp[i];
-        const Real th = std::tanh(s * (x + a * (x * x * x)));
+        const Real th = detail::gelu_tanh(x);
         // sech^2 = 1 - tanh^2: unlike 1/cosh^2 it cannot overflow for large |x|.
         const Real sech2 = Real(1) - th * th;
         const Real local_grad = Real(0.5) * (Real(1) + th) +
