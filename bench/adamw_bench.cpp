@@ -94,18 +94,24 @@ void timed_rows(benchmark::State& state, const std::string& name, double bytes_p
 }
 
 // ---- STREAM-like rows ----
-// Explicit 16-float vectors (GCC vector extensions, lowered to whatever the default target has):
-// at -O2 GCC does not vectorize these loops by itself, and a scalar loop would measure the core
-// instead of the memory.
+// Explicit 16-float vectors (GCC vector extensions; at -O2 GCC does not vectorize these loops by
+// itself, and a scalar loop would measure the core instead of the memory), each function cloned
+// for AVX-512F and AVX2 and picked at load time, so the yardstick uses the same vector width as
+// the AdamW rows.
 
 using vec16 = float __attribute__((vector_size(64)));
 constexpr std::size_t lanes = 16;
+#if defined(__x86_64__)
+#define STRATA_BENCH_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define STRATA_BENCH_CLONES
+#endif
 
 void copy_range(float* __restrict dst, const float* __restrict src, std::size_t n) {
     std::memcpy(dst, src, n * sizeof(float));
 }
 
-void triad_range(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, std::size_t n) {
+STRATA_BENCH_CLONES void triad_range(float* __restrict a, const float* __restrict b, const float* __restrict c, float s, std::size_t n) {
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes) {
         vec16 x, y;
@@ -118,7 +124,7 @@ void triad_range(float* __restrict a, const float* __restrict b, const float* __
 }
 
 // AdamW's memory traffic without its arithmetic: read p, g, m, v; write p, m, v (in place).
-void adamw_shaped_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+STRATA_BENCH_CLONES void adamw_shaped_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
                         std::size_t n) {
     std::size_t i = 0;
     for (; i + lanes <= n; i += lanes) {

@@ -150,6 +150,21 @@ inline adamw_float_step prepare_adamw_step(std::string_view who, std::size_t p, 
 
 #if defined(__x86_64__)
 
+// Software prefetch this far ahead in each of p, g, m, v. With 16 threads on the H200 host (Xeon,
+// 1 GiB of state) it lifted AdamW from ~0.9x to ~1.0x the bandwidth of a plain stream with the
+// same traffic (4.9 -> 5.6 G params/s; 1 KiB ahead gave the same): the hardware prefetchers alone
+// keep too few lines in flight while the core waits on divisions.
+inline constexpr std::size_t adamw_prefetch_floats = 512 / sizeof(float);
+
+// Prefetches of lines past the arrays' ends are harmless: a prefetch never faults.
+__attribute__((always_inline)) inline void prefetch_four(const float* p, const float* g, const float* m,
+                                                         const float* v) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + adamw_prefetch_floats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(g + adamw_prefetch_floats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(m + adamw_prefetch_floats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(v + adamw_prefetch_floats), _MM_HINT_T0);
+}
+
 // ---- AVX-512F: 16 lanes, heads and tails through k-masks ----
 
 struct adamw_avx512f_constants {
@@ -218,8 +233,10 @@ __attribute__((target("avx512f"))) inline void adamw_kernel_avx512f(float* p, co
     if (head > n) head = n;
     if (head > 0) adamw_lanes_avx512f<true, Decay, SmallWeight>(p, g, m, v, first_lanes(head), k);
     std::size_t i = head;
-    for (; i + width <= n; i += width)
+    for (; i + width <= n; i += width) {
+        prefetch_four(p + i, g + i, m + i, v + i);  // one cache line of each per iteration
         adamw_lanes_avx512f<false, Decay, SmallWeight>(p + i, g + i, m + i, v + i, 0xFFFF, k);
+    }
     if (i < n) adamw_lanes_avx512f<true, Decay, SmallWeight>(p + i, g + i, m + i, v + i, first_lanes(n - i), k);
 }
 
@@ -291,8 +308,10 @@ __attribute__((target("avx2,fma"))) inline void adamw_kernel_avx2(float* p, cons
     if (head > 0) adamw_lanes_avx2<true, Decay, SmallWeight>(p, g, m, v, first_lanes_avx2(head), k);
     std::size_t i = head;
     const __m256i all_lanes = _mm256_set1_epi32(-1);
-    for (; i + width <= n; i += width)
+    for (; i + width <= n; i += width) {
+        if ((i - head) % 16 == 0) prefetch_four(p + i, g + i, m + i, v + i);  // once per cache line of p
         adamw_lanes_avx2<false, Decay, SmallWeight>(p + i, g + i, m + i, v + i, all_lanes, k);
+    }
     if (i < n) adamw_lanes_avx2<true, Decay, SmallWeight>(p + i, g + i, m + i, v + i, first_lanes_avx2(n - i), k);
 }
 
