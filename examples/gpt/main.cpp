@@ -70,6 +70,8 @@ struct train_args {
     long stop_at = 0;  // stop (and save) after this step without changing the schedule
     std::string placement = "auto", device_budget, host_budget, storage_dir, storage_budget, trace;
     bool plan_only = false;
+    std::string init_from;
+    bool tokenizer_given = false;
     int threads = 0;
     bool no_checkpointing = false;
 };
@@ -111,6 +113,8 @@ struct run_context {
     data::prepared_data& prepared;
     token_id eot;
     std::optional<trace_recorder> trace;  // per-step recorder: transfer time hidden under compute
+    host_blocks<float> init_blocks;       // --init-from: weights to start from (empty: random init)
+    std::string tokenizer;                // "byte" or "gpt2:DIR", as used
 };
 
 template <class Trainer>
@@ -118,6 +122,7 @@ int train_loop(cpu_backend& backend, const gpt_model<float, cpu_backend>& model,
     const train_args& a = ctx.a;
     Trainer t(backend, model, o);
     t.initialize(a.seed);
+    for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init_blocks[g]);
     if (ctx.trace)
         t.for_each_stream([&](std::string_view track, auto& s) {
             if constexpr (requires { s.set_tracer(cpu::stream_tracer{}); })
@@ -140,14 +145,14 @@ int train_loop(cpu_backend& backend, const gpt_model<float, cpu_backend>& model,
     if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
     std::vector<loss_point> train_curve, val_curve;
     std::vector<fs::path> extra_files;
-    if (a.tokenizer.starts_with("gpt2:")) {
-        const fs::path dir = a.tokenizer.substr(5);
+    if (ctx.tokenizer.starts_with("gpt2:")) {
+        const fs::path dir = ctx.tokenizer.substr(5);
         extra_files = {dir / "vocab.json", dir / "merges.txt"};
     }
     auto save = [&] {
         nlohmann::json state{{"data_cursor", train_loader.cursor()},
                              {"seed", a.seed},
-                             {"tokenizer", a.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
+                             {"tokenizer", ctx.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
                              {"data", a.data},
                              {"options",
                               {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
@@ -219,7 +224,19 @@ int run_train(const train_args& a) {
     if (a.device != "cpu" && a.device != "auto") throw error("--device must be cpu, cuda or auto, got '" + a.device + "'");
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
-    auto tok = make_tokenizer(a.tokenizer);
+    // --init-from: a GPT-2 directory (Hugging Face's or strata's) gives the shape and the weights,
+    // and its vocab.json + merges.txt the tokenizer unless --tokenizer says otherwise.
+    std::optional<loaded_model<float>> init;
+    std::string tokenizer_spec = a.tokenizer;
+    if (!a.init_from.empty()) {
+        init = load_model_files<float>(a.init_from);
+        if (!a.tokenizer_given) tokenizer_spec = tokenizer_of_checkpoint(a.init_from);
+        if (a.seq_len > init->config.max_seq)
+            throw error("--seq-len " + std::to_string(a.seq_len) + " exceeds the context of " + a.init_from + " (" +
+                            std::to_string(init->config.max_seq) + ")",
+                        "lower --seq-len");
+    }
+    auto tok = make_tokenizer(tokenizer_spec);
     const auto records = data::read_records(a.data, data::parse_record_format(a.format));
     data::prepared_data prepared = std::visit(
         [&](const auto& t) { return data::prepare_data(records, t, {.seq_len = a.seq_len, .val_fraction = a.val_fraction}); },
@@ -229,6 +246,13 @@ int run_train(const train_args& a) {
     print_line("data: " + a.data + ": " + prepared.stats.summary());
 
     gpt_config config{.vocab_size = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
+    if (init) {
+        if (init->config.vocab_size != vocab)
+            throw error(a.init_from + " has a vocabulary of " + std::to_string(init->config.vocab_size) +
+                            " tokens, the tokenizer " + tokenizer_spec + " has " + std::to_string(vocab),
+                        "train with the tokenizer the model was trained with (--tokenizer)");
+        config = init->config;
+    }
     config.validate();
     train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
     // warmup -1 (the default): a tenth of the run, at most 20 steps
@@ -258,7 +282,8 @@ int run_train(const train_args& a) {
     cpu_backend backend({.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
                          .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir});
     gpt_model<float, cpu_backend> model(config);
-    run_context ctx{a, prepared, eot, std::nullopt};
+    run_context ctx{a, prepared, eot, std::nullopt, {}, tokenizer_spec};
+    if (init) ctx.init_blocks = std::move(init->blocks);
     const bool streamed = p.where == placement::streamed;
     if (streamed) ctx.trace.emplace();
     else if (!a.trace.empty()) ctx.trace.emplace();
@@ -307,6 +332,7 @@ int main(int argc, char** argv) {
     train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records")->required()->check(CLI::ExistingFile);
     train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
     train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
+    train->add_option("--init-from", t.init_from, "start from the weights of a GPT-2 directory (Hugging Face's or strata's); its config gives the model's shape")->check(CLI::ExistingDirectory);
     train->add_option("--n-layer", t.n_layer, "transformer blocks")->capture_default_str();
     train->add_option("--n-head", t.n_head, "attention heads")->capture_default_str();
     train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str();
@@ -350,6 +376,7 @@ int main(int argc, char** argv) {
     sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
+    t.tokenizer_given = train->count("--tokenizer") > 0;
     try {
         if (train->parsed()) return run_train(t);
         return run_sample(s);
