@@ -30,8 +30,9 @@ CUDA device were used). Shapes have no power-of-two sizes and vocabularies not a
 one uses T < n_positions and a few ignored (-100) targets, one a max_norm below the step-1
 gradient norm so that clipping is certainly exercised.
 
-The committed fixtures (tests/fixtures/hf/) were made on the GPU machine (torch 2.11,
-transformers 5.x; none here) by the session's device tool, from the repository root, with
+The committed fixtures (tests/fixtures/hf/; tolerances and results in docs/parity.md) were made
+on the GPU machine (torch 2.11, transformers 5.17; none here) by the session's device tool, from
+the repository root, with
     set -o pipefail; PYTHONUNBUFFERED=1 python3 tools/make_hf_fixtures.py --out /tmp/hf 2>&1 \
         | tee $OUT/log.txt && tar -C /tmp/hf -cf $OUT/hf_fixtures.tar .
 (one archive: the tool brings back at most 8 files) and unpacked into tests/fixtures/hf/.
