@@ -24,8 +24,8 @@ inline bool is_aligned(const void* p, std::size_t multiple) {
     return reinterpret_cast<std::uintptr_t>(p) % multiple == 0;
 }
 
-// "1.50 GiB (1610612736 B)": the exact count keeps error messages unambiguous.
-inline std::string format_bytes(std::size_t bytes) {
+// "1.50 GiB": short, for tables.
+inline std::string format_bytes_short(std::size_t bytes) {
     const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double value = static_cast<double>(bytes);
     int unit = 0;
@@ -33,12 +33,18 @@ inline std::string format_bytes(std::size_t bytes) {
         value /= 1024.0;
         ++unit;
     }
-    char buf[64];
+    char buf[32];
     if (unit == 0)
         std::snprintf(buf, sizeof buf, "%zu B", bytes);
     else
-        std::snprintf(buf, sizeof buf, "%.2f %s (%zu B)", value, units[unit], bytes);
+        std::snprintf(buf, sizeof buf, "%.2f %s", value, units[unit]);
     return buf;
+}
+
+// "1.50 GiB (1610612736 B)": the exact count keeps error messages unambiguous.
+inline std::string format_bytes(std::size_t bytes) {
+    const std::string rounded = format_bytes_short(bytes);
+    return bytes < 1024 ? rounded : rounded + " (" + std::to_string(bytes) + " B)";
 }
 
 }  // namespace strata

@@ -184,22 +184,7 @@ decltype(auto) with_element_type(std::size_t element_bytes, F&& f) {
 constexpr std::size_t charged(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
 
 // "12.00 MiB": short enough for a table column ("-" for nothing).
-inline std::string short_bytes(std::size_t bytes) {
-    if (bytes == 0) return "-";
-    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double value = static_cast<double>(bytes);
-    int unit = 0;
-    while (value >= 1024.0 && unit < 4) {
-        value /= 1024.0;
-        ++unit;
-    }
-    char buf[32];
-    if (unit == 0)
-        std::snprintf(buf, sizeof buf, "%zu B", bytes);
-    else
-        std::snprintf(buf, sizeof buf, "%.2f %s", value, units[unit]);
-    return buf;
-}
+inline std::string short_bytes(std::size_t bytes) { return bytes == 0 ? "-" : format_bytes_short(bytes); }
 
 inline std::string percent_of(std::size_t part, std::size_t whole) {
     if (whole == 0) return part == 0 ? "-" : "over";
