@@ -8,6 +8,7 @@
 #include <atomic>     // std::atomic
 #include <chrono>     // std::chrono::steady_clock, std::chrono::seconds
 #include <cstddef>    // std::size_t
+#include <memory>
 #include <mutex>      // std::mutex, std::lock_guard
 #include <set>        // std::set
 #include <stdexcept>  // std::runtime_error
@@ -107,9 +108,9 @@ TEST_CASE("the first exception of a chunk reaches the caller, and the pool stays
     CHECK_THROWS_AS(pool.parallel_for(
                         100, [](std::size_t, std::size_t) { throw std::runtime_error("plain"); }, {.min_chunk = 1}),
                     std::runtime_error);
-    coverage seen(5000);
-    pool.parallel_for(5000, [&](std::size_t b, std::size_t e) { seen(b, e); }, {.min_chunk = 64});
-    for (std::size_t i = 0; i < 5000; ++i) REQUIRE(seen.hits[i].load() == 1);
+    auto seen = std::make_unique<coverage>(5000);  // on the heap: see host_thread_pool's destructor
+    pool.parallel_for(5000, [&](std::size_t b, std::size_t e) { (*seen)(b, e); }, {.min_chunk = 64});
+    for (std::size_t i = 0; i < 5000; ++i) REQUIRE(seen->hits[i].load() == 1);
 }
 
 TEST_CASE("a nested parallel_for on the same pool is refused instead of deadlocking") {
