@@ -190,3 +190,26 @@ TEST_CASE("a 5-step float trajectory matches torch.optim.AdamW to the bit") {
         }
     }
 }
+
+TEST_CASE("adamw_constants are torch's Python scalars rounded to the tensor type") {
+    strata::adamw_hparams h;  // 0.9, 0.95, 1e-8, 0.1
+    const auto k = strata::adamw_constants_for<float>(h, 2e-3, 3, true);
+    CHECK(k.apply_decay);
+    CHECK(k.decay_factor == static_cast<float>(1 - 2e-3 * 0.1));
+    CHECK(k.lerp_weight == static_cast<float>(1 - 0.9));
+    CHECK(k.lerp_weight_small);
+    CHECK(k.beta2 == 0.95f);
+    CHECK(k.one_minus_beta2 == static_cast<float>(1 - 0.95));
+    CHECK(k.bc2_sqrt == static_cast<float>(std::pow(1 - std::pow(0.95, 3.0), 0.5)));
+    CHECK(k.eps == 1e-8f);
+    CHECK(k.neg_step_size == static_cast<float>(-2e-3 / (1 - std::pow(0.9, 3.0))));
+    // No decay for the block, or weight_decay 0: torch skips the multiply altogether.
+    CHECK_FALSE(strata::adamw_constants_for<float>(h, 2e-3, 3, false).apply_decay);
+    h.weight_decay = 0;
+    CHECK_FALSE(strata::adamw_constants_for<float>(h, 2e-3, 3, true).apply_decay);
+    // beta1 below 0.5 makes the lerp weight large: torch's lerp switches formula.
+    h.beta1 = 0.3;
+    CHECK_FALSE(strata::adamw_constants_for<double>(h, 2e-3, 3, true).lerp_weight_small);
+    CHECK_THROWS_WITH_AS(strata::adamw_constants_for<float>(h, 2e-3, 0, true, "who_called"),
+                         doctest::Contains("who_called: step must be >= 1"), strata::error);
+}

@@ -21,10 +21,9 @@
 
 #include <strata/core/error.hpp>              // strata::error
 #include <strata/optim/host_thread_pool.hpp>  // host_thread_pool, chunking
-#include <strata/train/adamw.hpp>             // adamw_hparams, validate, adamw_update (the reference)
+#include <strata/train/adamw.hpp>             // adamw_hparams, adamw_constants, adamw_apply (the reference)
 
 #include <cfenv>        // std::fenv_t, std::fegetenv, std::fesetenv
-#include <cmath>        // std::isfinite, std::pow
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uintptr_t
 #include <span>         // std::span
@@ -93,59 +92,13 @@ inline adamw_path resolve(adamw_path path) {
 
 namespace detail {
 
-// Everything one step needs: the caller's arguments (the scalar path passes them on to the
-// reference) and the float constants, computed with the reference's operations in its order.
-struct adamw_float_step {
-    adamw_hparams hparams;
-    double lr = 0;
-    long step = 0;
-    bool decay = false;
-
-    bool apply_decay = false;        // torch skips the multiply when weight_decay == 0
-    bool lerp_weight_small = false;  // torch's lerp picks its formula on weight < 0.5
-    float decay_factor = 0, lerp_weight = 0, one_minus_lerp_weight = 0, beta2 = 0, one_minus_beta2 = 0, bc2_sqrt = 0,
-          eps = 0, neg_step_size = 0;
-};
-
-// Checks the arguments as adamw_update does (same conditions), naming the caller.
-inline adamw_float_step prepare_adamw_step(std::string_view who, std::size_t p, std::size_t g, std::size_t m,
-                                           std::size_t v, const adamw_hparams& h, double lr, long step, bool decay) {
-    validate(h);
-    const std::string name(who);
-    if (g != p || m != p || v != p)
-        throw error(name + ": span sizes differ: params " + std::to_string(p) + ", grads " + std::to_string(g) +
-                        ", m " + std::to_string(m) + ", v " + std::to_string(v),
-                    "grads and both moments must use the parameters' layout");
-    if (step < 1)
-        throw error(name + ": step must be >= 1 (1-based), got " + std::to_string(step),
-                    "pass the number of updates including this one");
-    if (!(std::isfinite(lr) && lr >= 0))
-        throw error(name + ": lr must be a finite number >= 0, got " + std::to_string(lr),
-                    "check the learning-rate schedule");
-
-    // Same expressions as adamw_update<float>; the tests hold the two to the same bits.
-    const double t = static_cast<double>(step);
-    const double bias_correction1 = 1 - std::pow(h.beta1, t);
-    const double bias_correction2 = 1 - std::pow(h.beta2, t);
-    const double step_size = lr / bias_correction1;
-    const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
-
-    adamw_float_step s;
-    s.hparams = h;
-    s.lr = lr;
-    s.step = step;
-    s.decay = decay;
-    s.apply_decay = decay && h.weight_decay != 0;
-    s.decay_factor = static_cast<float>(1 - lr * h.weight_decay);
-    s.lerp_weight = static_cast<float>(1 - h.beta1);
-    s.lerp_weight_small = s.lerp_weight < 0.5f;
-    s.one_minus_lerp_weight = 1.0f - s.lerp_weight;
-    s.beta2 = static_cast<float>(h.beta2);
-    s.one_minus_beta2 = static_cast<float>(1 - h.beta2);
-    s.bc2_sqrt = static_cast<float>(bias_correction2_sqrt);
-    s.eps = static_cast<float>(h.eps);
-    s.neg_step_size = static_cast<float>(-step_size);
-    return s;
+// Checks the arguments as adamw_update does (same conditions), naming the caller, and computes the
+// step's float constants with the reference's own function.
+inline adamw_constants<float> prepare_adamw_step(std::string_view who, std::size_t p, std::size_t g, std::size_t m,
+                                                 std::size_t v, const adamw_hparams& h, double lr, long step,
+                                                 bool decay) {
+    check_adamw_sizes(who, p, g, m, v);
+    return adamw_constants_for<float>(h, lr, step, decay, who);
 }
 
 #if defined(__x86_64__)
@@ -219,10 +172,10 @@ __attribute__((target("avx512f"), always_inline)) inline void adamw_lanes_avx512
 
 template <bool Decay, bool SmallWeight>
 __attribute__((target("avx512f"))) inline void adamw_kernel_avx512f(float* p, const float* g, float* m, float* v,
-                                                                    std::size_t n, const adamw_float_step& s) {
+                                                                    std::size_t n, const adamw_constants<float>& s) {
     // Copied into vectors before the first store: p, m, v are floats and could alias `s`.
     const adamw_avx512f_constants k{_mm512_set1_ps(s.decay_factor),    _mm512_set1_ps(s.lerp_weight),
-                                    _mm512_set1_ps(s.one_minus_lerp_weight), _mm512_set1_ps(s.beta2),
+                                    _mm512_set1_ps(1.0f - s.lerp_weight), _mm512_set1_ps(s.beta2),
                                     _mm512_set1_ps(s.one_minus_beta2), _mm512_set1_ps(s.bc2_sqrt),
                                     _mm512_set1_ps(s.eps),             _mm512_set1_ps(s.neg_step_size),
                                     _mm512_set1_epi32(static_cast<int>(0x80000000u))};
@@ -295,9 +248,9 @@ __attribute__((target("avx2"), always_inline)) inline __m256i first_lanes_avx2(s
 
 template <bool Decay, bool SmallWeight>
 __attribute__((target("avx2,fma"))) inline void adamw_kernel_avx2(float* p, const float* g, float* m, float* v,
-                                                                  std::size_t n, const adamw_float_step& s) {
+                                                                  std::size_t n, const adamw_constants<float>& s) {
     const adamw_avx2_constants k{_mm256_set1_ps(s.decay_factor),    _mm256_set1_ps(s.lerp_weight),
-                                 _mm256_set1_ps(s.one_minus_lerp_weight), _mm256_set1_ps(s.beta2),
+                                 _mm256_set1_ps(1.0f - s.lerp_weight), _mm256_set1_ps(s.beta2),
                                  _mm256_set1_ps(s.one_minus_beta2), _mm256_set1_ps(s.bc2_sqrt),
                                  _mm256_set1_ps(s.eps),             _mm256_set1_ps(s.neg_step_size),
                                  _mm256_set1_ps(-0.0f)};
@@ -318,7 +271,7 @@ __attribute__((target("avx2,fma"))) inline void adamw_kernel_avx2(float* p, cons
 #endif  // __x86_64__
 
 // One step over n elements on a resolved (concrete, available) path.
-inline void adamw_range(adamw_path path, const adamw_float_step& s, float* p, const float* g, float* m, float* v,
+inline void adamw_range(adamw_path path, const adamw_constants<float>& s, float* p, const float* g, float* m, float* v,
                         std::size_t n) {
 #if defined(__x86_64__)
     if (path == adamw_path::avx512f) {
@@ -340,9 +293,8 @@ inline void adamw_range(adamw_path path, const adamw_float_step& s, float* p, co
         return;
     }
 #endif
-    // The scalar path is the reference itself.
-    adamw_update<float>(std::span<float>(p, n), std::span<const float>(g, n), std::span<float>(m, n),
-                        std::span<float>(v, n), s.hparams, s.lr, s.step, s.decay);
+    // The scalar path is the reference's own element loop.
+    adamw_apply(p, g, m, v, n, s);
 }
 
 // Runs a chunk on a pool thread under the caller's floating-point environment (rounding mode,

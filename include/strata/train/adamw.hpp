@@ -29,6 +29,7 @@
 #include <cstddef>      // std::size_t
 #include <span>         // std::span
 #include <string>       // std::string, std::to_string
+#include <string_view>  // std::string_view
 #include <type_traits>  // std::type_identity_t
 
 namespace strata {
@@ -56,25 +57,42 @@ inline void validate(const adamw_hparams& h) {
             "GPT training uses 0.1; 0 disables it");
 }
 
-// One AdamW step over a flat block of parameters. `step` is 1-based (the number of updates
-// including this one, torch's state['step'] after its increment). `decay` false skips weight decay
-// for this block (biases, layernorm gains), as torch does for a param group with weight_decay 0.
-// p, m, v are updated in place; all four spans have the same length.
+// The per-step constants of one AdamW step in the tensor type T: torch's Python scalars, computed
+// in double and rounded to T exactly where torch rounds them. With these, the per-element
+// arithmetic needs nothing else, so the scalar reference below, the SIMD paths
+// (strata/optim/adamw_simd.hpp) and the CUDA kernel (strata/kernels/cuda/adamw.cuh) share them.
 template <std::floating_point T>
-void adamw_update(std::span<T> p, std::span<const std::type_identity_t<T>> g,
-                  std::span<std::type_identity_t<T>> m, std::span<std::type_identity_t<T>> v,
-                  const adamw_hparams& h, double lr, long step, bool decay) {
-    validate(h);
-    if (g.size() != p.size() || m.size() != p.size() || v.size() != p.size())
-        throw error("adamw: span sizes differ: params " + std::to_string(p.size()) + ", grads " +
-                        std::to_string(g.size()) + ", m " + std::to_string(m.size()) + ", v " +
-                        std::to_string(v.size()),
+struct adamw_constants {
+    T decay_factor{};                // T(1 - lr * weight_decay)
+    bool apply_decay = false;        // decay && weight_decay != 0: torch skips the multiply when wd == 0
+    T lerp_weight{};                 // T(1 - beta1)
+    bool lerp_weight_small = false;  // lerp_weight < 0.5: torch's lerp picks its formula on this
+    T beta2{};                       // T(beta2)
+    T one_minus_beta2{};             // T(1 - beta2)
+    T bc2_sqrt{};                    // T((1 - beta2^t)^0.5)
+    T eps{};                         // T(eps)
+    T neg_step_size{};               // T(-lr / (1 - beta1^t))
+};
+
+// Throws what adamw_update throws for mismatched span sizes, naming `who`.
+inline void check_adamw_sizes(std::string_view who, std::size_t p, std::size_t g, std::size_t m, std::size_t v) {
+    if (g != p || m != p || v != p)
+        throw error(std::string(who) + ": span sizes differ: params " + std::to_string(p) + ", grads " +
+                        std::to_string(g) + ", m " + std::to_string(m) + ", v " + std::to_string(v),
                     "grads and both moments must use the parameters' layout");
+}
+
+// The constants of step `step` (1-based) at learning rate lr; `decay` false turns weight decay off
+// for the block. Throws for bad hyperparameters, step < 1 or a bad lr, naming `who`.
+template <std::floating_point T>
+adamw_constants<T> adamw_constants_for(const adamw_hparams& h, double lr, long step, bool decay,
+                                        std::string_view who = "adamw") {
+    validate(h);
     if (step < 1)
-        throw error("adamw: step must be >= 1 (1-based), got " + std::to_string(step),
+        throw error(std::string(who) + ": step must be >= 1 (1-based), got " + std::to_string(step),
                     "pass the number of updates including this one");
     if (!(std::isfinite(lr) && lr >= 0))
-        throw error("adamw: lr must be a finite number >= 0, got " + std::to_string(lr),
+        throw error(std::string(who) + ": lr must be a finite number >= 0, got " + std::to_string(lr),
                     "check the learning-rate schedule");
 
     const double t = static_cast<double>(step);
@@ -83,30 +101,54 @@ void adamw_update(std::span<T> p, std::span<const std::type_identity_t<T>> g,
     const double step_size = lr / bias_correction1;
     const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
 
-    const bool apply_decay = decay && h.weight_decay != 0;  // torch skips the multiply when wd == 0
-    const T decay_factor = static_cast<T>(1 - lr * h.weight_decay);
-    const T lerp_weight = static_cast<T>(1 - h.beta1);
-    const bool lerp_weight_small = lerp_weight < T(0.5);  // torch's lerp picks its formula on this
-    const T beta2 = static_cast<T>(h.beta2);
-    const T one_minus_beta2 = static_cast<T>(1 - h.beta2);
-    const T bc2_sqrt = static_cast<T>(bias_correction2_sqrt);
-    const T eps = static_cast<T>(h.eps);
-    const T neg_step_size = static_cast<T>(-step_size);
+    adamw_constants<T> k;
+    k.decay_factor = static_cast<T>(1 - lr * h.weight_decay);
+    k.apply_decay = decay && h.weight_decay != 0;
+    k.lerp_weight = static_cast<T>(1 - h.beta1);
+    k.lerp_weight_small = k.lerp_weight < T(0.5);
+    k.beta2 = static_cast<T>(h.beta2);
+    k.one_minus_beta2 = static_cast<T>(1 - h.beta2);
+    k.bc2_sqrt = static_cast<T>(bias_correction2_sqrt);
+    k.eps = static_cast<T>(h.eps);
+    k.neg_step_size = static_cast<T>(-step_size);
+    return k;
+}
 
-    for (std::size_t i = 0; i < p.size(); ++i) {
+// The element loop of adamw_update on raw pointers, one element at a time: the operations every
+// other implementation reproduces. k is taken by value: p, m, v could alias a T inside it.
+template <std::floating_point T>
+void adamw_apply(T* p,        // (n)
+                 const T* g,  // (n)
+                 T* m,        // (n)
+                 T* v,        // (n)
+                 std::size_t n, const adamw_constants<T> k) {
+    for (std::size_t i = 0; i < n; ++i) {
         T param = p[i];
         const T grad = g[i];
-        if (apply_decay) param = param * decay_factor;
+        if (k.apply_decay) param = param * k.decay_factor;
         T exp_avg = m[i];
-        exp_avg = lerp_weight_small ? std::fma(lerp_weight, grad - exp_avg, exp_avg)
-                                    : std::fma(-(grad - exp_avg), T(1) - lerp_weight, grad);
-        T exp_avg_sq = v[i] * beta2;
-        exp_avg_sq = std::fma(one_minus_beta2 * grad, grad, exp_avg_sq);
-        const T denom = std::sqrt(exp_avg_sq) / bc2_sqrt + eps;
-        p[i] = param + neg_step_size * exp_avg / denom;
+        exp_avg = k.lerp_weight_small ? std::fma(k.lerp_weight, grad - exp_avg, exp_avg)
+                                      : std::fma(-(grad - exp_avg), T(1) - k.lerp_weight, grad);
+        T exp_avg_sq = v[i] * k.beta2;
+        exp_avg_sq = std::fma(k.one_minus_beta2 * grad, grad, exp_avg_sq);
+        const T denom = std::sqrt(exp_avg_sq) / k.bc2_sqrt + k.eps;
+        p[i] = param + k.neg_step_size * exp_avg / denom;
         m[i] = exp_avg;
         v[i] = exp_avg_sq;
     }
+}
+
+// One AdamW step over a flat block of parameters. `step` is 1-based (the number of updates
+// including this one, torch's state['step'] after its increment). `decay` false skips weight decay
+// for this block (biases, layernorm gains), as torch does for a param group with weight_decay 0.
+// p, m, v are updated in place; all four spans have the same length.
+template <std::floating_point T>
+void adamw_update(std::span<T> p, std::span<const std::type_identity_t<T>> g,
+                  std::span<std::type_identity_t<T>> m, std::span<std::type_identity_t<T>> v,
+                  const adamw_hparams& h, double lr, long step, bool decay) {
+    check_adamw_sizes("adamw", p.size(), g.size(), m.size(), v.size());
+    const adamw_constants<T> k = adamw_constants_for<T>(h, lr, step, decay);
+    adamw_apply(p.data(), g.data(), m.data(), v.data(), p.size(), k);
 }
 
 }  // namespace strata
