@@ -339,7 +339,7 @@ private:
         op::zero(s, datty, BTC);
         op::matmul_backward(s, datty, G(4), G(5), dx, a.atty, P(4), batch, seq, C, C);
         op::zero(s, dqkv, BT * 3 * C);
-        op::attention_backward(s, dqkv, a.att_saved, datty, a.qkv, batch, seq, C, NH);
+        op::attention_backward(s, dqkv, a.att_saved, datty, a.atty, a.qkv, batch, seq, C, NH);
         op::zero(s, dln1, BTC);
         op::matmul_backward(s, dln1, G(2), G(3), dqkv, a.ln1, P(2), batch, seq, C, 3 * C);
         op::layernorm_backward(s, dx, G(0), G(1), a.ln1_stats, a.ln1_stats + BT, dln1, x, P(0), batch, seq, C);

@@ -35,9 +35,10 @@ struct ops<cpu_backend> {
     static void scale_inplace(stream& s, R* x, double factor, size n) {
         s.enqueue([=] { kernels::cpu::scale_inplace(x, static_cast<R>(factor), n); }, "scale_inplace");
     }
-    // *out = sum of x[i]^2 in double, in a fixed order (deterministic).
+    // *out = sum of x[i]^2 in double, in a fixed order (deterministic). The CPU needs no workspace.
+    static size sum_of_squares_workspace(size) { return 0; }
     template <class R>
-    static void sum_of_squares(stream& s, double* out, const R* x, size n) {
+    static void sum_of_squares(stream& s, double* out, double* /*workspace*/, const R* x, size n) {
         s.enqueue([=] { *out = kernels::cpu::sum_of_squares(x, n); }, "sum_of_squares");
     }
 
@@ -83,15 +84,16 @@ struct ops<cpu_backend> {
         s.enqueue([=] { kernels::cpu::lm_head_backward(dinp, dwte, dlogits, inp, wte, B, T, C, V); }, "lm_head_backward");
     }
 
-    // What attention keeps for its backward, in elements: the CPU keeps the probabilities.
+    // What attention keeps for its backward, in elements: the CPU keeps the probabilities. Backward
+    // also gets the forward's output (a flash-style kernel needs it; the CPU does not).
     static size attention_saved(size B, size T, size NH) { return B * NH * T * T; }
     template <class R>
     static void attention_forward(stream& s, R* out, R* saved, const R* qkv, size B, size T, size C, size NH) {
         s.enqueue([=] { kernels::cpu::attention_forward(out, saved, qkv, B, T, C, NH); }, "attention_forward");
     }
     template <class R>
-    static void attention_backward(stream& s, R* dqkv, const R* saved, const R* dout, const R* qkv, size B, size T,
-                                   size C, size NH) {
+    static void attention_backward(stream& s, R* dqkv, const R* saved, const R* dout, const R* /*out*/, const R* qkv,
+                                   size B, size T, size C, size NH) {
         s.enqueue([=] { kernels::cpu::attention_backward(dqkv, saved, dout, qkv, B, T, C, NH); }, "attention_backward");
     }
 

@@ -101,7 +101,7 @@ public:
     }
 
     step_result step(std::span<const data::batch> micro) {
-        const std::size_t counted = detail::check_micro_batches(micro, m_options, m_step + 1);
+        const std::size_t counted = detail::check_micro_batches(micro, m_options, m_step + 1, m_model.config().vocab_size);
         const long update = m_step + 1;
         const std::size_t BT = m_options.batch * m_options.seq;
 
@@ -157,6 +157,7 @@ public:
         for (const auto& b : batches) {
             std::vector<tiered_tensor<std::int32_t, host_tier, B>> staged;
             stage_tokens(b, staged);
+            detail::check_token_ids(b, m_model.config().vocab_size);
             for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
             m_engine.begin(make_pass(/*backward=*/false, true));
             binder bind{*this};

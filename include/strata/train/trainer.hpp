@@ -22,6 +22,7 @@
 #include <strata/train/rng.hpp>             // rng
 #include <strata/train/schedule.hpp>        // lr_schedule, lr_at
 
+#include <algorithm>  // std::max
 #include <cmath>    // std::sqrt, std::isfinite
 #include <cstddef>  // std::size_t
 #include <span>     // std::span
@@ -50,8 +51,23 @@ struct step_result {
 };
 
 namespace detail {
+// Token ids outside [0, V) are refused on the host: a GPU kernel cannot throw, and would skip them.
+inline void check_token_ids(const data::batch& b, std::size_t vocab) {
+    auto bad = [&](const char* what, std::size_t i, std::int32_t id) {
+        throw error(std::string(what) + " id " + std::to_string(id) + " at position " + std::to_string(i) +
+                        " is outside the model's vocabulary [0, " + std::to_string(vocab) + ")",
+                    "the data was tokenized with a larger vocabulary than the model's: use the same tokenizer");
+    };
+    for (std::size_t i = 0; i < b.inputs.size(); ++i)
+        if (b.inputs[i] < 0 || static_cast<std::size_t>(b.inputs[i]) >= vocab) bad("input token", i, b.inputs[i]);
+    for (std::size_t i = 0; i < b.targets.size(); ++i)
+        if (b.targets[i] != kernels::cpu::ignore_index && (b.targets[i] < 0 || static_cast<std::size_t>(b.targets[i]) >= vocab))
+            bad("target token", i, b.targets[i]);
+}
+
 // Checks the micro-batches of one step and returns the targets that count in the loss.
-inline std::size_t check_micro_batches(std::span<const data::batch> micro, const train_options& o, long update) {
+inline std::size_t check_micro_batches(std::span<const data::batch> micro, const train_options& o, long update,
+                                       std::size_t vocab) {
     if (micro.size() != o.accum)
         throw error("trainer::step got " + std::to_string(micro.size()) + " micro-batches, expected accum = " +
                     std::to_string(o.accum));
@@ -61,6 +77,7 @@ inline std::size_t check_micro_batches(std::span<const data::batch> micro, const
         if (b.inputs.size() != BT || b.targets.size() != BT)
             throw error("micro-batch has " + std::to_string(b.inputs.size()) + " tokens, expected B x T = " +
                         std::to_string(BT));
+        check_token_ids(b, vocab);
         for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
     }
     if (counted == 0)
@@ -106,6 +123,9 @@ public:
             m_v.emplace_back(backend, s, "adam_v." + n);
         }
         m_norm_partials_dev.emplace_back(backend, shape{groups.size()}, "grad_norm.partials");
+        std::size_t workspace = 1;
+        for (const auto& g : groups) workspace = std::max(workspace, op::sum_of_squares_workspace(g.numel()));
+        m_norm_workspace.emplace_back(backend, shape{workspace}, "grad_norm.workspace");
         m_norm_partials_host.emplace_back(backend, shape{groups.size()}, "grad_norm.partials.host");
         for (auto* set : {&m_m, &m_v, &m_grads})
             for (auto& t : *set) op::zero(m_compute, t.device_data().get(), t.numel());
@@ -154,7 +174,7 @@ public:
     // One optimizer step over `micro` (accum micro-batches of B x T tokens each).
     step_result step(std::span<const data::batch> micro) {
         const long update = m_step + 1;
-        const std::size_t counted = detail::check_micro_batches(micro, m_options, update);
+        const std::size_t counted = detail::check_micro_batches(micro, m_options, update, m_model.config().vocab_size);
         const std::size_t BT = m_options.batch * m_options.seq;
 
         for (auto& g : m_grads) op::zero(m_compute, g.device_data().get(), g.numel());
@@ -212,6 +232,7 @@ public:
             tiered_tensor<std::int32_t, host_tier, B> tok(m_backend, shape{BT}, "eval.tokens"), tgt(m_backend, shape{BT}, "eval.targets");
             std::copy(b.inputs.begin(), b.inputs.end(), tok.span().begin());
             std::copy(b.targets.begin(), b.targets.end(), tgt.span().begin());
+            detail::check_token_ids(b, m_model.config().vocab_size);
             for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
             m_act.tokens_tensor().copy_from(tok, m_compute);
             m_act.targets_tensor().copy_from(tgt, m_compute);
@@ -244,7 +265,8 @@ private:
     double grad_norm() {
         double* partials = m_norm_partials_dev[0].device_data().get();
         for (std::size_t g = 0; g < m_grads.size(); ++g)
-            op::sum_of_squares(m_compute, partials + g, m_grads[g].device_data().get(), m_grads[g].numel());
+            op::sum_of_squares(m_compute, partials + g, m_norm_workspace[0].device_data().get(),
+                               m_grads[g].device_data().get(), m_grads[g].numel());
         m_norm_partials_host[0].copy_from(m_norm_partials_dev[0], m_compute).wait();  // named: grad norm
         double sum = 0;
         for (double x : m_norm_partials_host[0].span()) sum += x;
@@ -257,7 +279,7 @@ private:
     stream m_compute;
     typename model_type::activations m_act;
     std::vector<tiered_tensor<R, device_tier, B>> m_params, m_grads, m_m, m_v;
-    std::vector<tiered_tensor<double, device_tier, B>> m_norm_partials_dev;
+    std::vector<tiered_tensor<double, device_tier, B>> m_norm_partials_dev, m_norm_workspace;
     std::vector<tiered_tensor<double, host_tier, B>> m_norm_partials_host;
     long m_step = 0;
 };
