@@ -1,0 +1,147 @@
+// What the CUDA kernel tests share: a visible skip on machines without a GPU, device buffers and a
+// stream that clean up after themselves, and the two comparisons against the CPU oracle (bitwise,
+// and the normalized error max |gpu - cpu| / max(1, max |cpu|)).
+#pragma once
+
+#include <strata/backend/cuda/check.hpp>          // cuda::check, cuda::device_count
+#include <strata/kernels/cpu/gradient_check.hpp>  // random_vector
+
+#include <doctest/doctest.h>  // MESSAGE
+
+#include <cuda_runtime.h>  // cudaMalloc, cudaMemcpy, cudaStreamCreate
+
+#include <algorithm>  // std::max
+#include <bit>        // std::bit_cast
+#include <cmath>      // std::abs, std::isfinite, std::ldexp
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::uint32_t, std::uint64_t
+#include <iomanip>    // std::setprecision
+#include <limits>     // std::numeric_limits
+#include <random>     // std::mt19937
+#include <sstream>    // std::ostringstream
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+namespace strata::test {
+
+// Every CUDA test case starts with: if (skip_without_gpu()) return;
+inline bool skip_without_gpu() {
+    if (cuda::device_count() > 0) return false;
+    MESSAGE("SKIPPED on cuda: no GPU on this machine");
+    return true;
+}
+
+// n elements of T in device memory, starting `offset` elements into the allocation: offset 1 makes
+// a float buffer that is not 16-byte aligned, the case where kernels fall back from float4.
+template <class T>
+class device_buffer {
+public:
+    explicit device_buffer(std::size_t n, std::size_t offset = 0) : m_size(n) {
+        cuda::check(cudaMalloc(&m_allocation, std::max<std::size_t>(n + offset, 1) * sizeof(T)), "cudaMalloc (test buffer)");
+        m_data = m_allocation + offset;
+    }
+    explicit device_buffer(const std::vector<T>& host, std::size_t offset = 0) : device_buffer(host.size(), offset) {
+        upload(host);
+    }
+    device_buffer(const device_buffer&) = delete;
+    device_buffer& operator=(const device_buffer&) = delete;
+    ~device_buffer() { cudaFree(m_allocation); }
+
+    T* get() const { return m_data; }
+    std::size_t size() const { return m_size; }
+
+    void upload(const std::vector<T>& host) {
+        REQUIRE(host.size() == m_size);
+        cuda::check(cudaMemcpy(m_data, host.data(), m_size * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    }
+    // Waits for all work on the device first (cudaDeviceSynchronize), so a test reads finished results.
+    std::vector<T> download() const {
+        cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (a kernel failed)");
+        std::vector<T> host(m_size);
+        cuda::check(cudaMemcpy(host.data(), m_data, m_size * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+        return host;
+    }
+
+private:
+    T* m_allocation = nullptr;
+    T* m_data = nullptr;
+    std::size_t m_size = 0;
+};
+
+// A non-default stream, so the tests see that launchers use the stream they are given.
+class test_stream {
+public:
+    test_stream() { cuda::check(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
+    test_stream(const test_stream&) = delete;
+    test_stream& operator=(const test_stream&) = delete;
+    ~test_stream() { cudaStreamDestroy(m_stream); }
+    operator cudaStream_t() const { return m_stream; }
+
+private:
+    cudaStream_t m_stream = nullptr;
+};
+
+// ---- comparisons ----
+
+// The bits of a float or double, to compare without == treating -0 == +0 or NaN != NaN.
+inline std::uint32_t bits_of(float x) { return std::bit_cast<std::uint32_t>(x); }
+inline std::uint64_t bits_of(double x) { return std::bit_cast<std::uint64_t>(x); }
+
+// "" when gpu and cpu hold the same bits; else where they first differ, with both values.
+template <class T>
+std::string first_difference(const std::vector<T>& gpu, const std::vector<T>& cpu, const std::string& what) {
+    if (gpu.size() != cpu.size()) return what + ": sizes differ";
+    for (std::size_t i = 0; i < gpu.size(); ++i) {
+        if (bits_of(gpu[i]) != bits_of(cpu[i])) {
+            std::ostringstream text;
+            text << std::setprecision(10) << what << ": first difference at [" << i << "] of " << gpu.size()
+                 << ": gpu " << gpu[i] << " vs cpu " << cpu[i];
+            return text.str();
+        }
+    }
+    return "";
+}
+
+// max |gpu - cpu| / max(1, max |cpu|): relative to the tensor's scale, absolute below 1. A NaN or
+// an infinity on either side counts as an infinite error, so it cannot slip under a threshold.
+struct normalized {
+    double error = 0;
+    std::size_t index = 0;
+    double gpu = 0, cpu = 0;
+
+    std::string describe(const std::string& what) const {
+        std::ostringstream text;
+        text << std::setprecision(9) << what << ": normalized error " << error << ", worst at [" << index
+             << "]: gpu " << gpu << " vs cpu " << cpu;
+        return text.str();
+    }
+};
+
+template <class G, class C>
+normalized normalized_error(const std::vector<G>& gpu, const std::vector<C>& cpu) {
+    normalized worst;
+    if (gpu.size() != cpu.size()) {
+        worst.error = std::numeric_limits<double>::infinity();
+        return worst;
+    }
+    double scale = 1.0, largest = -1.0;
+    for (const auto c : cpu) scale = std::max(scale, std::abs(static_cast<double>(c)));
+    for (std::size_t i = 0; i < gpu.size(); ++i) {
+        const double g = static_cast<double>(gpu[i]), c = static_cast<double>(cpu[i]);
+        const double diff = std::isfinite(g) && std::isfinite(c) ? std::abs(g - c)
+                                                                 : std::numeric_limits<double>::infinity();
+        if (diff > largest) {
+            largest = diff;
+            worst.index = i, worst.gpu = g, worst.cpu = c;
+        }
+    }
+    worst.error = std::max(largest, 0.0) / scale;
+    return worst;
+}
+
+// n floats uniform in [lo, hi) from a fixed seed (the CPU tests' generator).
+inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, double lo = -1.0, double hi = 1.0) {
+    return kernels::cpu::random_vector<float>(n, seed, lo, hi);
+}
+
+}  // namespace strata::test
