@@ -1,0 +1,661 @@
+// Causal multi-head self-attention of GPT-2 on the GPU: flash-style, strict FP32, for sm_90.
+//
+// Glossary: B batch, T time, C channels, NH heads, HS head size (C / NH), D the head size padded
+// to the kernels' template size (16, 32, 64 or 128; channels HS..D-1 are zero in shared memory).
+//
+// Layout as kernels/cpu/attention.hpp (the oracle): qkv row (b, t) holds q in channels [0, C),
+// k in [C, 2C), v in [2C, 3C); head h owns channels [h*HS, (h+1)*HS) of each; scores are
+// q.k / sqrt(HS), position t attends to t' <= t; out concatenates the heads into (B, T, C).
+//
+// No (T, T) matrix ever reaches global memory: a block holds a 64-query tile and streams 64-key
+// tiles through shared memory, keeping a running maximum and sum per query row (online softmax).
+// All the forward saves for backward is lse, one log-sum-exp per query row (B, NH, T); backward
+// recomputes the probabilities P = exp(S - lse) tile by tile.
+//
+// Backward is two kernels and no atomics, so dqkv is bitwise reproducible run to run: one block
+// per key tile accumulates dk, dv over the query tiles that see it; one block per query tile
+// accumulates dq over the key tiles it sees. Each element of dqkv is read-modify-written (+=) by
+// exactly one thread. D_i = dout_i . out_i is recomputed per query row inside each kernel.
+//
+// Arithmetic is FP32 FMA on the CUDA cores (no TF32, no tensor cores); exponentials are exp2f of
+// scores pre-scaled by log2(e) / sqrt(HS).
+#pragma once
+
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/kernels/cuda/launch.cuh>   // ceil_div, check_launch
+
+#include <cuda_runtime.h>  // cudaStream_t, cudaFuncSetAttribute, float4, __shfl_xor_sync
+
+#include <cmath>        // std::sqrt
+#include <cstddef>      // std::size_t
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v, std::integral_constant
+
+namespace strata::kernels::cuda {
+
+// Elements of the forward's saved state: lse (B, NH, T).
+constexpr std::size_t attention_saved(std::size_t B, std::size_t T, std::size_t NH) { return B * NH * T; }
+
+namespace attention_detail {
+
+// Tiling shared by the three kernels. A block of 128 threads is a 16 x 8 grid (ty, tx); for a
+// (64, 64) score tile, thread (ty, tx) owns rows ty + 16*i (i < 4) and columns tx + 8*j (j < 8).
+// The strided ownership makes every shared-memory read below bank-conflict free (see tile_dot).
+constexpr int tile = 64;          // queries per query tile = keys per key tile
+constexpr int threads = 128;
+constexpr int tile_x = 8;         // threads along a score row; they reduce with __shfl_xor 1, 2, 4
+constexpr int rows_per_thread = 4;
+constexpr int cols_per_thread = 8;
+constexpr int score_ld = tile + 8;  // row stride of a (64, 64) score tile in shared memory
+constexpr float log2e = 1.4426950408889634f;
+constexpr float ln2 = 0.6931471805599453f;
+
+// A (64, D) tile of q, k, v, dout in shared memory, rows D + 4 floats apart: 16-byte aligned rows
+// whose float4 groups start in different banks for consecutive rows.
+template <int D>
+struct head_tile {
+    static_assert(D == 16 || D == 32 || D == 64 || D == 128, "attention: D is 16, 32, 64 or 128");
+    static constexpr int ld = D + 4;
+    static constexpr int size = tile * ld;  // floats
+    // The (rows, D) products O += P V: thread (ty, tx) owns out_cols columns of each of its rows,
+    // in groups of vec contiguous columns (float4 reads of a V row, float2 when D = 16).
+    static constexpr int vec = D >= 32 ? 4 : 2;
+    static constexpr int out_cols = D / tile_x;
+    __device__ static constexpr int column(int n, int tx) {
+        return (n / vec) * (tile_x * vec) + tx * vec + n % vec;
+    }
+};
+
+// Shared memory of each kernel, in floats.
+template <int D>
+constexpr int forward_smem = 3 * head_tile<D>::size + tile * score_ld;  // Q, K, V, P
+template <int D>
+constexpr int dkdv_smem = 4 * head_tile<D>::size + 2 * tile * score_ld + 2 * tile;  // K V Q dO, P dS, lse D
+template <int D>
+constexpr int dq_smem = 4 * head_tile<D>::size + tile * score_ld + 2 * tile;  // Q dO K V, dS, lse D
+
+// 4-byte asynchronous copy global -> shared; src_bytes = 0 writes a zero and reads nothing.
+__device__ inline void copy_async4(float* dst, const float* src, int src_bytes) {
+    const unsigned dst_shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst_shared), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+__device__ inline void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most `pending` of this thread's committed groups are still in flight.
+template <int pending>
+__device__ inline void copy_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+}
+
+// Starts copying rows [0, rows) x channels [0, HS) of a head's (T, HS) slice into a (64, D) tile;
+// rows >= rows and channels >= HS become zero, so padded lanes add nothing to any product.
+template <int D>
+__device__ void load_tile_async(float* tile_smem,  // (64, D + 4)
+                                const float* src,  // (rows, HS), rows ld apart
+                                std::size_t ld, int rows, int HS) {
+    // A thread copies one channel d of every row_step-th row: coalesced along channels, and
+    // only a pointer and a row index live across the loop.
+    static_assert(threads % D == 0, "attention: a block copies whole rows per step");
+    constexpr int row_step = threads / D;
+    const int d = static_cast<int>(threadIdx.x) % D, r0 = static_cast<int>(threadIdx.x) / D;
+    const bool channel_inside = d < HS;
+#pragma unroll 4
+    for (int step = 0; step < tile / row_step; ++step) {
+        const int r = r0 + step * row_step;
+        const bool inside = channel_inside && r < rows;
+        copy_async4(tile_smem + r * head_tile<D>::ld + d, inside ? src + r * ld + d : src, inside ? 4 : 0);
+    }
+}
+
+template <int n>
+__device__ inline void load_vec(float (&dst)[n], const float* src) {
+    if constexpr (n == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+    } else {
+        static_assert(n == 2, "attention: vector loads are float2 or float4");
+        const float2 v = *reinterpret_cast<const float2*>(src);
+        dst[0] = v.x, dst[1] = v.y;
+    }
+}
+
+// acc[i][j] = A[ty + 16i] . B[tx + 8j] over D channels, channel order 0, 1, ..., D-1 (the same
+// order, hence the same bits, in the forward and both backward kernels).
+// Per 4 channels a warp reads 4 float4 of A (4 distinct rows) and 8 of B (8 distinct rows); a row
+// stride of D + 4 floats puts consecutive rows in different 16-byte bank groups (D/4 + 1 is odd),
+// so each read is one conflict-free wavefront, for 128 FMAs per thread.
+template <int D>
+__device__ inline void tile_dot(float (&acc)[rows_per_thread][cols_per_thread],
+                                const float* A,  // (64, D + 4): rows of the score tile
+                                const float* B,  // (64, D + 4): columns of the score tile
+                                int ty, int tx) {
+    constexpr int ld = head_tile<D>::ld;
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i)
+#pragma unroll
+        for (int j = 0; j < cols_per_thread; ++j) acc[i][j] = 0.f;
+#pragma unroll
+    for (int d = 0; d < D; d += 4) {
+        float4 a[rows_per_thread], b[cols_per_thread];
+#pragma unroll
+        for (int i = 0; i < rows_per_thread; ++i)
+            a[i] = *reinterpret_cast<const float4*>(A + (ty + 16 * i) * ld + d);
+#pragma unroll
+        for (int j = 0; j < cols_per_thread; ++j)
+            b[j] = *reinterpret_cast<const float4*>(B + (tx + tile_x * j) * ld + d);
+#pragma unroll
+        for (int i = 0; i < rows_per_thread; ++i)
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) {
+                acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
+                acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
+                acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
+                acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+            }
+    }
+}
+
+// acc[i][n] += sum_c P[ty + 16i][c] * V[c][column(n)], c = 0, 1, ..., 63 in order.
+// P rows are read as float4 (4 distinct rows per warp; stride 72 puts them in bank groups 0, 2,
+// 4, 6), V rows as float4 (8 lanes tx read one contiguous 128-byte run): 12 wavefronts per 128 FMAs.
+template <int D>
+__device__ inline void tile_mma(float (&acc)[rows_per_thread][head_tile<D>::out_cols],
+                                const float* P,  // (64, 72): the score-shaped left factor
+                                const float* V,  // (64, D + 4)
+                                int ty, int tx) {
+    using shape = head_tile<D>;
+    constexpr int vec = shape::vec;
+#pragma unroll 2
+    for (int c = 0; c < tile; c += 4) {
+        float4 p[rows_per_thread];
+#pragma unroll
+        for (int i = 0; i < rows_per_thread; ++i)
+            p[i] = *reinterpret_cast<const float4*>(P + (ty + 16 * i) * score_ld + c);
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) {
+            float v[shape::out_cols];
+#pragma unroll
+            for (int g = 0; g < shape::out_cols / vec; ++g) {
+                float part[vec];
+                load_vec<vec>(part, V + (c + cc) * shape::ld + shape::column(g * vec, tx));
+#pragma unroll
+                for (int e = 0; e < vec; ++e) v[g * vec + e] = part[e];
+            }
+#pragma unroll
+            for (int i = 0; i < rows_per_thread; ++i) {
+                const float pc = cc == 0 ? p[i].x : cc == 1 ? p[i].y : cc == 2 ? p[i].z : p[i].w;
+#pragma unroll
+                for (int n = 0; n < shape::out_cols; ++n) acc[i][n] = fmaf(pc, v[n], acc[i][n]);
+            }
+        }
+    }
+}
+
+// For the 64 query rows t = q0 + r of one (b, h): lse2[r] = lse * log2(e) and
+// Dsum[r] = dout[t] . out[t] (the softmax backward's row term), in a fixed order (lanes, then a
+// butterfly), so both backward kernels are reproducible. Rows t >= T get 0 (they are masked).
+template <int D>
+__device__ void load_query_stats(float* lse2,       // (64)
+                                 float* Dsum,       // (64)
+                                 const float* lse,  // (T): this (b, h)
+                                 const float* dout, // (T, HS), rows C apart
+                                 const float* out,  // (T, HS), rows C apart
+                                 std::size_t C, int q0, int T, int HS) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll 4
+    for (int r = warp; r < tile; r += threads / 32) {
+        const int t = q0 + r;
+        float sum = 0.f;
+        if (t < T) {
+#pragma unroll
+            for (int d = lane; d < D; d += 32)
+                if (d < HS) sum = fmaf(dout[t * C + d], out[t * C + d], sum);
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        if (lane == 0) {
+            Dsum[r] = sum;
+            lse2[r] = t < T ? lse[t] * log2e : 0.f;
+        }
+    }
+}
+
+// Sum over the 8 threads tx of one score row (consecutive lanes of one warp).
+__device__ inline float row_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    return x + __shfl_xor_sync(0xffffffffu, x, 4);
+}
+__device__ inline float row_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+}
+
+}  // namespace attention_detail
+
+// One block per (64-query tile, b*NH + h); heaviest tiles (most keys) first.
+// scale_log2 = log2(e) / sqrt(HS): scores in base 2, so each exponential is one exp2f.
+template <class Real, int D>
+__global__ void __launch_bounds__(attention_detail::threads)
+    attention_forward_kernel(Real* __restrict__ out,        // (B, T, C)
+                             Real* __restrict__ lse,        // (B, NH, T)
+                             const Real* __restrict__ qkv,  // (B, T, 3C)
+                             int T, int C, int NH, int HS, float scale_log2) {
+    using namespace attention_detail;
+    static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
+    using shape = head_tile<D>;
+    extern __shared__ float4 smem_f4[];
+    float* Qs = reinterpret_cast<float*>(smem_f4);  // (64, D + 4)
+    float* Ks = Qs + shape::size;                   // (64, D + 4)
+    float* Vs = Ks + shape::size;                   // (64, D + 4)
+    float* Ps = Vs + shape::size;                   // (64, 72)
+
+    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const int n_tiles = static_cast<int>(gridDim.y);
+    const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = qt * tile;
+    const std::size_t ld = 3 * static_cast<std::size_t>(C);
+    const float* q = qkv + static_cast<std::size_t>(b) * T * ld + h * HS;  // (T, HS), rows ld apart
+    const float* k = q + C;                                                // (T, HS)
+    const float* v = q + 2 * C;                                            // (T, HS)
+
+    // Copy groups, in commit order: {Q, K0}, {V0}, then per key tile {K next}, {V next}.
+    load_tile_async<D>(Qs, q + q0 * ld, ld, min(tile, T - q0), HS);
+    load_tile_async<D>(Ks, k, ld, min(tile, T), HS);
+    copy_async_commit();
+    load_tile_async<D>(Vs, v, ld, min(tile, T), HS);
+    copy_async_commit();
+
+    float o[rows_per_thread][shape::out_cols] = {};
+    float m[rows_per_thread], l[rows_per_thread];  // running max (base-2 scores), running sum
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) m[i] = -INFINITY, l[i] = 0.f;
+
+    for (int kt = 0; kt <= qt; ++kt) {
+        const bool last = kt == qt;  // the diagonal tile, the only one with masked keys
+        copy_async_wait<1>();
+        __syncthreads();  // K(kt) landed
+        float s[rows_per_thread][cols_per_thread];
+        tile_dot<D>(s, Qs, Ks, ty, tx);
+        __syncthreads();  // everyone is done with Ks
+        if (!last) {
+            load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            copy_async_commit();
+        }
+        // Online softmax. Key 0 is in tile 0 and sees every query, so m is finite from tile 0 on.
+#pragma unroll
+        for (int i = 0; i < rows_per_thread; ++i) {
+            const int r = ty + 16 * i;
+            float tile_max = m[i];
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) {
+                const int c = tx + tile_x * j;
+                s[i][j] = (last && c > r) ? -INFINITY : s[i][j] * scale_log2;
+                tile_max = fmaxf(tile_max, s[i][j]);
+            }
+            const float new_max = row_max(tile_max);
+            const float correction = exp2f(m[i] - new_max);  // 0 on tile 0 (m = -inf)
+            m[i] = new_max;
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) {
+                const float p = exp2f(s[i][j] - new_max);
+                sum += p;
+                Ps[r * score_ld + tx + tile_x * j] = p;
+            }
+            l[i] = l[i] * correction + row_sum(sum);
+#pragma unroll
+            for (int n = 0; n < shape::out_cols; ++n) o[i][n] *= correction;
+        }
+        if (!last)
+            copy_async_wait<1>();  // V(kt) landed; K(kt + 1) may still be in flight
+        else
+            copy_async_wait<0>();
+        __syncthreads();  // P and V(kt) visible
+        tile_mma<D>(o, Ps, Vs, ty, tx);
+        __syncthreads();  // everyone is done with Vs and Ps
+        if (!last) {
+            load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            copy_async_commit();
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const int t = q0 + ty + 16 * i;
+        if (t >= T) continue;
+        const float inv_sum = 1.f / l[i];
+        float* out_row = out + (static_cast<std::size_t>(b) * T + t) * C + h * HS;  // (HS)
+#pragma unroll
+        for (int n = 0; n < shape::out_cols; ++n) {
+            const int d = shape::column(n, tx);
+            if (d < HS) out_row[d] = o[i][n] * inv_sum;
+        }
+        if (tx == 0) lse[static_cast<std::size_t>(bh) * T + t] = m[i] * ln2 + logf(l[i]);
+    }
+}
+
+// dk, dv: one block per (64-key tile, b*NH + h), looping over the query tiles at or after it;
+// heaviest (key tile 0) first. Here score rows are keys and score columns are queries.
+template <class Real, int D>
+__global__ void __launch_bounds__(attention_detail::threads)
+    attention_backward_dkdv_kernel(Real* __restrict__ dqkv,       // (B, T, 3C)
+                                   const Real* __restrict__ lse,  // (B, NH, T)
+                                   const Real* __restrict__ dout, // (B, T, C)
+                                   const Real* __restrict__ out,  // (B, T, C)
+                                   const Real* __restrict__ qkv,  // (B, T, 3C)
+                                   int T, int C, int NH, int HS, float scale, float scale_log2) {
+    using namespace attention_detail;
+    static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
+    using shape = head_tile<D>;
+    extern __shared__ float4 smem_f4[];
+    float* Ks = reinterpret_cast<float*>(smem_f4);  // (64, D + 4)
+    float* Vs = Ks + shape::size;                   // (64, D + 4)
+    float* Qs = Vs + shape::size;                   // (64, D + 4)
+    float* dOs = Qs + shape::size;                  // (64, D + 4)
+    float* Pts = dOs + shape::size;                 // (64 keys, 72): P^T
+    float* dSts = Pts + tile * score_ld;            // (64 keys, 72): dS^T, scaled by 1/sqrt(HS)
+    float* lse2 = dSts + tile * score_ld;           // (64 queries)
+    float* Dsum = lse2 + tile;                      // (64 queries)
+
+    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const int n_tiles = static_cast<int>(gridDim.y);
+    const int kt = static_cast<int>(blockIdx.y);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int k0 = kt * tile;
+    const std::size_t ld = 3 * static_cast<std::size_t>(C);
+    const std::size_t row0 = static_cast<std::size_t>(b) * T;
+    const float* q = qkv + row0 * ld + h * HS;  // (T, HS), rows ld apart
+    const float* k = q + C;                     // (T, HS)
+    const float* v = q + 2 * C;                 // (T, HS)
+    const float* dout_bh = dout + row0 * C + h * HS;  // (T, HS), rows C apart
+    const float* out_bh = out + row0 * C + h * HS;    // (T, HS), rows C apart
+    const float* lse_bh = lse + static_cast<std::size_t>(bh) * T;  // (T)
+
+    // Copy groups, in commit order: {K, V, Q(kt)}, {dO(kt)}, then per query tile {Q next}, {dO next}.
+    load_tile_async<D>(Ks, k + k0 * ld, ld, min(tile, T - k0), HS);
+    load_tile_async<D>(Vs, v + k0 * ld, ld, min(tile, T - k0), HS);
+    load_tile_async<D>(Qs, q + k0 * ld, ld, min(tile, T - k0), HS);
+    copy_async_commit();
+    load_tile_async<D>(dOs, dout_bh + k0 * static_cast<std::size_t>(C), C, min(tile, T - k0), HS);
+    copy_async_commit();
+    load_query_stats<D>(lse2, Dsum, lse_bh, dout_bh, out_bh, C, k0, T, HS);
+
+    float dk[rows_per_thread][shape::out_cols] = {};
+    float dv[rows_per_thread][shape::out_cols] = {};
+    for (int qt = kt; qt < n_tiles; ++qt) {
+        const int q0 = qt * tile;
+        const bool diagonal = qt == kt;
+        const bool last = qt == n_tiles - 1;
+        copy_async_wait<1>();
+        __syncthreads();  // Q(qt), lse2, Dsum visible
+        {
+            float s[rows_per_thread][cols_per_thread];
+            tile_dot<D>(s, Ks, Qs, ty, tx);  // S^T = K Q^T
+#pragma unroll
+            for (int i = 0; i < rows_per_thread; ++i) {
+                const int key = ty + 16 * i;
+#pragma unroll
+                for (int j = 0; j < cols_per_thread; ++j) {
+                    const int query = tx + tile_x * j;
+                    const bool seen = q0 + query < T && (!diagonal || key <= query);
+                    Pts[key * score_ld + query] = seen ? exp2f(s[i][j] * scale_log2 - lse2[query]) : 0.f;
+                }
+            }
+        }
+        copy_async_wait<0>();
+        __syncthreads();  // dO(qt) visible
+        {
+            float dp[rows_per_thread][cols_per_thread];
+            tile_dot<D>(dp, Vs, dOs, ty, tx);  // dP^T = V dO^T
+            // P^T comes back from shared memory (this thread's own elements): fewer live registers.
+#pragma unroll
+            for (int i = 0; i < rows_per_thread; ++i) {
+                const int key = ty + 16 * i;
+#pragma unroll
+                for (int j = 0; j < cols_per_thread; ++j) {
+                    const int query = tx + tile_x * j;
+                    const float p = Pts[key * score_ld + query];  // 0 where masked; dp, Dsum finite
+                    dSts[key * score_ld + query] = p * (dp[i][j] - Dsum[query]) * scale;
+                }
+            }
+        }
+        __syncthreads();  // P^T, dS^T visible
+        tile_mma<D>(dk, dSts, Qs, ty, tx);  // dK += dS^T Q
+        __syncthreads();  // everyone is done with Qs, dSts
+        if (!last) {
+            const int next = q0 + tile;
+            load_tile_async<D>(Qs, q + next * ld, ld, min(tile, T - next), HS);
+            copy_async_commit();
+        }
+        tile_mma<D>(dv, Pts, dOs, ty, tx);  // dV += P^T dO
+        __syncthreads();  // everyone is done with dOs, Pts, lse2, Dsum
+        if (!last) {
+            const int next = q0 + tile;
+            load_tile_async<D>(dOs, dout_bh + next * static_cast<std::size_t>(C), C, min(tile, T - next), HS);
+            copy_async_commit();
+            load_query_stats<D>(lse2, Dsum, lse_bh, dout_bh, out_bh, C, next, T, HS);
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const int t = k0 + ty + 16 * i;
+        if (t >= T) continue;
+        float* dk_row = dqkv + (row0 + t) * ld + C + h * HS;  // (HS)
+        float* dv_row = dk_row + C;                           // (HS)
+#pragma unroll
+        for (int n = 0; n < shape::out_cols; ++n) {
+            const int d = shape::column(n, tx);
+            if (d < HS) {
+                dk_row[d] += dk[i][n];
+                dv_row[d] += dv[i][n];
+            }
+        }
+    }
+}
+
+// dq: one block per (64-query tile, b*NH + h), looping over the key tiles it sees; heaviest first.
+template <class Real, int D>
+__global__ void __launch_bounds__(attention_detail::threads)
+    attention_backward_dq_kernel(Real* __restrict__ dqkv,       // (B, T, 3C)
+                                 const Real* __restrict__ lse,  // (B, NH, T)
+                                 const Real* __restrict__ dout, // (B, T, C)
+                                 const Real* __restrict__ out,  // (B, T, C)
+                                 const Real* __restrict__ qkv,  // (B, T, 3C)
+                                 int T, int C, int NH, int HS, float scale, float scale_log2) {
+    using namespace attention_detail;
+    static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
+    using shape = head_tile<D>;
+    extern __shared__ float4 smem_f4[];
+    float* Qs = reinterpret_cast<float*>(smem_f4);  // (64, D + 4)
+    float* dOs = Qs + shape::size;                  // (64, D + 4)
+    float* Ks = dOs + shape::size;                  // (64, D + 4)
+    float* Vs = Ks + shape::size;                   // (64, D + 4)
+    float* dSs = Vs + shape::size;                  // (64 queries, 72): dS, scaled by 1/sqrt(HS)
+    float* lse2 = dSs + tile * score_ld;            // (64 queries)
+    float* Dsum = lse2 + tile;                      // (64 queries)
+
+    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const int n_tiles = static_cast<int>(gridDim.y);
+    const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q0 = qt * tile;
+    const std::size_t ld = 3 * static_cast<std::size_t>(C);
+    const std::size_t row0 = static_cast<std::size_t>(b) * T;
+    const float* q = qkv + row0 * ld + h * HS;  // (T, HS), rows ld apart
+    const float* k = q + C;                     // (T, HS)
+    const float* v = q + 2 * C;                 // (T, HS)
+    const float* dout_bh = dout + row0 * C + h * HS;  // (T, HS), rows C apart
+    const float* out_bh = out + row0 * C + h * HS;    // (T, HS), rows C apart
+
+    // Copy groups, in commit order: {Q, dO, V0}, {K0}, then per key tile {V next}, {K next}.
+    load_tile_async<D>(Qs, q + q0 * ld, ld, min(tile, T - q0), HS);
+    load_tile_async<D>(dOs, dout_bh + q0 * static_cast<std::size_t>(C), C, min(tile, T - q0), HS);
+    load_tile_async<D>(Vs, v, ld, min(tile, T), HS);
+    copy_async_commit();
+    load_tile_async<D>(Ks, k, ld, min(tile, T), HS);
+    copy_async_commit();
+    load_query_stats<D>(lse2, Dsum, lse + static_cast<std::size_t>(bh) * T, dout_bh, out_bh, C, q0, T, HS);
+
+    float dq[rows_per_thread][shape::out_cols] = {};
+    for (int kt = 0; kt <= qt; ++kt) {
+        const bool last = kt == qt;  // the diagonal tile
+        copy_async_wait<1>();
+        __syncthreads();  // V(kt) (and Q, dO, lse2, Dsum) visible
+        float dp[rows_per_thread][cols_per_thread];
+        tile_dot<D>(dp, dOs, Vs, ty, tx);  // dP = dO V^T
+        __syncthreads();  // everyone is done with Vs
+        if (!last) {
+            load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            copy_async_commit();
+            copy_async_wait<1>();  // K(kt) landed; V(kt + 1) may still be in flight
+        } else {
+            copy_async_wait<0>();
+        }
+        __syncthreads();  // K(kt) visible
+        float s[rows_per_thread][cols_per_thread];
+        tile_dot<D>(s, Qs, Ks, ty, tx);  // S = Q K^T
+#pragma unroll
+        for (int i = 0; i < rows_per_thread; ++i) {
+            const int query = ty + 16 * i;
+            const float row_lse2 = lse2[query], row_D = Dsum[query];
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) {
+                const int key = tx + tile_x * j;
+                const bool seen = !last || key <= query;
+                const float p = seen ? exp2f(s[i][j] * scale_log2 - row_lse2) : 0.f;
+                dSs[query * score_ld + key] = p * (dp[i][j] - row_D) * scale;
+            }
+        }
+        __syncthreads();  // dS visible
+        tile_mma<D>(dq, dSs, Ks, ty, tx);  // dQ += dS K
+        __syncthreads();  // everyone is done with Ks, dSs
+        if (!last) {
+            load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            copy_async_commit();
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const int t = q0 + ty + 16 * i;
+        if (t >= T) continue;
+        float* dq_row = dqkv + (row0 + t) * ld + h * HS;  // (HS)
+#pragma unroll
+        for (int n = 0; n < shape::out_cols; ++n) {
+            const int d = shape::column(n, tx);
+            if (d < HS) dq_row[d] += dq[i][n];
+        }
+    }
+}
+
+namespace attention_detail {
+
+// HS = C / NH, or a strata::error naming the sizes when the kernels cannot take them.
+inline std::size_t head_size(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
+    if (NH == 0 || C % NH != 0)
+        throw error("attention (cuda): C=" + std::to_string(C) + " channels do not split into NH=" +
+                        std::to_string(NH) + " heads of equal size",
+                    "choose NH so that it divides C (GPT-2: C=768, NH=12)");
+    const std::size_t HS = C / NH;
+    if (HS > 128)
+        throw error("attention (cuda): head size HS=" + std::to_string(HS) + " (C=" + std::to_string(C) +
+                        ", NH=" + std::to_string(NH) + ") is above the largest the kernels take, 128",
+                    "use more heads so that C / NH <= 128, or add a D = 256 instance to "
+                    "kernels/cuda/attention.cuh");
+    // Grid y counts query tiles (at most 65535); the kernels index rows and channels with int.
+    constexpr std::size_t int_max = 0x7fffffff;
+    if ((T + tile - 1) / tile > 65535 || B * NH > int_max || 3 * C > int_max)
+        throw error("attention (cuda): B=" + std::to_string(B) + ", T=" + std::to_string(T) + ", C=" +
+                        std::to_string(C) + ", NH=" + std::to_string(NH) + " is beyond the kernels' grid",
+                    "T is at most 65535 * 64, B * NH and 3C at most 2^31 - 1");
+    return HS;
+}
+
+// Calls f(std::integral_constant<int, D>{}) with the padded head size D >= HS.
+template <class F>
+void with_padded_head_size(std::size_t HS, F&& f) {
+    if (HS <= 16)
+        f(std::integral_constant<int, 16>{});
+    else if (HS <= 32)
+        f(std::integral_constant<int, 32>{});
+    else if (HS <= 64)
+        f(std::integral_constant<int, 64>{});
+    else
+        f(std::integral_constant<int, 128>{});
+}
+
+// Lets kernel use `floats` of dynamic shared memory (beyond the default 48 KB).
+template <class Kernel>
+void allow_shared_memory(Kernel kernel, int floats, const char* name) {
+    const cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    floats * static_cast<int>(sizeof(float)));
+    if (status != cudaSuccess)
+        throw error(std::string("CUDA kernel ") + name + " cannot get " + std::to_string(floats * sizeof(float)) +
+                        " bytes of shared memory: " + cudaGetErrorString(status),
+                    "the attention kernels need an sm_90-class GPU (up to 172 KB of shared memory per block)");
+}
+
+inline float score_scale(std::size_t HS) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS))); }
+inline float score_scale_log2(std::size_t HS) {
+    return static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(HS)));
+}
+
+}  // namespace attention_detail
+
+// out = softmax(q k^T / sqrt(HS), causal) v per head; lse = log-sum-exp of each query row's
+// scaled scores (natural log), all that attention_backward needs besides the inputs.
+template <class Real>
+void attention_forward(Real* out,        // (B, T, C)
+                       Real* lse,        // (B, NH, T)
+                       const Real* qkv,  // (B, T, 3C)
+                       std::size_t B, std::size_t T, std::size_t C, std::size_t NH, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
+    using namespace attention_detail;
+    const std::size_t HS = head_size(B, T, C, NH);
+    if (B == 0 || T == 0 || HS == 0) return;
+    const dim3 grid(static_cast<unsigned>(B * NH), ceil_div(T, tile));
+    with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
+        const auto kernel = attention_forward_kernel<Real, D>;
+        allow_shared_memory(kernel, forward_smem<D>, "attention_forward_kernel");
+        kernel<<<grid, threads, forward_smem<D> * sizeof(float), stream>>>(
+            out, lse, qkv, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), static_cast<int>(HS),
+            score_scale_log2(HS));
+        check_launch("attention_forward_kernel");
+    });
+}
+
+// Accumulates (+=) into dqkv: dq, dk, dv through out = softmax(q k^T / sqrt(HS)) v, given the
+// forward's out and lse. Two kernels on `stream`, no atomics: bitwise reproducible.
+template <class Real>
+void attention_backward(Real* dqkv,        // (B, T, 3C)
+                        const Real* lse,   // (B, NH, T)
+                        const Real* dout,  // (B, T, C)
+                        const Real* out,   // (B, T, C)
+                        const Real* qkv,   // (B, T, 3C)
+                        std::size_t B, std::size_t T, std::size_t C, std::size_t NH, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
+    using namespace attention_detail;
+    const std::size_t HS = head_size(B, T, C, NH);
+    if (B == 0 || T == 0 || HS == 0) return;
+    const dim3 grid(static_cast<unsigned>(B * NH), ceil_div(T, tile));
+    const int t = static_cast<int>(T), c = static_cast<int>(C), nh = static_cast<int>(NH), hs = static_cast<int>(HS);
+    with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
+        const auto dkdv = attention_backward_dkdv_kernel<Real, D>;
+        allow_shared_memory(dkdv, dkdv_smem<D>, "attention_backward_dkdv_kernel");
+        dkdv<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(dqkv, lse, dout, out, qkv, t, c, nh, hs,
+                                                                     score_scale(HS), score_scale_log2(HS));
+        check_launch("attention_backward_dkdv_kernel");
+        const auto dq = attention_backward_dq_kernel<Real, D>;
+        allow_shared_memory(dq, dq_smem<D>, "attention_backward_dq_kernel");
+        dq<<<grid, threads, dq_smem<D> * sizeof(float), stream>>>(dqkv, lse, dout, out, qkv, t, c, nh, hs,
+                                                                 score_scale(HS), score_scale_log2(HS));
+        check_launch("attention_backward_dq_kernel");
+    });
+}
+
+}  // namespace strata::kernels::cuda
