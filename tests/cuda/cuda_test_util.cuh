@@ -37,7 +37,8 @@ template <class T>
 class device_buffer {
 public:
     explicit device_buffer(std::size_t n, std::size_t offset = 0) : m_size(n) {
-        cuda::check(cudaMalloc(&m_allocation, std::max<std::size_t>(n + offset, 1) * sizeof(T)), "cudaMalloc (test buffer)");
+        cuda::check(cudaMalloc(&m_allocation, std::max<std::size_t>(n + offset, 1) * sizeof(T)),
+                    "cudaMalloc (test buffer)");
         m_data = m_allocation + offset;
     }
     explicit device_buffer(const std::vector<T>& host, std::size_t offset = 0) : device_buffer(host.size(), offset) {
@@ -81,6 +82,47 @@ private:
     cudaStream_t m_stream = nullptr;
 };
 
+// Mean milliseconds per call of launch() over `reps` calls after one warm-up call, timed with
+// events on `stream`.
+template <class Launch>
+double time_ms(cudaStream_t stream, int reps, Launch&& launch) {
+    launch();
+    cudaEvent_t start = nullptr, stop = nullptr;
+    cuda::check(cudaEventCreate(&start), "cudaEventCreate");
+    cuda::check(cudaEventCreate(&stop), "cudaEventCreate");
+    cuda::check(cudaEventRecord(start, stream), "cudaEventRecord");
+    for (int i = 0; i < reps; ++i) launch();
+    cuda::check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    cuda::check(cudaEventSynchronize(stop), "cudaEventSynchronize (a timed kernel failed)");
+    float ms = 0;
+    cuda::check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ms / reps;
+}
+
+// x[i] = a pseudo-random value in [-1, 1] from a hash of i and seed: fills the large buffers of the
+// speed tests without generating gigabytes on the host. (A template, so several test files may
+// include it.)
+template <int = 0>
+__global__ void fill_pattern_kernel(float* x, std::size_t n, unsigned seed) {
+    for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+        unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed * 2246822519u;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        x[i] = static_cast<float>(h % 2000001u) * 1e-6f - 1.0f;
+    }
+}
+
+inline void fill_pattern(float* x, std::size_t n, unsigned seed) {
+    fill_pattern_kernel<><<<1024, 256>>>(x, n, seed);
+    cuda::check(cudaGetLastError(), "fill_pattern launch");
+    cuda::check(cudaDeviceSynchronize(), "fill_pattern");
+}
+
+// GB/s of `bytes` moved in `ms` milliseconds.
+inline double gigabytes_per_second(double bytes, double ms) { return bytes / (ms * 1e-3) * 1e-9; }
+
 // ---- comparisons ----
 
 // The bits of a float or double, to compare without == treating -0 == +0 or NaN != NaN.
@@ -94,8 +136,8 @@ std::string first_difference(const std::vector<T>& gpu, const std::vector<T>& cp
     for (std::size_t i = 0; i < gpu.size(); ++i) {
         if (bits_of(gpu[i]) != bits_of(cpu[i])) {
             std::ostringstream text;
-            text << std::setprecision(10) << what << ": first difference at [" << i << "] of " << gpu.size()
-                 << ": gpu " << gpu[i] << " vs cpu " << cpu[i];
+            text << std::setprecision(10) << what << ": first difference at [" << i << "] of " << gpu.size() << ": gpu "
+                 << gpu[i] << " vs cpu " << cpu[i];
             return text.str();
         }
     }
@@ -111,8 +153,8 @@ struct normalized {
 
     std::string describe(const std::string& what) const {
         std::ostringstream text;
-        text << std::setprecision(9) << what << ": normalized error " << error << ", worst at [" << index
-             << "]: gpu " << gpu << " vs cpu " << cpu;
+        text << std::setprecision(9) << what << ": normalized error " << error << ", worst at [" << index << "]: gpu "
+             << gpu << " vs cpu " << cpu;
         return text.str();
     }
 };
@@ -128,14 +170,36 @@ normalized normalized_error(const std::vector<G>& gpu, const std::vector<C>& cpu
     for (const auto c : cpu) scale = std::max(scale, std::abs(static_cast<double>(c)));
     for (std::size_t i = 0; i < gpu.size(); ++i) {
         const double g = static_cast<double>(gpu[i]), c = static_cast<double>(cpu[i]);
-        const double diff = std::isfinite(g) && std::isfinite(c) ? std::abs(g - c)
-                                                                 : std::numeric_limits<double>::infinity();
+        const double diff =
+            std::isfinite(g) && std::isfinite(c) ? std::abs(g - c) : std::numeric_limits<double>::infinity();
         if (diff > largest) {
             largest = diff;
             worst.index = i, worst.gpu = g, worst.cpu = c;
         }
     }
     worst.error = std::max(largest, 0.0) / scale;
+    return worst;
+}
+
+// The largest per-element |gpu - cpu| / max(floor, |gpu| + |cpu|): relative everywhere, for
+// tensors whose small elements matter (probabilities of a 50257-way softmax). NaN or infinity on
+// either side is an infinite error.
+template <class G, class C>
+normalized relative_error(const std::vector<G>& gpu, const std::vector<C>& cpu, double floor = 1e-30) {
+    normalized worst;
+    if (gpu.size() != cpu.size()) {
+        worst.error = std::numeric_limits<double>::infinity();
+        return worst;
+    }
+    worst.error = -1.0;
+    for (std::size_t i = 0; i < gpu.size(); ++i) {
+        const double g = static_cast<double>(gpu[i]), c = static_cast<double>(cpu[i]);
+        const double err = std::isfinite(g) && std::isfinite(c)
+                               ? std::abs(g - c) / std::max(floor, std::abs(g) + std::abs(c))
+                               : std::numeric_limits<double>::infinity();
+        if (err > worst.error) worst = {err, i, g, c};
+    }
+    worst.error = std::max(worst.error, 0.0);
     return worst;
 }
 

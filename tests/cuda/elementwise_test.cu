@@ -63,8 +63,8 @@ TEST_CASE("cuda column_sum_accumulate adds the column sums, in the same bits on 
     // adds up to 64 rows in float, then a 128-way tree; the rounding of ~70 float adds at the scale
     // of the sums stays below 1e-6 of the largest sum. A missed or doubled row is off by O(1e-2).
     test_stream stream;
-    const std::vector<std::pair<std::size_t, std::size_t>> shapes{
-        {1, 36}, {7, 40}, {300, 48}, {300, 37}, {129, 1600}, {8192, 768}, {8192, 2304}};
+    const std::vector<std::pair<std::size_t, std::size_t>> shapes{{1, 36},     {7, 40},     {300, 48},   {300, 37},
+                                                                  {129, 1600}, {8192, 768}, {8192, 2304}};
     for (const auto [rows, OC] : shapes) {
         CAPTURE(rows);
         CAPTURE(OC);
@@ -105,8 +105,8 @@ TEST_CASE("cuda sum_of_squares equals the CPU's chunked order bit for bit") {
     if (skip_without_gpu()) return;
     // Threshold: none. Both sides add the same double products in the same canonical order.
     test_stream stream;
-    for (const std::size_t N : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096},
-                                std::size_t{4097}, std::size_t{3 * 4096 + 17}, std::size_t{10'000'000}}) {
+    for (const std::size_t N : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4096}, std::size_t{4097},
+                                std::size_t{3 * 4096 + 17}, std::size_t{10'000'000}}) {
         for (const std::size_t offset : {0, 1}) {
             CAPTURE(N);
             CAPTURE(offset);
@@ -129,6 +129,41 @@ TEST_CASE("the canonical order is not the plain sequential sum: the test above c
     double sequential = 0.0;
     for (const float v : x) sequential += static_cast<double>(v) * static_cast<double>(v);
     CHECK(bits_of(sequential) != bits_of(cpu::sum_of_squares(x.data(), x.size())));
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("cuda elementwise speed at GPT-2 124M sizes; sum_of_squares keeps the CPU's bits") {
+    if (skip_without_gpu()) return;
+    test_stream stream;
+    const std::size_t params = 124'439'808, wte = 50257 * 768, rows = 8192, OC = 3072;
+    device_buffer<float> a(params), b(params), dbias(OC);
+    fill_pattern(a.get(), params, 1);
+    fill_pattern(b.get(), params, 2);
+    fill_pattern(dbias.get(), OC, 3);
+    device_buffer<double> out(1), workspace(gpu::sum_of_squares_workspace(params));
+
+    const double add = time_ms(stream, 20, [&] { gpu::add_inplace(a.get(), b.get(), params, stream); });
+    const double scale = time_ms(stream, 20, [&] { gpu::scale_inplace(a.get(), 0.5f, params, stream); });
+    const double ssq_wte =
+        time_ms(stream, 20, [&] { gpu::sum_of_squares(out.get(), workspace.get(), b.get(), wte, stream); });
+    const double ssq_all =
+        time_ms(stream, 5, [&] { gpu::sum_of_squares(out.get(), workspace.get(), b.get(), params, stream); });
+    const double colsum =
+        time_ms(stream, 20, [&] { gpu::column_sum_accumulate(dbias.get(), b.get(), rows, OC, stream); });
+    MESSAGE("add_inplace N=124M: " << add << " ms, " << gigabytes_per_second(12.0 * params, add) << " GB/s");
+    MESSAGE("scale_inplace N=124M: " << scale << " ms, " << gigabytes_per_second(8.0 * params, scale) << " GB/s");
+    MESSAGE("sum_of_squares N=" << wte << " (wte): " << ssq_wte << " ms, " << gigabytes_per_second(4.0 * wte, ssq_wte)
+                                << " GB/s");
+    MESSAGE("sum_of_squares N=124M: " << ssq_all << " ms, " << gigabytes_per_second(4.0 * params, ssq_all) << " GB/s");
+    MESSAGE("column_sum_accumulate rows=8192 OC=3072: " << colsum << " ms, "
+                                                        << gigabytes_per_second(4.0 * rows * OC, colsum) << " GB/s");
+
+    // The last timed run is the whole 124M buffer: the CPU gives the same bits.
+    const auto host_b = b.download();
+    CHECK(bits_of(out.download()[0]) == bits_of(cpu::sum_of_squares(host_b.data(), params)));
 }
 
 }  // namespace

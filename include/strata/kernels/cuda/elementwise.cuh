@@ -20,7 +20,7 @@
 #include <algorithm>    // std::min, std::max
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uintptr_t
-#include <type_traits>  // std::is_same_v
+#include <type_traits>  // std::is_same_v, std::type_identity_t
 
 namespace strata::kernels::cuda {
 
@@ -37,9 +37,7 @@ inline unsigned flat_blocks(std::size_t work) {
     return std::max(1u, std::min(ceil_div(work, flat_threads), flat_max_blocks));
 }
 
-__device__ inline std::size_t thread_index() {
-    return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
+__device__ inline std::size_t thread_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
 __device__ inline std::size_t thread_count() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
 
 // ---- packs: Width consecutive floats, one float4 access when Width is 4 ----
@@ -184,10 +182,10 @@ void add_inplace(Real* dst,        // (N)
     check_launch("add_inplace");
 }
 
-// x *= factor.
+// x *= factor. factor does not take part in deducing Real (a double converts, as on the CPU).
 template <class Real>
 void scale_inplace(Real* x,  // (N)
-                   Real factor, std::size_t N, cudaStream_t stream) {
+                   std::type_identity_t<Real> factor, std::size_t N, cudaStream_t stream) {
     static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
     if (N == 0) return;
     if (detail::aligned16(x))
@@ -216,9 +214,10 @@ void residual_forward(Real* out,      // (N)
 
 // One block per column tile (see detail::column_tile_sum); grid.x = ceil(OC / column_tile_width).
 template <class Real>
-__global__ void column_sum_accumulate_kernel(Real* dbias,       // (OC)
-                                             const Real* dout,  // (rows, OC)
-                                             std::size_t rows, std::size_t OC) {
+__global__ void __launch_bounds__(detail::column_tile_width* detail::column_tile_rows)
+    column_sum_accumulate_kernel(Real* dbias,       // (OC)
+                                 const Real* dout,  // (rows, OC)
+                                 std::size_t rows, std::size_t OC) {
     __shared__ float partials[detail::column_tile_rows * detail::column_tile_width];
     const std::size_t c = static_cast<std::size_t>(blockIdx.x) * detail::column_tile_width + threadIdx.x;
     float sum = 0.0f;
@@ -238,8 +237,8 @@ void column_sum_accumulate(Real* dbias,       // (OC)
     static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
     if (OC == 0) return;
     const dim3 block(detail::column_tile_width, detail::column_tile_rows);
-    column_sum_accumulate_kernel<Real><<<ceil_div(OC, detail::column_tile_width), block, 0, stream>>>(dbias, dout,
-                                                                                                     rows, OC);
+    column_sum_accumulate_kernel<Real>
+        <<<ceil_div(OC, detail::column_tile_width), block, 0, stream>>>(dbias, dout, rows, OC);
     check_launch("column_sum_accumulate");
 }
 
@@ -260,8 +259,8 @@ __global__ void sum_of_squares_chunks_kernel(double* partials,  // (chunks)
     __shared__ Real staged[detail::sum_of_squares_warps][chunk];
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const std::size_t c = static_cast<std::size_t>(blockIdx.x) * detail::sum_of_squares_warps + warp;
-    if (c >= sum_of_squares_workspace(N)) return;  // the whole warp leaves together
     const std::size_t begin = c * chunk;
+    if (begin >= N) return;  // past the last chunk: the whole warp leaves together
     const std::size_t length = N - begin < chunk ? N - begin : chunk;
     for (std::size_t i = lane; i < length; i += 32) staged[warp][i] = x[begin + i];
     __syncwarp();

@@ -1,0 +1,101 @@
+// GELU on the GPU, the tanh approximation of GPT-2 ("gelu_new"); a CUDA port of kernels/cpu/gelu.hpp
+// (the oracle), with its constants and the same expression order:
+//   gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//
+// Glossary: N number of elements (B*T*4C in the GPT-2 MLP).
+//
+// tanhf is CUDA's (max 2 ulp), not glibc's, and nvcc contracts a*b + c into FMAs: results differ
+// from the CPU's in the last bits, not more.
+#pragma once
+
+#include <strata/kernels/cpu/gelu.hpp>          // detail::gelu_cubic, detail::gelu_sqrt_2_over_pi
+#include <strata/kernels/cuda/elementwise.cuh>  // detail::aligned16, load_pack, store_pack, flat grids
+#include <strata/kernels/cuda/launch.cuh>       // check_launch
+
+#include <cuda_runtime.h>  // cudaStream_t, tanhf
+
+#include <cstddef>      // std::size_t
+#include <type_traits>  // std::is_same_v
+
+namespace strata::kernels::cuda {
+
+namespace detail {
+
+inline constexpr float gelu_s = static_cast<float>(cpu::detail::gelu_sqrt_2_over_pi);
+inline constexpr float gelu_a = static_cast<float>(cpu::detail::gelu_cubic);
+
+// tanh(sqrt(2/pi) (x + 0.044715 x^3)), the same expression in forward and backward.
+__device__ inline float gelu_tanh(float x) { return tanhf(gelu_s * (x + gelu_a * (x * x * x))); }
+
+__device__ inline float gelu(float x) { return 0.5f * x * (1.0f + gelu_tanh(x)); }
+
+// gelu'(x): sech^2 = 1 - tanh^2 (unlike 1/cosh^2 it cannot overflow for large |x|).
+__device__ inline float gelu_grad(float x) {
+    const float th = gelu_tanh(x);
+    const float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * gelu_s * (1.0f + 3.0f * gelu_a * x * x);
+}
+
+}  // namespace detail
+
+template <class Real, int Width>
+__global__ void gelu_forward_kernel(Real* out,        // (N)
+                                    const Real* inp,  // (N)
+                                    std::size_t N) {
+    const std::size_t packs = N / Width;
+    for (std::size_t i = detail::thread_index(); i < packs; i += detail::thread_count()) {
+        auto p = detail::load_pack<Width>(inp + i * Width);
+        for (int j = 0; j < Width; ++j) p.v[j] = detail::gelu(p.v[j]);
+        detail::store_pack<Width>(out + i * Width, p);
+    }
+    for (std::size_t i = packs * Width + detail::thread_index(); i < N; i += detail::thread_count())
+        out[i] = detail::gelu(inp[i]);
+}
+
+template <class Real, int Width>
+__global__ void gelu_backward_kernel(Real* dinp,        // (N)
+                                     const Real* dout,  // (N)
+                                     const Real* inp,   // (N)
+                                     std::size_t N) {
+    const std::size_t packs = N / Width;
+    for (std::size_t i = detail::thread_index(); i < packs; i += detail::thread_count()) {
+        auto d = detail::load_pack<Width>(dinp + i * Width);
+        const auto dy = detail::load_pack<Width>(dout + i * Width);
+        const auto x = detail::load_pack<Width>(inp + i * Width);
+        for (int j = 0; j < Width; ++j) d.v[j] += detail::gelu_grad(x.v[j]) * dy.v[j];
+        detail::store_pack<Width>(dinp + i * Width, d);
+    }
+    for (std::size_t i = packs * Width + detail::thread_index(); i < N; i += detail::thread_count())
+        dinp[i] += detail::gelu_grad(inp[i]) * dout[i];
+}
+
+template <class Real>
+void gelu_forward(Real* out,        // (N)
+                  const Real* inp,  // (N)
+                  std::size_t N, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    if (N == 0) return;
+    if (detail::aligned16(out, inp))
+        gelu_forward_kernel<Real, 4><<<detail::flat_blocks(N / 4), detail::flat_threads, 0, stream>>>(out, inp, N);
+    else
+        gelu_forward_kernel<Real, 1><<<detail::flat_blocks(N), detail::flat_threads, 0, stream>>>(out, inp, N);
+    check_launch("gelu_forward");
+}
+
+// dinp += gelu'(inp) * dout.
+template <class Real>
+void gelu_backward(Real* dinp,        // (N)
+                   const Real* dout,  // (N)
+                   const Real* inp,   // (N)
+                   std::size_t N, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    if (N == 0) return;
+    if (detail::aligned16(dinp, dout, inp))
+        gelu_backward_kernel<Real, 4>
+            <<<detail::flat_blocks(N / 4), detail::flat_threads, 0, stream>>>(dinp, dout, inp, N);
+    else
+        gelu_backward_kernel<Real, 1><<<detail::flat_blocks(N), detail::flat_threads, 0, stream>>>(dinp, dout, inp, N);
+    check_launch("gelu_backward");
+}
+
+}  // namespace strata::kernels::cuda

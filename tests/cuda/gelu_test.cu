@@ -1,0 +1,73 @@
+// kernels/cuda/gelu.cuh against kernels/cpu/gelu.hpp.
+#include "cuda/cuda_test_util.cuh"  // skip_without_gpu, device_buffer, test_stream, comparisons
+
+#include <strata/kernels/cpu/gelu.hpp>   // gelu_forward, gelu_backward (the oracle)
+#include <strata/kernels/cuda/gelu.cuh>  // the kernels under test
+
+#include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE, CAPTURE
+
+#include <cstddef>  // std::size_t
+#include <vector>   // std::vector
+
+namespace {
+
+using namespace strata::test;
+namespace cpu = strata::kernels::cpu;
+namespace gpu = strata::kernels::cuda;
+
+TEST_CASE("cuda gelu forward and backward match the CPU's tanh approximation") {
+    if (skip_without_gpu()) return;
+    // Thresholds (max |gpu - cpu| / max(1, max |cpu|)):
+    // - forward 1e-6: CUDA's tanhf and glibc's each err by <= 2 ulp (~2.4e-7 near |tanh| = 1), and
+    //   nvcc's FMAs round once less; times 0.5 |x| <= 2 that stays below ~1e-6 absolute, and the
+    //   outputs reach 4, so the normalized error is ~2e-7.
+    // - backward 1e-5: 1 - tanh^2 turns those ulps into an absolute error of ~5e-7, multiplied by
+    //   0.5 x s (1 + 3a x^2), up to ~9 at |x| = 4 (~4e-6 absolute, ~1e-6 normalized). A wrong
+    //   derivative term is off by > 1e-2.
+    test_stream stream;
+    for (const std::size_t N :
+         {std::size_t{1}, std::size_t{7}, std::size_t{300 * 36}, std::size_t{8192} * 4 * 768 + 3}) {
+        for (const std::size_t offset : {0, 1}) {
+            CAPTURE(N);
+            CAPTURE(offset);
+            const auto inp = random_floats(N, 41, -4.0, 4.0);
+            const auto dout = random_floats(N, 42);
+            const auto dinp0 = random_floats(N, 43);  // backward accumulates into it
+
+            std::vector<float> out(N), dinp = dinp0;
+            cpu::gelu_forward(out.data(), inp.data(), N);
+            cpu::gelu_backward(dinp.data(), dout.data(), inp.data(), N);
+
+            device_buffer<float> d_inp(inp, offset), d_dout(dout, offset), d_dinp(dinp0, offset), d_out(N, offset);
+            gpu::gelu_forward(d_out.get(), d_inp.get(), N, stream);
+            gpu::gelu_backward(d_dinp.get(), d_dout.get(), d_inp.get(), N, stream);
+            const auto fwd = normalized_error(d_out.download(), out);
+            CHECK_MESSAGE(fwd.error < 1e-6, fwd.describe("out"));
+            const auto bwd = normalized_error(d_dinp.download(), dinp);
+            CHECK_MESSAGE(bwd.error < 1e-5, bwd.describe("dinp"));
+        }
+    }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("cuda gelu speed at the GPT-2 124M MLP size; forward repeats its bits") {
+    if (skip_without_gpu()) return;
+    test_stream stream;
+    const std::size_t N = std::size_t{8192} * 3072;
+    device_buffer<float> inp(N), out(N), dout(N), dinp(N);
+    fill_pattern(inp.get(), N, 1);
+    fill_pattern(dout.get(), N, 2);
+    fill_pattern(dinp.get(), N, 3);
+    const double fwd = time_ms(stream, 20, [&] { gpu::gelu_forward(out.get(), inp.get(), N, stream); });
+    const auto first = out.download();
+    gpu::gelu_forward(out.get(), inp.get(), N, stream);
+    CHECK(first_difference(out.download(), first, "out").empty());
+    const double bwd = time_ms(stream, 20, [&] { gpu::gelu_backward(dinp.get(), dout.get(), inp.get(), N, stream); });
+    MESSAGE("gelu N=8192*3072: forward " << fwd << " ms (" << gigabytes_per_second(8.0 * N, fwd) << " GB/s), backward "
+                                         << bwd << " ms (" << gigabytes_per_second(16.0 * N, bwd) << " GB/s)");
+}
+
+}  // namespace
