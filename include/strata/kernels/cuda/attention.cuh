@@ -15,7 +15,8 @@
 // Backward is two kernels and no atomics, so dqkv is bitwise reproducible run to run: one block
 // per key tile accumulates dk, dv over the query tiles that see it; one block per query tile
 // accumulates dq over the key tiles it sees. Each element of dqkv is read-modify-written (+=) by
-// exactly one thread. D_i = dout_i . out_i is recomputed per query row inside each kernel.
+// exactly one thread. D_i = dout_i . out_i is recomputed per query row inside each kernel, from
+// the dout and out tiles in shared memory (out borrows the dS tile's space until dS is written).
 //
 // Arithmetic is FP32 FMA on the CUDA cores (no TF32, no tensor cores); exponentials are exp2f of
 // scores pre-scaled by log2(e) / sqrt(HS).
@@ -46,7 +47,9 @@ constexpr int threads = 128;
 constexpr int tile_x = 8;         // threads along a score row; they reduce with __shfl_xor 1, 2, 4
 constexpr int rows_per_thread = 4;
 constexpr int cols_per_thread = 8;
-constexpr int score_ld = tile + 8;  // row stride of a (64, 64) score tile in shared memory
+// Occupancy at D = 64 (nvcc 13, plain __launch_bounds__(128)): the forward gets 168 registers and
+// 69 KB of shared memory, 3 blocks per multiprocessor; dk/dv 218 registers and 107 KB, dq 194 and
+// 88 KB, 2 blocks. A minimum-blocks hint of 2 makes ptxas take 255 registers and spill instead.
 constexpr float log2e = 1.4426950408889634f;
 constexpr float ln2 = 0.6931471805599453f;
 
@@ -57,6 +60,11 @@ struct head_tile {
     static_assert(D == 16 || D == 32 || D == 64 || D == 128, "attention: D is 16, 32, 64 or 128");
     static constexpr int ld = D + 4;
     static constexpr int size = tile * ld;  // floats
+    // A (64, 64) score tile (P, dS) in shared memory has rows score_ld floats apart: 72 makes the
+    // per-element stores of a warp hit 32 distinct banks and its float4 row reads 4 distinct bank
+    // groups. D + 8 when larger, so that the tile can also hold a (64, D) tile of out.
+    static constexpr int score_ld = D + 8 > tile + 8 ? D + 8 : tile + 8;
+    static constexpr int score_size = tile * score_ld;
     // The (rows, D) products O += P V: thread (ty, tx) owns out_cols columns of each of its rows,
     // in groups of vec contiguous columns (float4 reads of a V row, float2 when D = 16).
     static constexpr int vec = D >= 32 ? 4 : 2;
@@ -68,11 +76,11 @@ struct head_tile {
 
 // Shared memory of each kernel, in floats.
 template <int D>
-constexpr int forward_smem = 3 * head_tile<D>::size + tile * score_ld;  // Q, K, V, P
+constexpr int forward_smem = 3 * head_tile<D>::size + head_tile<D>::score_size;  // Q, K, V, P
 template <int D>
-constexpr int dkdv_smem = 4 * head_tile<D>::size + 2 * tile * score_ld + 2 * tile;  // K V Q dO, P dS, lse D
+constexpr int dkdv_smem = 4 * head_tile<D>::size + 2 * head_tile<D>::score_size + 2 * tile;  // K V Q dO, P dS, lse D
 template <int D>
-constexpr int dq_smem = 4 * head_tile<D>::size + tile * score_ld + 2 * tile;  // Q dO K V, dS, lse D
+constexpr int dq_smem = 4 * head_tile<D>::size + head_tile<D>::score_size + 2 * tile;  // Q dO K V, dS, lse D
 
 // 4-byte asynchronous copy global -> shared; src_bytes = 0 writes a zero and reads nothing.
 __device__ inline void copy_async4(float* dst, const float* src, int src_bytes) {
@@ -90,8 +98,8 @@ __device__ inline void copy_async_wait() {
 
 // Starts copying rows [0, rows) x channels [0, HS) of a head's (T, HS) slice into a (64, D) tile;
 // rows >= rows and channels >= HS become zero, so padded lanes add nothing to any product.
-template <int D>
-__device__ void load_tile_async(float* tile_smem,  // (64, D + 4)
+template <int D, int smem_ld = head_tile<D>::ld>
+__device__ void load_tile_async(float* tile_smem,  // (64, D), rows smem_ld apart
                                 const float* src,  // (rows, HS), rows ld apart
                                 std::size_t ld, int rows, int HS) {
     // A thread copies one channel d of every row_step-th row: coalesced along channels, and
@@ -104,8 +112,16 @@ __device__ void load_tile_async(float* tile_smem,  // (64, D + 4)
     for (int step = 0; step < tile / row_step; ++step) {
         const int r = r0 + step * row_step;
         const bool inside = channel_inside && r < rows;
-        copy_async4(tile_smem + r * head_tile<D>::ld + d, inside ? src + r * ld + d : src, inside ? 4 : 0);
+        copy_async4(tile_smem + r * smem_ld + d, inside ? src + r * ld + d : src, inside ? 4 : 0);
     }
+}
+
+// Starts copying lse[q0, q0 + 64) (zeros past T).
+__device__ inline void load_lse_async(float* lse_smem,   // (64)
+                                      const float* lse,  // (T): one (b, h)
+                                      int q0, int T) {
+    const int r = static_cast<int>(threadIdx.x);
+    if (r < tile) copy_async4(lse_smem + r, q0 + r < T ? lse + q0 + r : lse, q0 + r < T ? 4 : 0);
 }
 
 template <int n>
@@ -158,10 +174,10 @@ __device__ inline void tile_dot(float (&acc)[rows_per_thread][cols_per_thread],
 
 // acc[i][n] += sum_c P[ty + 16i][c] * V[c][column(n)], c = 0, 1, ..., 63 in order.
 // P rows are read as float4 (4 distinct rows per warp; stride 72 puts them in bank groups 0, 2,
-// 4, 6), V rows as float4 (8 lanes tx read one contiguous 128-byte run): 12 wavefronts per 128 FMAs.
+// 4, 6; so does D + 8 = 136), V rows as float4 (8 lanes tx read one contiguous 128-byte run): 12 wavefronts per 128 FMAs.
 template <int D>
 __device__ inline void tile_mma(float (&acc)[rows_per_thread][head_tile<D>::out_cols],
-                                const float* P,  // (64, 72): the score-shaped left factor
+                                const float* P,  // (64, score_ld): the score-shaped left factor
                                 const float* V,  // (64, D + 4)
                                 int ty, int tx) {
     using shape = head_tile<D>;
@@ -171,7 +187,7 @@ __device__ inline void tile_mma(float (&acc)[rows_per_thread][head_tile<D>::out_
         float4 p[rows_per_thread];
 #pragma unroll
         for (int i = 0; i < rows_per_thread; ++i)
-            p[i] = *reinterpret_cast<const float4*>(P + (ty + 16 * i) * score_ld + c);
+            p[i] = *reinterpret_cast<const float4*>(P + (ty + 16 * i) * shape::score_ld + c);
 #pragma unroll
         for (int cc = 0; cc < 4; ++cc) {
             float v[shape::out_cols];
@@ -192,35 +208,6 @@ __device__ inline void tile_mma(float (&acc)[rows_per_thread][head_tile<D>::out_
     }
 }
 
-// For the 64 query rows t = q0 + r of one (b, h): lse2[r] = lse * log2(e) and
-// Dsum[r] = dout[t] . out[t] (the softmax backward's row term), in a fixed order (lanes, then a
-// butterfly), so both backward kernels are reproducible. Rows t >= T get 0 (they are masked).
-template <int D>
-__device__ void load_query_stats(float* lse2,       // (64)
-                                 float* Dsum,       // (64)
-                                 const float* lse,  // (T): this (b, h)
-                                 const float* dout, // (T, HS), rows C apart
-                                 const float* out,  // (T, HS), rows C apart
-                                 std::size_t C, int q0, int T, int HS) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll 4
-    for (int r = warp; r < tile; r += threads / 32) {
-        const int t = q0 + r;
-        float sum = 0.f;
-        if (t < T) {
-#pragma unroll
-            for (int d = lane; d < D; d += 32)
-                if (d < HS) sum = fmaf(dout[t * C + d], out[t * C + d], sum);
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        if (lane == 0) {
-            Dsum[r] = sum;
-            lse2[r] = t < T ? lse[t] * log2e : 0.f;
-        }
-    }
-}
-
 // Sum over the 8 threads tx of one score row (consecutive lanes of one warp).
 __device__ inline float row_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
@@ -231,6 +218,33 @@ __device__ inline float row_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+}
+
+// Dsum[r] = dout[r] . out[r] for the 64 rows of a query tile (the softmax backward's row term),
+// in a fixed order (channel groups, then a butterfly over the 8 threads of a row): reproducible.
+// Rows past T are zero in both tiles, so their term is 0.
+template <int D>
+__device__ void row_dots(float* Dsum,      // (64)
+                         const float* dOs, // (64, D), rows D + 4 apart
+                         const float* Os,  // (64, D), rows score_ld apart
+                         int ty, int tx) {
+    using shape = head_tile<D>;
+    constexpr int vec = shape::vec;
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const int r = ty + 16 * i;
+        float sum = 0.f;
+#pragma unroll
+        for (int g = 0; g < shape::out_cols / vec; ++g) {
+            float a[vec], o[vec];
+            load_vec<vec>(a, dOs + r * shape::ld + shape::column(g * vec, tx));
+            load_vec<vec>(o, Os + r * shape::score_ld + shape::column(g * vec, tx));
+#pragma unroll
+            for (int e = 0; e < vec; ++e) sum = fmaf(a[e], o[e], sum);
+        }
+        sum = row_sum(sum);
+        if (tx == 0) Dsum[r] = sum;
+    }
 }
 
 }  // namespace attention_detail
@@ -250,7 +264,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
     float* Qs = reinterpret_cast<float*>(smem_f4);  // (64, D + 4)
     float* Ks = Qs + shape::size;                   // (64, D + 4)
     float* Vs = Ks + shape::size;                   // (64, D + 4)
-    float* Ps = Vs + shape::size;                   // (64, 72)
+    float* Ps = Vs + shape::size;                   // (64, score_ld)
 
     const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
     const int n_tiles = static_cast<int>(gridDim.y);
@@ -304,7 +318,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
             for (int j = 0; j < cols_per_thread; ++j) {
                 const float p = exp2f(s[i][j] - new_max);
                 sum += p;
-                Ps[r * score_ld + tx + tile_x * j] = p;
+                Ps[r * shape::score_ld + tx + tile_x * j] = p;
             }
             l[i] = l[i] * correction + row_sum(sum);
 #pragma unroll
@@ -356,10 +370,10 @@ __global__ void __launch_bounds__(attention_detail::threads)
     float* Vs = Ks + shape::size;                   // (64, D + 4)
     float* Qs = Vs + shape::size;                   // (64, D + 4)
     float* dOs = Qs + shape::size;                  // (64, D + 4)
-    float* Pts = dOs + shape::size;                 // (64 keys, 72): P^T
-    float* dSts = Pts + tile * score_ld;            // (64 keys, 72): dS^T, scaled by 1/sqrt(HS)
-    float* lse2 = dSts + tile * score_ld;           // (64 queries)
-    float* Dsum = lse2 + tile;                      // (64 queries)
+    float* Pts = dOs + shape::size;                 // (64 keys, score_ld): P^T
+    float* dSts = Pts + shape::score_size;          // (64 keys, score_ld): dS^T / sqrt(HS); out before
+    float* lse_s = dSts + shape::score_size;        // (64 queries)
+    float* Dsum = lse_s + tile;                     // (64 queries)
 
     const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
     const int n_tiles = static_cast<int>(gridDim.y);
@@ -375,14 +389,16 @@ __global__ void __launch_bounds__(attention_detail::threads)
     const float* out_bh = out + row0 * C + h * HS;    // (T, HS), rows C apart
     const float* lse_bh = lse + static_cast<std::size_t>(bh) * T;  // (T)
 
-    // Copy groups, in commit order: {K, V, Q(kt)}, {dO(kt)}, then per query tile {Q next}, {dO next}.
+    // Copy groups, in commit order: {K, V, Q(kt), lse(kt)}, {dO(kt), out(kt)}, then per query
+    // tile {Q, lse next}, {dO, out next}.
     load_tile_async<D>(Ks, k + k0 * ld, ld, min(tile, T - k0), HS);
     load_tile_async<D>(Vs, v + k0 * ld, ld, min(tile, T - k0), HS);
     load_tile_async<D>(Qs, q + k0 * ld, ld, min(tile, T - k0), HS);
+    load_lse_async(lse_s, lse_bh, k0, T);
     copy_async_commit();
     load_tile_async<D>(dOs, dout_bh + k0 * static_cast<std::size_t>(C), C, min(tile, T - k0), HS);
+    load_tile_async<D, shape::score_ld>(dSts, out_bh + k0 * static_cast<std::size_t>(C), C, min(tile, T - k0), HS);
     copy_async_commit();
-    load_query_stats<D>(lse2, Dsum, lse_bh, dout_bh, out_bh, C, k0, T, HS);
 
     float dk[rows_per_thread][shape::out_cols] = {};
     float dv[rows_per_thread][shape::out_cols] = {};
@@ -391,10 +407,13 @@ __global__ void __launch_bounds__(attention_detail::threads)
         const bool diagonal = qt == kt;
         const bool last = qt == n_tiles - 1;
         copy_async_wait<1>();
-        __syncthreads();  // Q(qt), lse2, Dsum visible
+        __syncthreads();  // Q(qt), lse(qt) visible
         {
             float s[rows_per_thread][cols_per_thread];
             tile_dot<D>(s, Ks, Qs, ty, tx);  // S^T = K Q^T
+            float lse2[cols_per_thread];  // this thread's queries' lse, base 2
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) lse2[j] = lse_s[tx + tile_x * j] * log2e;
 #pragma unroll
             for (int i = 0; i < rows_per_thread; ++i) {
                 const int key = ty + 16 * i;
@@ -402,15 +421,20 @@ __global__ void __launch_bounds__(attention_detail::threads)
                 for (int j = 0; j < cols_per_thread; ++j) {
                     const int query = tx + tile_x * j;
                     const bool seen = q0 + query < T && (!diagonal || key <= query);
-                    Pts[key * score_ld + query] = seen ? exp2f(s[i][j] * scale_log2 - lse2[query]) : 0.f;
+                    Pts[key * shape::score_ld + query] = seen ? exp2f(s[i][j] * scale_log2 - lse2[j]) : 0.f;
                 }
             }
         }
         copy_async_wait<0>();
-        __syncthreads();  // dO(qt) visible
+        __syncthreads();  // dO(qt), out(qt) visible
+        row_dots<D>(Dsum, dOs, dSts, ty, tx);
+        __syncthreads();  // Dsum visible; out(qt) consumed, dSts free
         {
             float dp[rows_per_thread][cols_per_thread];
             tile_dot<D>(dp, Vs, dOs, ty, tx);  // dP^T = V dO^T
+            float row_term[cols_per_thread];
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) row_term[j] = Dsum[tx + tile_x * j];
             // P^T comes back from shared memory (this thread's own elements): fewer live registers.
 #pragma unroll
             for (int i = 0; i < rows_per_thread; ++i) {
@@ -418,26 +442,28 @@ __global__ void __launch_bounds__(attention_detail::threads)
 #pragma unroll
                 for (int j = 0; j < cols_per_thread; ++j) {
                     const int query = tx + tile_x * j;
-                    const float p = Pts[key * score_ld + query];  // 0 where masked; dp, Dsum finite
-                    dSts[key * score_ld + query] = p * (dp[i][j] - Dsum[query]) * scale;
+                    const float p = Pts[key * shape::score_ld + query];  // 0 where masked; dp finite
+                    dSts[key * shape::score_ld + query] = p * (dp[i][j] - row_term[j]) * scale;
                 }
             }
         }
         __syncthreads();  // P^T, dS^T visible
         tile_mma<D>(dk, dSts, Qs, ty, tx);  // dK += dS^T Q
-        __syncthreads();  // everyone is done with Qs, dSts
+        __syncthreads();  // everyone is done with Qs, dSts, lse_s
         if (!last) {
             const int next = q0 + tile;
             load_tile_async<D>(Qs, q + next * ld, ld, min(tile, T - next), HS);
+            load_lse_async(lse_s, lse_bh, next, T);
             copy_async_commit();
         }
         tile_mma<D>(dv, Pts, dOs, ty, tx);  // dV += P^T dO
-        __syncthreads();  // everyone is done with dOs, Pts, lse2, Dsum
+        __syncthreads();  // everyone is done with dOs, Pts
         if (!last) {
             const int next = q0 + tile;
-            load_tile_async<D>(dOs, dout_bh + next * static_cast<std::size_t>(C), C, min(tile, T - next), HS);
+            const std::size_t offset = next * static_cast<std::size_t>(C);
+            load_tile_async<D>(dOs, dout_bh + offset, C, min(tile, T - next), HS);
+            load_tile_async<D, shape::score_ld>(dSts, out_bh + offset, C, min(tile, T - next), HS);
             copy_async_commit();
-            load_query_stats<D>(lse2, Dsum, lse_bh, dout_bh, out_bh, C, next, T, HS);
         }
     }
 
@@ -475,9 +501,9 @@ __global__ void __launch_bounds__(attention_detail::threads)
     float* dOs = Qs + shape::size;                  // (64, D + 4)
     float* Ks = dOs + shape::size;                  // (64, D + 4)
     float* Vs = Ks + shape::size;                   // (64, D + 4)
-    float* dSs = Vs + shape::size;                  // (64 queries, 72): dS, scaled by 1/sqrt(HS)
-    float* lse2 = dSs + tile * score_ld;            // (64 queries)
-    float* Dsum = lse2 + tile;                      // (64 queries)
+    float* dSs = Vs + shape::size;                  // (64 queries, score_ld): dS / sqrt(HS); out before
+    float* lse_s = dSs + shape::score_size;         // (64 queries)
+    float* Dsum = lse_s + tile;                     // (64 queries)
 
     const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
     const int n_tiles = static_cast<int>(gridDim.y);
@@ -489,26 +515,28 @@ __global__ void __launch_bounds__(attention_detail::threads)
     const float* q = qkv + row0 * ld + h * HS;  // (T, HS), rows ld apart
     const float* k = q + C;                     // (T, HS)
     const float* v = q + 2 * C;                 // (T, HS)
-    const float* dout_bh = dout + row0 * C + h * HS;  // (T, HS), rows C apart
-    const float* out_bh = out + row0 * C + h * HS;    // (T, HS), rows C apart
+    const std::size_t tile_offset = row0 * C + q0 * static_cast<std::size_t>(C) + h * HS;
+    const int rows = min(tile, T - q0);
 
-    // Copy groups, in commit order: {Q, dO, V0}, {K0}, then per key tile {V next}, {K next}.
-    load_tile_async<D>(Qs, q + q0 * ld, ld, min(tile, T - q0), HS);
-    load_tile_async<D>(dOs, dout_bh + q0 * static_cast<std::size_t>(C), C, min(tile, T - q0), HS);
+    // Copy groups, in commit order: {Q, dO, out, lse, V0}, {K0}, then per key tile {V next}, {K next}.
+    load_tile_async<D>(Qs, q + q0 * ld, ld, rows, HS);
+    load_tile_async<D>(dOs, dout + tile_offset, C, rows, HS);
+    load_tile_async<D, shape::score_ld>(dSs, out + tile_offset, C, rows, HS);
+    load_lse_async(lse_s, lse + static_cast<std::size_t>(bh) * T, q0, T);
     load_tile_async<D>(Vs, v, ld, min(tile, T), HS);
     copy_async_commit();
     load_tile_async<D>(Ks, k, ld, min(tile, T), HS);
     copy_async_commit();
-    load_query_stats<D>(lse2, Dsum, lse + static_cast<std::size_t>(bh) * T, dout_bh, out_bh, C, q0, T, HS);
 
     float dq[rows_per_thread][shape::out_cols] = {};
     for (int kt = 0; kt <= qt; ++kt) {
         const bool last = kt == qt;  // the diagonal tile
         copy_async_wait<1>();
-        __syncthreads();  // V(kt) (and Q, dO, lse2, Dsum) visible
+        __syncthreads();  // V(kt) (and Q, dO, out, lse) visible
+        if (kt == 0) row_dots<D>(Dsum, dOs, dSs, ty, tx);  // dSs holds out until the first dS
         float dp[rows_per_thread][cols_per_thread];
         tile_dot<D>(dp, dOs, Vs, ty, tx);  // dP = dO V^T
-        __syncthreads();  // everyone is done with Vs
+        __syncthreads();  // everyone is done with Vs (and with out in dSs); Dsum visible
         if (!last) {
             load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
             copy_async_commit();
@@ -522,13 +550,13 @@ __global__ void __launch_bounds__(attention_detail::threads)
 #pragma unroll
         for (int i = 0; i < rows_per_thread; ++i) {
             const int query = ty + 16 * i;
-            const float row_lse2 = lse2[query], row_D = Dsum[query];
+            const float row_lse2 = lse_s[query] * log2e, row_term = Dsum[query];
 #pragma unroll
             for (int j = 0; j < cols_per_thread; ++j) {
                 const int key = tx + tile_x * j;
                 const bool seen = !last || key <= query;
                 const float p = seen ? exp2f(s[i][j] * scale_log2 - row_lse2) : 0.f;
-                dSs[query * score_ld + key] = p * (dp[i][j] - row_D) * scale;
+                dSs[query * shape::score_ld + key] = p * (dp[i][j] - row_term) * scale;
             }
         }
         __syncthreads();  // dS visible
@@ -629,6 +657,52 @@ void attention_forward(Real* out,        // (B, T, C)
     });
 }
 
+// The two halves of attention_backward, for callers that want them on two streams: they read
+// the same inputs and write disjoint channels of dqkv (dk, dv: [C, 3C); dq: [0, C)).
+template <class Real>
+void attention_backward_dkdv(Real* dqkv,        // (B, T, 3C): accumulates into dk, dv
+                             const Real* lse,   // (B, NH, T)
+                             const Real* dout,  // (B, T, C)
+                             const Real* out,   // (B, T, C)
+                             const Real* qkv,   // (B, T, 3C)
+                             std::size_t B, std::size_t T, std::size_t C, std::size_t NH, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
+    using namespace attention_detail;
+    const std::size_t HS = head_size(B, T, C, NH);
+    if (B == 0 || T == 0 || HS == 0) return;
+    const dim3 grid(static_cast<unsigned>(B * NH), ceil_div(T, tile));
+    with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
+        const auto kernel = attention_backward_dkdv_kernel<Real, D>;
+        allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_dkdv_kernel");
+        kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
+            dqkv, lse, dout, out, qkv, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH),
+            static_cast<int>(HS), score_scale(HS), score_scale_log2(HS));
+        check_launch("attention_backward_dkdv_kernel");
+    });
+}
+
+template <class Real>
+void attention_backward_dq(Real* dqkv,        // (B, T, 3C): accumulates into dq
+                           const Real* lse,   // (B, NH, T)
+                           const Real* dout,  // (B, T, C)
+                           const Real* out,   // (B, T, C)
+                           const Real* qkv,   // (B, T, 3C)
+                           std::size_t B, std::size_t T, std::size_t C, std::size_t NH, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
+    using namespace attention_detail;
+    const std::size_t HS = head_size(B, T, C, NH);
+    if (B == 0 || T == 0 || HS == 0) return;
+    const dim3 grid(static_cast<unsigned>(B * NH), ceil_div(T, tile));
+    with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
+        const auto kernel = attention_backward_dq_kernel<Real, D>;
+        allow_shared_memory(kernel, dq_smem<D>, "attention_backward_dq_kernel");
+        kernel<<<grid, threads, dq_smem<D> * sizeof(float), stream>>>(
+            dqkv, lse, dout, out, qkv, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH),
+            static_cast<int>(HS), score_scale(HS), score_scale_log2(HS));
+        check_launch("attention_backward_dq_kernel");
+    });
+}
+
 // Accumulates (+=) into dqkv: dq, dk, dv through out = softmax(q k^T / sqrt(HS)) v, given the
 // forward's out and lse. Two kernels on `stream`, no atomics: bitwise reproducible.
 template <class Real>
@@ -638,24 +712,8 @@ void attention_backward(Real* dqkv,        // (B, T, 3C)
                         const Real* out,   // (B, T, C)
                         const Real* qkv,   // (B, T, 3C)
                         std::size_t B, std::size_t T, std::size_t C, std::size_t NH, cudaStream_t stream) {
-    static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
-    using namespace attention_detail;
-    const std::size_t HS = head_size(B, T, C, NH);
-    if (B == 0 || T == 0 || HS == 0) return;
-    const dim3 grid(static_cast<unsigned>(B * NH), ceil_div(T, tile));
-    const int t = static_cast<int>(T), c = static_cast<int>(C), nh = static_cast<int>(NH), hs = static_cast<int>(HS);
-    with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
-        const auto dkdv = attention_backward_dkdv_kernel<Real, D>;
-        allow_shared_memory(dkdv, dkdv_smem<D>, "attention_backward_dkdv_kernel");
-        dkdv<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(dqkv, lse, dout, out, qkv, t, c, nh, hs,
-                                                                     score_scale(HS), score_scale_log2(HS));
-        check_launch("attention_backward_dkdv_kernel");
-        const auto dq = attention_backward_dq_kernel<Real, D>;
-        allow_shared_memory(dq, dq_smem<D>, "attention_backward_dq_kernel");
-        dq<<<grid, threads, dq_smem<D> * sizeof(float), stream>>>(dqkv, lse, dout, out, qkv, t, c, nh, hs,
-                                                                 score_scale(HS), score_scale_log2(HS));
-        check_launch("attention_backward_dq_kernel");
-    });
+    attention_backward_dkdv(dqkv, lse, dout, out, qkv, B, T, C, NH, stream);
+    attention_backward_dq(dqkv, lse, dout, out, qkv, B, T, C, NH, stream);
 }
 
 }  // namespace strata::kernels::cuda
