@@ -51,9 +51,12 @@ public:
     T* get() const { return m_data; }
     std::size_t size() const { return m_size; }
 
+    // Waits until the data is on the device: a cudaMemcpy from pageable memory may return before its
+    // DMA lands, and the kernels under test run on a non-blocking stream that does not wait for it.
     void upload(const std::vector<T>& host) {
         REQUIRE(host.size() == m_size);
         cuda::check(cudaMemcpy(m_data, host.data(), m_size * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+        cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after an upload");
     }
     // Waits for all work on the device first (cudaDeviceSynchronize), so a test reads finished results.
     std::vector<T> download() const {
