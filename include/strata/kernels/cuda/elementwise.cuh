@@ -117,9 +117,9 @@ __device__ inline float column_tile_sum(float value, float* shared) {
 
 // ---- sum_of_squares ----
 
-// Blocks of the chunk kernel: two warps, one chunk each, staged through shared memory.
-inline constexpr unsigned sum_of_squares_warps = 2;
-// The total kernel reads the partials in pieces of this many doubles.
+// The chunk kernel's blocks: four warps, one chunk each. A warp stages its chunk in pieces of
+// sum_of_squares_piece doubles (8 KiB); the total kernel reads the partials in pieces of that size.
+inline constexpr unsigned sum_of_squares_warps = 4;
 inline constexpr unsigned sum_of_squares_piece = 1024;
 
 }  // namespace detail
@@ -249,29 +249,44 @@ constexpr std::size_t sum_of_squares_workspace(std::size_t N) {
     return (N + cpu::sum_of_squares_chunk - 1) / cpu::sum_of_squares_chunk;
 }
 
-// One warp per chunk: the lanes stage the chunk in shared memory with coalesced loads, then lane 0
-// adds its squares one by one in index order (the canonical order is sequential within a chunk).
+// One warp per chunk. The lanes form the squares double(x_i) * double(x_i) (exact: a float has 24
+// significant bits, its square 48 of double's 53) and stage them in shared memory, a piece at a
+// time; lane 0 adds them one by one in index order, the canonical order being sequential within a
+// chunk. All 32 lanes convert and multiply; lane 0 only adds, reading two squares per load.
 template <class Real>
 __global__ void sum_of_squares_chunks_kernel(double* partials,  // (chunks)
                                              const Real* x,     // (N)
                                              std::size_t N) {
     constexpr std::size_t chunk = cpu::sum_of_squares_chunk;
-    __shared__ Real staged[detail::sum_of_squares_warps][chunk];
+    constexpr unsigned piece = detail::sum_of_squares_piece;
+    static_assert(chunk % piece == 0 && piece % 2 == 0, "a chunk is a whole number of even pieces");
+    __shared__ __align__(16) double squares[detail::sum_of_squares_warps][piece];
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const std::size_t c = static_cast<std::size_t>(blockIdx.x) * detail::sum_of_squares_warps + warp;
     const std::size_t begin = c * chunk;
     if (begin >= N) return;  // past the last chunk: the whole warp leaves together
-    const std::size_t length = N - begin < chunk ? N - begin : chunk;
-    for (std::size_t i = lane; i < length; i += 32) staged[warp][i] = x[begin + i];
-    __syncwarp();
-    if (lane == 0) {
-        double partial = 0.0;
-        for (std::size_t i = 0; i < length; ++i) {
-            const double value = staged[warp][i];
-            partial += value * value;  // exact product of two floats: an FMA here changes nothing
+    const std::size_t end = N - begin < chunk ? N : begin + chunk;
+    double partial = 0.0;
+    for (std::size_t p = begin; p < end; p += piece) {
+        const std::size_t length = end - p < piece ? end - p : piece;
+        for (std::size_t i = lane; i < length; i += 32) {
+            const double value = x[p + i];
+            squares[warp][i] = value * value;
         }
-        partials[c] = partial;
+        __syncwarp();
+        if (lane == 0) {
+            const double2* pairs = reinterpret_cast<const double2*>(squares[warp]);
+            std::size_t i = 0;
+            for (; i + 1 < length; i += 2) {
+                const double2 two = pairs[i / 2];
+                partial += two.x;
+                partial += two.y;
+            }
+            if (i < length) partial += squares[warp][i];
+        }
+        __syncwarp();  // the next piece overwrites the squares
     }
+    if (lane == 0) partials[c] = partial;
 }
 
 // out = the partials added one by one in chunk order. One block of two warps: while warp 0 adds a
@@ -283,7 +298,7 @@ __global__ void sum_of_squares_total_kernel(double* out,             // (1)
                                             const double* partials,  // (chunks)
                                             std::size_t chunks) {
     constexpr unsigned piece = detail::sum_of_squares_piece;
-    __shared__ double staged[2][piece];
+    __shared__ __align__(16) double staged[2][piece];
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const std::size_t pieces = (chunks + piece - 1) / piece;
     const auto load = [&](std::size_t p) {
@@ -298,7 +313,14 @@ __global__ void sum_of_squares_total_kernel(double* out,             // (1)
         if (warp == 1 && p + 1 < pieces) load(p + 1);
         if (warp == 0 && lane == 0) {
             const std::size_t length = chunks - p * piece < piece ? chunks - p * piece : piece;
-            for (std::size_t i = 0; i < length; ++i) total += staged[p % 2][i];
+            const double2* pairs = reinterpret_cast<const double2*>(staged[p % 2]);
+            std::size_t i = 0;
+            for (; i + 1 < length; i += 2) {
+                const double2 two = pairs[i / 2];
+                total += two.x;
+                total += two.y;
+            }
+            if (i < length) total += staged[p % 2][i];
         }
         __syncthreads();
     }

@@ -9,11 +9,12 @@
 // - dwpe: one block per position t; a thread owns channels and adds b = 0, 1, ... in order.
 // - dwte: one block per range of dwte_rows_per_block vocab rows. In rounds of dwte_positions token
 //   positions, the block lists the positions whose token falls in its range, in increasing order
-//   (a block-wide prefix sum), in shared memory. Then each warp takes (row v, 32-pack channel tile)
-//   items; for its item it walks the list in order (32 entries per ballot, set bits in lane order)
-//   and adds each matching dout row into registers, loading dwte once per round and storing once.
-//   Within a run of matches it loads dwte_batch dout rows before adding them, so a frequent token
-//   (' the' is ~4% of English text) waits on memory once per batch, not once per occurrence.
+//   (a block-wide prefix sum); warp 0 then sorts that list by row, stably (__match_any_sync over
+//   32 entries at a time, in order), so each row's positions are one contiguous run, still in
+//   increasing order. Each warp takes (row v, channel tile) items and adds its row's run into
+//   registers, loading dwte once per round and storing once. It loads dwte_batch dout rows before
+//   adding them, so a frequent token (' the' is ~4% of English text) waits on memory once per
+//   batch, not once per occurrence; few rows per block spread the frequent ones over many SMs.
 //
 // Token ids outside [0, V): the CPU throws; the GPU cannot. forward writes NaN into that position's
 // output row (the loss shows it rather than training on a made-up vector); backward skips the
@@ -25,7 +26,7 @@
 #include <strata/kernels/cuda/elementwise.cuh>  // detail::aligned16, pack, load_pack, store_pack
 #include <strata/kernels/cuda/launch.cuh>       // ceil_div, check_launch
 
-#include <cuda_runtime.h>  // cudaStream_t, __ballot_sync, __shfl_up_sync, __ffs
+#include <cuda_runtime.h>  // cudaStream_t, __match_any_sync, __shfl_up_sync, __popc
 
 #include <cmath>        // NAN
 #include <cstddef>      // std::size_t
@@ -38,10 +39,11 @@ namespace strata::kernels::cuda {
 namespace detail {
 
 inline constexpr unsigned embedding_threads = 128;   // forward and dwpe: threads over one row's channels
-inline constexpr unsigned dwte_rows_per_block = 64;  // vocab rows a dwte block owns (786 blocks for GPT-2)
-inline constexpr unsigned dwte_threads = 256;        // 8 warps
+inline constexpr unsigned dwte_rows_per_block = 16;  // vocab rows a dwte block owns (3142 blocks for GPT-2)
+inline constexpr unsigned dwte_threads = 512;        // 16 warps
 inline constexpr unsigned dwte_positions = 2048;     // token positions listed per round
-inline constexpr unsigned dwte_batch = 16;           // dout rows loaded before they are added
+inline constexpr unsigned dwte_batch = 8;            // dout rows loaded before they are added
+static_assert(dwte_rows_per_block <= 32, "warp 0 keeps one row per lane while it sorts");
 
 // The exclusive prefix sum of one count per thread, in thread order, and the block's total.
 // warp_totals holds blockDim.x / 32 values.
@@ -111,16 +113,20 @@ __global__ void embedding_backward_dwpe_kernel(Real* dwpe,        // (maxT, C)
 // dwte[v] += dout[bt] for every bt with tokens[bt] == v, in increasing bt; one block per range of
 // dwte_rows_per_block rows (grid.x = ceil(V / dwte_rows_per_block)). See the file comment.
 template <class Real, int Width>
-__global__ void embedding_backward_dwte_kernel(Real* dwte,                  // (V, C)
-                                               const Real* dout,            // (B, T, C)
-                                               const std::int32_t* tokens,  // (B, T)
-                                               std::size_t BT, std::size_t C, std::size_t V) {
+__global__ void __launch_bounds__(detail::dwte_threads, 2)
+    embedding_backward_dwte_kernel(Real* dwte,                  // (V, C)
+                                   const Real* dout,            // (B, T, C)
+                                   const std::int32_t* tokens,  // (B, T)
+                                   std::size_t BT, std::size_t C, std::size_t V) {
+    constexpr unsigned rows = detail::dwte_rows_per_block;
     constexpr unsigned per_thread = detail::dwte_positions / detail::dwte_threads;
-    __shared__ unsigned match_position[detail::dwte_positions];  // in increasing order
-    __shared__ std::int32_t match_token[detail::dwte_positions];
+    __shared__ unsigned listed_position[detail::dwte_positions];  // in increasing order
+    __shared__ unsigned listed_row[detail::dwte_positions];       // token - v_begin
+    __shared__ unsigned sorted_position[detail::dwte_positions];  // by row, then increasing
     __shared__ unsigned warp_totals[detail::dwte_threads / 32];
-    const std::size_t v_begin = static_cast<std::size_t>(blockIdx.x) * detail::dwte_rows_per_block;
-    const std::size_t v_end = v_begin + detail::dwte_rows_per_block < V ? v_begin + detail::dwte_rows_per_block : V;
+    __shared__ unsigned row_count[rows], row_start[rows + 1], row_cursor[rows];
+    const std::size_t v_begin = static_cast<std::size_t>(blockIdx.x) * rows;
+    const std::size_t v_end = v_begin + rows < V ? v_begin + rows : V;
     const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const std::size_t tile_channels = 32 * Width;
     const std::size_t tiles = (C + tile_channels - 1) / tile_channels;
@@ -139,54 +145,72 @@ __global__ void embedding_backward_dwte_kernel(Real* dwte,                  // (
             token[k] = first + k < BT ? tokens[first + k] : -1;
             count += in_block(token[k]) ? 1u : 0u;
         }
-        unsigned total = 0;
-        unsigned slot = detail::block_exclusive_scan(count, warp_totals, total);
+        unsigned listed = 0;
+        unsigned slot = detail::block_exclusive_scan(count, warp_totals, listed);
         for (unsigned k = 0; k < per_thread; ++k) {
             if (in_block(token[k])) {
-                match_position[slot] = static_cast<unsigned>(first + k);
-                match_token[slot] = token[k];
+                listed_position[slot] = static_cast<unsigned>(first + k);
+                listed_row[slot] = static_cast<unsigned>(token[k] - static_cast<std::int32_t>(v_begin));
                 ++slot;
             }
         }
         __syncthreads();
 
-        // 2. Each warp adds the listed rows into its (v, channel tile) items, in list order.
-        for (std::size_t item = warp; item < items; item += warps) {
-            const std::size_t v = v_begin + item / tiles;
-            const std::size_t c = (item % tiles) * tile_channels + lane * Width;
-            const bool active = c < C;  // lanes past the row's end still join the ballots
-            detail::pack<Width> acc{};
-            bool loaded = false;  // the same in every lane: it follows the ballots
-            for (unsigned base = 0; base < total; base += 32) {
-                const unsigned k = base + lane;
-                unsigned matches =
-                    __ballot_sync(0xffffffffu, k < total && match_token[k] == static_cast<std::int32_t>(v));
-                while (matches != 0) {
-                    if (!loaded) {
-                        if (active) acc = detail::load_pack<Width>(dwte + v * C + c);
-                        loaded = true;
-                    }
-                    detail::pack<Width> rows[detail::dwte_batch];
-                    unsigned n = 0;
-#pragma unroll
-                    for (unsigned u = 0; u < detail::dwte_batch; ++u) {
-                        if (matches != 0) {
-                            const unsigned src = __ffs(matches) - 1;
-                            matches &= matches - 1;
-                            const std::size_t position = match_position[base + src];
-                            if (active) rows[u] = detail::load_pack<Width>(dout + position * C + c);
-                            ++n;
-                        }
-                    }
-#pragma unroll
-                    for (unsigned u = 0; u < detail::dwte_batch; ++u)
-                        if (u < n && active)
-                            for (int j = 0; j < Width; ++j) acc.v[j] += rows[u].v[j];
-                }
+        // 2. Warp 0 sorts the list by row, stably: 32 entries at a time in list order, each entry
+        // ranked among the equal rows of its group (lower lanes first) after those of earlier groups.
+        if (warp == 0) {
+            const unsigned lower_lanes = (1u << lane) - 1;
+            if (lane < rows) row_count[lane] = 0;
+            __syncwarp();
+            for (unsigned base = 0; base < listed; base += 32) {  // pass 1: entries per row
+                const bool valid = base + lane < listed;
+                const unsigned row = valid ? listed_row[base + lane] : rows + lane;  // unmatched sentinel
+                const unsigned peers = __match_any_sync(0xffffffffu, row);
+                if (valid && (peers & lower_lanes) == 0) row_count[row] += __popc(peers);
+                __syncwarp();
             }
-            if (loaded && active) detail::store_pack<Width>(dwte + v * C + c, acc);
+            if (lane <= rows) {
+                unsigned start = 0;
+                for (unsigned r = 0; r < lane; ++r) start += row_count[r];
+                row_start[lane] = start;
+                if (lane < rows) row_cursor[lane] = start;
+            }
+            __syncwarp();
+            for (unsigned base = 0; base < listed; base += 32) {  // pass 2: place each entry
+                const bool valid = base + lane < listed;
+                const unsigned row = valid ? listed_row[base + lane] : rows + lane;
+                const unsigned peers = __match_any_sync(0xffffffffu, row);
+                if (valid)
+                    sorted_position[row_cursor[row] + __popc(peers & lower_lanes)] = listed_position[base + lane];
+                __syncwarp();
+                if (valid && (peers & lower_lanes) == 0) row_cursor[row] += __popc(peers);
+                __syncwarp();
+            }
         }
-        __syncthreads();  // the next round rewrites the list
+        __syncthreads();
+
+        // 3. Each warp adds a row's run of dout rows into its (row, channel tile) items, in order.
+        for (std::size_t item = warp; item < items; item += warps) {
+            const unsigned row = static_cast<unsigned>(item / tiles);
+            const unsigned begin = row_start[row], end = row_start[row + 1];
+            if (begin == end) continue;  // the same for the whole warp
+            const std::size_t v = v_begin + row;
+            const std::size_t c = (item % tiles) * tile_channels + lane * Width;
+            if (c >= C) continue;  // lanes past the row's end (no warp-wide operation follows)
+            auto acc = detail::load_pack<Width>(dwte + v * C + c);
+            for (unsigned k = begin; k < end; k += detail::dwte_batch) {
+                detail::pack<Width> batch[detail::dwte_batch];
+#pragma unroll
+                for (unsigned u = 0; u < detail::dwte_batch; ++u)
+                    if (k + u < end) batch[u] = detail::load_pack<Width>(dout + sorted_position[k + u] * C + c);
+#pragma unroll
+                for (unsigned u = 0; u < detail::dwte_batch; ++u)
+                    if (k + u < end)
+                        for (int j = 0; j < Width; ++j) acc.v[j] += batch[u].v[j];
+            }
+            detail::store_pack<Width>(dwte + v * C + c, acc);
+        }
+        __syncthreads();  // the next round rewrites the lists
     }
 }
 
