@@ -178,11 +178,14 @@ int train_loop(cpu_backend& backend, const gpt_model<float, cpu_backend>& model,
         const double tps = static_cast<double>(r.tokens) / seconds;
         train_curve.push_back({static_cast<double>(r.step), r.loss});
         nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                              {"tokens_per_s", tps}, {"tokens", r.tokens}};
+                              {"tokens_per_s", tps}, {"tokens", r.tokens},
+                              {"bytes_storage_read", 0}, {"bytes_storage_write", 0}};  // resident: no storage tier
         if constexpr (requires { t.counters(); }) {
             const transfer_counters now = t.counters();
             record["bytes_h2d"] = now.h2d_bytes - before.h2d_bytes;
             record["bytes_d2h"] = now.d2h_bytes - before.d2h_bytes;
+            record["bytes_storage_read"] = now.storage_read_bytes - before.storage_read_bytes;
+            record["bytes_storage_write"] = now.storage_write_bytes - before.storage_write_bytes;
             before = now;
         }
         if (ctx.trace) {

@@ -36,10 +36,12 @@ struct prefetch_pipeline {
     static constexpr std::size_t slots = Depth + 1;
 };
 
-// Bytes moved over each link, for the metrics.
+// Bytes moved over each link, for the metrics (H2D and D2H counted when issued, storage once moved).
 struct transfer_counters {
     std::size_t h2d_bytes = 0;
     std::size_t d2h_bytes = 0;
+    std::size_t storage_read_bytes = 0;   // storage tier -> host: the training steps' reads
+    std::size_t storage_write_bytes = 0;  // host -> storage tier: the training steps' writes
 };
 
 // The engine behind prefetch_pipeline: slots, streams and events. `streamed` lists the groups

@@ -78,6 +78,8 @@ public:
     long step_count() const { return m_step; }
     void set_step_count(long step) { m_step = step; }
     B& backend() { return m_backend; }
+    // Bytes moved per link since construction: H2D, D2H, and the storage tier's reads and writes
+    // of AdamW moments during steps (not checkpoint I/O). Read between steps.
     const transfer_counters& counters() const { return m_engine.counters(); }
 
     // Every stream of the trainer with its trace track name (H2D, compute, D2H, optimizer, storage I/O).
@@ -288,11 +290,16 @@ private:
             run(m_m[g].data(), m_v[g].data());
         } else {
             tiered_tensor<R, host_tier, B> m(m_backend, m_m[g].shape(), "adam_m.staging"), v(m_backend, m_v[g].shape(), "adam_v.staging");
+            // The storage counters are only touched here, on the optimizer thread (the other
+            // counters on the host thread: separate fields), and read after the step's named wait.
+            auto& counted = m_engine.counters();
             m.copy_from(m_m[g], m_io);
             v.copy_from(m_v[g], m_io).wait();  // named: moments read from storage
+            counted.storage_read_bytes += m.bytes() + v.bytes();
             run(m.data(), v.data());
             m_m[g].copy_from(m, m_io);
             m_v[g].copy_from(v, m_io).wait();  // named: moments written back before the staging is freed
+            counted.storage_write_bytes += m.bytes() + v.bytes();
         }
     }
 
