@@ -1,6 +1,6 @@
 // cuda attention: forward (out, lse) and backward (dqkv, accumulated) against the CPU kernel, the
-// oracle, on odd and GPT-2 shapes; large-magnitude scores; bitwise reproducibility; the errors it
-// throws; and its speed at the GPT-2 124M shape.
+// oracle, on odd and GPT-2 shapes; large-magnitude scores; buffers off 16-byte alignment; bitwise
+// reproducibility; the errors it throws; and its speed at the GPT-2 124M shape.
 //
 // Glossary: B batch, T time, C channels, NH heads, HS head size (C / NH).
 #include <algorithm>  // std::max, std::all_of
@@ -25,14 +25,20 @@ namespace cpu = strata::kernels::cpu;
 namespace gpu = strata::kernels::cuda;
 using strata::cuda::check;
 
-// Owns n floats of device memory.
+// Owns n floats of device memory, starting `offset` floats past a cudaMalloc (256-byte aligned)
+// address: offset 1 makes every row of a GPT-2 shape 4 bytes off 16-byte alignment.
 class device_floats {
 public:
-    explicit device_floats(std::size_t n) : m_n(n) { check(cudaMalloc(&m_data, std::max<std::size_t>(n, 1) * sizeof(float)), "cudaMalloc"); }
-    explicit device_floats(const std::vector<float>& host) : device_floats(host.size()) { upload(host); }
+    explicit device_floats(std::size_t n, std::size_t offset = 0) : m_n(n) {
+        check(cudaMalloc(&m_allocation, (n + offset + 1) * sizeof(float)), "cudaMalloc");
+        m_data = m_allocation + offset;
+    }
+    explicit device_floats(const std::vector<float>& host, std::size_t offset = 0) : device_floats(host.size(), offset) {
+        upload(host);
+    }
     device_floats(const device_floats&) = delete;
     device_floats& operator=(const device_floats&) = delete;
-    ~device_floats() { cudaFree(m_data); }
+    ~device_floats() { cudaFree(m_allocation); }
 
     float* data() { return m_data; }
     void upload(const std::vector<float>& host) {
@@ -45,6 +51,7 @@ public:
     }
 
 private:
+    float* m_allocation = nullptr;
     float* m_data = nullptr;
     std::size_t m_n;
 };
@@ -122,9 +129,11 @@ constexpr tolerances unit_scores{5e-5, 1e-5, 1e-4};
 constexpr tolerances large_scores{5e-4, 1e-5, 1e-3};
 
 // Runs both kernels on one shape and compares them with the CPU kernel; checks each error against
-// tol and that a second backward run gives identical bits.
-void compare_with_cpu(const shape& s, float amplitude, const tolerances& tol, unsigned seed) {
-    INFO("B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH << " qkv amplitude " << amplitude);
+// tol and that a second backward run gives identical bits. offset shifts every device buffer by
+// that many floats (1: the kernels must fall back from 16-byte to 4-byte copies).
+void compare_with_cpu(const shape& s, float amplitude, const tolerances& tol, unsigned seed, std::size_t offset = 0) {
+    INFO("B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH << " qkv amplitude " << amplitude
+              << " offset " << offset);
     const std::size_t BT = s.B * s.T, C = s.C;
     const std::vector<float> qkv = random_floats(BT * 3 * C, seed, amplitude);
     const std::vector<float> dout = random_floats(BT * C, seed + 1);
@@ -136,8 +145,9 @@ void compare_with_cpu(const shape& s, float amplitude, const tolerances& tol, un
     cpu::attention_backward(g_cpu.data(), att.data(), dout.data(), qkv.data(), s.B, s.T, C, s.NH);
     const std::vector<double> lse_ref = reference_lse(qkv, s);
 
-    device_floats d_qkv(qkv), d_dout(dout), d_out(BT * C), d_lse(gpu::attention_saved(s.B, s.T, s.NH));
-    device_floats d_dqkv(dqkv_start), d_dqkv_again(dqkv_start);
+    device_floats d_qkv(qkv, offset), d_dout(dout, offset), d_out(BT * C, offset);
+    device_floats d_lse(gpu::attention_saved(s.B, s.T, s.NH), offset);
+    device_floats d_dqkv(dqkv_start, offset), d_dqkv_again(dqkv_start, offset);
     gpu::attention_forward(d_out.data(), d_lse.data(), d_qkv.data(), s.B, s.T, C, s.NH, nullptr);
     gpu::attention_backward(d_dqkv.data(), d_lse.data(), d_dout.data(), d_out.data(), d_qkv.data(), s.B, s.T, C,
                             s.NH, nullptr);
@@ -171,7 +181,7 @@ void compare_with_cpu(const shape& s, float amplitude, const tolerances& tol, un
         dqkv_error[part] =
             normalized_error(got[part], expected[part], std::max(max_abs(gradient[part]), 0.01 * largest_part));
     MESSAGE("B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH << " x" << amplitude
-                 << ": normalized errors out " << out_error << ", lse " << lse_error << ", dq " << dqkv_error[0]
+                 << (offset ? " misaligned" : "") << ": normalized errors out " << out_error << ", lse " << lse_error << ", dq " << dqkv_error[0]
                  << ", dk " << dqkv_error[1] << ", dv " << dqkv_error[2]);
     CHECK(out_error < tol.out);
     CHECK(lse_error < tol.lse);
@@ -203,6 +213,14 @@ TEST_CASE("cuda attention online softmax holds with large-magnitude scores (qkv 
     compare_with_cpu({1, 300, 768, 12}, 8.f, large_scores, 7);
     compare_with_cpu({2, 64, 48, 2}, 8.f, large_scores, 8);
     compare_with_cpu({1, 200, 400, 4}, 8.f, large_scores, 9);
+}
+
+TEST_CASE("cuda attention takes buffers off 16-byte alignment (4-byte copies) for every padded head size") {
+    if (strata::cuda::device_count() == 0) { MESSAGE("SKIPPED on cuda: no GPU on this machine"); return; }
+    compare_with_cpu({1, 33, 48, 3}, 1.f, unit_scores, 21, 1);    // HS 16
+    compare_with_cpu({2, 64, 48, 2}, 1.f, unit_scores, 22, 1);    // HS 24 -> 32
+    compare_with_cpu({1, 300, 768, 12}, 1.f, unit_scores, 23, 1); // HS 64
+    compare_with_cpu({1, 130, 256, 2}, 1.f, unit_scores, 24, 1);  // HS 128
 }
 
 TEST_CASE("cuda attention forward is bitwise reproducible") {

@@ -27,10 +27,12 @@
 
 #include <cuda_runtime.h>  // cudaStream_t, cudaFuncSetAttribute, float4, __shfl_xor_sync
 
-#include <cmath>        // std::sqrt
-#include <cstddef>      // std::size_t
-#include <string>       // std::string, std::to_string
-#include <type_traits>  // std::is_same_v, std::integral_constant
+#include <cmath>             // std::sqrt
+#include <cstddef>           // std::size_t
+#include <cstdint>           // std::uintptr_t
+#include <initializer_list>  // std::initializer_list
+#include <string>            // std::string, std::to_string
+#include <type_traits>       // std::is_same_v, std::integral_constant
 
 namespace strata::kernels::cuda {
 
@@ -47,9 +49,10 @@ constexpr int threads = 128;
 constexpr int tile_x = 8;         // threads along a score row; they reduce with __shfl_xor 1, 2, 4
 constexpr int rows_per_thread = 4;
 constexpr int cols_per_thread = 8;
-// Occupancy at D = 64 (nvcc 13, plain __launch_bounds__(128)): the forward gets 168 registers and
-// 69 KB of shared memory, 3 blocks per multiprocessor; dk/dv 218 registers and 107 KB, dq 194 and
-// 88 KB, 2 blocks. A minimum-blocks hint of 2 makes ptxas take 255 registers and spill instead.
+// Occupancy at D = 64 (nvcc 13, plain __launch_bounds__(128), no spills): the forward gets 168
+// registers and 69 KB of shared memory, 3 blocks per multiprocessor; dk/dv 220 registers and
+// 107 KB, dq 198 and 88 KB, 2 blocks. A minimum-blocks hint of 2 makes ptxas take 255 registers
+// and spill instead. (D = 128, for generality, runs 1 block and dk/dv spills 80 bytes.)
 constexpr float log2e = 1.4426950408889634f;
 constexpr float ln2 = 0.6931471805599453f;
 
@@ -89,6 +92,13 @@ __device__ inline void copy_async4(float* dst, const float* src, int src_bytes) 
                  "r"(src_bytes)
                  : "memory");
 }
+// 16-byte asynchronous copy global -> shared through L2 only; src_bytes = 0 writes zeros.
+__device__ inline void copy_async16(float* dst, const float* src, int src_bytes) {
+    const unsigned dst_shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_shared), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
 __device__ inline void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most `pending` of this thread's committed groups are still in flight.
 template <int pending>
@@ -98,21 +108,36 @@ __device__ inline void copy_async_wait() {
 
 // Starts copying rows [0, rows) x channels [0, HS) of a head's (T, HS) slice into a (64, D) tile;
 // rows >= rows and channels >= HS become zero, so padded lanes add nothing to any product.
+// vector16 (HS and ld multiples of 4, src 16-byte aligned: GPT-2's shapes) copies 16 bytes per
+// instruction, else 4 (any HS): a thread copies one piece of every row_step-th row, coalesced
+// along channels, with only a pointer and a row index live across the loop.
 template <int D, int smem_ld = head_tile<D>::ld>
 __device__ void load_tile_async(float* tile_smem,  // (64, D), rows smem_ld apart
                                 const float* src,  // (rows, HS), rows ld apart
-                                std::size_t ld, int rows, int HS) {
-    // A thread copies one channel d of every row_step-th row: coalesced along channels, and
-    // only a pointer and a row index live across the loop.
-    static_assert(threads % D == 0, "attention: a block copies whole rows per step");
-    constexpr int row_step = threads / D;
-    const int d = static_cast<int>(threadIdx.x) % D, r0 = static_cast<int>(threadIdx.x) / D;
-    const bool channel_inside = d < HS;
+                                std::size_t ld, int rows, int HS, bool vector16) {
+    if (vector16) {
+        constexpr int pieces = D / 4;  // 16-byte pieces per row
+        static_assert(threads % pieces == 0, "attention: a block copies whole rows per step");
+        constexpr int row_step = threads / pieces;
+        const int d = static_cast<int>(threadIdx.x) % pieces * 4, r0 = static_cast<int>(threadIdx.x) / pieces;
+        const bool channel_inside = d < HS;  // HS % 4 == 0: a piece is wholly inside or outside
 #pragma unroll 4
-    for (int step = 0; step < tile / row_step; ++step) {
-        const int r = r0 + step * row_step;
-        const bool inside = channel_inside && r < rows;
-        copy_async4(tile_smem + r * smem_ld + d, inside ? src + r * ld + d : src, inside ? 4 : 0);
+        for (int step = 0; step < tile / row_step; ++step) {
+            const int r = r0 + step * row_step;
+            const bool inside = channel_inside && r < rows;
+            copy_async16(tile_smem + r * smem_ld + d, inside ? src + r * ld + d : src, inside ? 16 : 0);
+        }
+    } else {
+        static_assert(threads % D == 0, "attention: a block copies whole rows per step");
+        constexpr int row_step = threads / D;
+        const int d = static_cast<int>(threadIdx.x) % D, r0 = static_cast<int>(threadIdx.x) / D;
+        const bool channel_inside = d < HS;
+#pragma unroll 4
+        for (int step = 0; step < tile / row_step; ++step) {
+            const int r = r0 + step * row_step;
+            const bool inside = channel_inside && r < rows;
+            copy_async4(tile_smem + r * smem_ld + d, inside ? src + r * ld + d : src, inside ? 4 : 0);
+        }
     }
 }
 
@@ -256,7 +281,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
     attention_forward_kernel(Real* __restrict__ out,        // (B, T, C)
                              Real* __restrict__ lse,        // (B, NH, T)
                              const Real* __restrict__ qkv,  // (B, T, 3C)
-                             int T, int C, int NH, int HS, float scale_log2) {
+                             int T, int C, int NH, int HS, float scale_log2, bool vector16) {
     using namespace attention_detail;
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
     using shape = head_tile<D>;
@@ -277,10 +302,10 @@ __global__ void __launch_bounds__(attention_detail::threads)
     const float* v = q + 2 * C;                                            // (T, HS)
 
     // Copy groups, in commit order: {Q, K0}, {V0}, then per key tile {K next}, {V next}.
-    load_tile_async<D>(Qs, q + q0 * ld, ld, min(tile, T - q0), HS);
-    load_tile_async<D>(Ks, k, ld, min(tile, T), HS);
+    load_tile_async<D>(Qs, q + q0 * ld, ld, min(tile, T - q0), HS, vector16);
+    load_tile_async<D>(Ks, k, ld, min(tile, T), HS, vector16);
     copy_async_commit();
-    load_tile_async<D>(Vs, v, ld, min(tile, T), HS);
+    load_tile_async<D>(Vs, v, ld, min(tile, T), HS, vector16);
     copy_async_commit();
 
     float o[rows_per_thread][shape::out_cols] = {};
@@ -296,7 +321,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         tile_dot<D>(s, Qs, Ks, ty, tx);
         __syncthreads();  // everyone is done with Ks
         if (!last) {
-            load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS, vector16);
             copy_async_commit();
         }
         // Online softmax. Key 0 is in tile 0 and sees every query, so m is finite from tile 0 on.
@@ -332,7 +357,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         tile_mma<D>(o, Ps, Vs, ty, tx);
         __syncthreads();  // everyone is done with Vs and Ps
         if (!last) {
-            load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS, vector16);
             copy_async_commit();
         }
     }
@@ -361,7 +386,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
                                    const Real* __restrict__ dout, // (B, T, C)
                                    const Real* __restrict__ out,  // (B, T, C)
                                    const Real* __restrict__ qkv,  // (B, T, 3C)
-                                   int T, int C, int NH, int HS, float scale, float scale_log2) {
+                                   int T, int C, int NH, int HS, float scale, float scale_log2,
+                                   bool vector16) {
     using namespace attention_detail;
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
     using shape = head_tile<D>;
@@ -391,13 +417,13 @@ __global__ void __launch_bounds__(attention_detail::threads)
 
     // Copy groups, in commit order: {K, V, Q(kt), lse(kt)}, {dO(kt), out(kt)}, then per query
     // tile {Q, lse next}, {dO, out next}.
-    load_tile_async<D>(Ks, k + k0 * ld, ld, min(tile, T - k0), HS);
-    load_tile_async<D>(Vs, v + k0 * ld, ld, min(tile, T - k0), HS);
-    load_tile_async<D>(Qs, q + k0 * ld, ld, min(tile, T - k0), HS);
+    load_tile_async<D>(Ks, k + k0 * ld, ld, min(tile, T - k0), HS, vector16);
+    load_tile_async<D>(Vs, v + k0 * ld, ld, min(tile, T - k0), HS, vector16);
+    load_tile_async<D>(Qs, q + k0 * ld, ld, min(tile, T - k0), HS, vector16);
     load_lse_async(lse_s, lse_bh, k0, T);
     copy_async_commit();
-    load_tile_async<D>(dOs, dout_bh + k0 * static_cast<std::size_t>(C), C, min(tile, T - k0), HS);
-    load_tile_async<D, shape::score_ld>(dSts, out_bh + k0 * static_cast<std::size_t>(C), C, min(tile, T - k0), HS);
+    load_tile_async<D>(dOs, dout_bh + k0 * static_cast<std::size_t>(C), C, min(tile, T - k0), HS, vector16);
+    load_tile_async<D, shape::score_ld>(dSts, out_bh + k0 * static_cast<std::size_t>(C), C, min(tile, T - k0), HS, vector16);
     copy_async_commit();
 
     float dk[rows_per_thread][shape::out_cols] = {};
@@ -452,7 +478,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         __syncthreads();  // everyone is done with Qs, dSts, lse_s
         if (!last) {
             const int next = q0 + tile;
-            load_tile_async<D>(Qs, q + next * ld, ld, min(tile, T - next), HS);
+            load_tile_async<D>(Qs, q + next * ld, ld, min(tile, T - next), HS, vector16);
             load_lse_async(lse_s, lse_bh, next, T);
             copy_async_commit();
         }
@@ -461,8 +487,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
         if (!last) {
             const int next = q0 + tile;
             const std::size_t offset = next * static_cast<std::size_t>(C);
-            load_tile_async<D>(dOs, dout_bh + offset, C, min(tile, T - next), HS);
-            load_tile_async<D, shape::score_ld>(dSts, out_bh + offset, C, min(tile, T - next), HS);
+            load_tile_async<D>(dOs, dout_bh + offset, C, min(tile, T - next), HS, vector16);
+            load_tile_async<D, shape::score_ld>(dSts, out_bh + offset, C, min(tile, T - next), HS, vector16);
             copy_async_commit();
         }
     }
@@ -492,7 +518,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
                                  const Real* __restrict__ dout, // (B, T, C)
                                  const Real* __restrict__ out,  // (B, T, C)
                                  const Real* __restrict__ qkv,  // (B, T, 3C)
-                                 int T, int C, int NH, int HS, float scale, float scale_log2) {
+                                 int T, int C, int NH, int HS, float scale, float scale_log2,
+                                 bool vector16) {
     using namespace attention_detail;
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
     using shape = head_tile<D>;
@@ -519,13 +546,13 @@ __global__ void __launch_bounds__(attention_detail::threads)
     const int rows = min(tile, T - q0);
 
     // Copy groups, in commit order: {Q, dO, out, lse, V0}, {K0}, then per key tile {V next}, {K next}.
-    load_tile_async<D>(Qs, q + q0 * ld, ld, rows, HS);
-    load_tile_async<D>(dOs, dout + tile_offset, C, rows, HS);
-    load_tile_async<D, shape::score_ld>(dSs, out + tile_offset, C, rows, HS);
+    load_tile_async<D>(Qs, q + q0 * ld, ld, rows, HS, vector16);
+    load_tile_async<D>(dOs, dout + tile_offset, C, rows, HS, vector16);
+    load_tile_async<D, shape::score_ld>(dSs, out + tile_offset, C, rows, HS, vector16);
     load_lse_async(lse_s, lse + static_cast<std::size_t>(bh) * T, q0, T);
-    load_tile_async<D>(Vs, v, ld, min(tile, T), HS);
+    load_tile_async<D>(Vs, v, ld, min(tile, T), HS, vector16);
     copy_async_commit();
-    load_tile_async<D>(Ks, k, ld, min(tile, T), HS);
+    load_tile_async<D>(Ks, k, ld, min(tile, T), HS, vector16);
     copy_async_commit();
 
     float dq[rows_per_thread][shape::out_cols] = {};
@@ -538,7 +565,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         tile_dot<D>(dp, dOs, Vs, ty, tx);  // dP = dO V^T
         __syncthreads();  // everyone is done with Vs (and with out in dSs); Dsum visible
         if (!last) {
-            load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS, vector16);
             copy_async_commit();
             copy_async_wait<1>();  // K(kt) landed; V(kt + 1) may still be in flight
         } else {
@@ -563,7 +590,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         tile_mma<D>(dq, dSs, Ks, ty, tx);  // dQ += dS K
         __syncthreads();  // everyone is done with Ks, dSs
         if (!last) {
-            load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS);
+            load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS, vector16);
             copy_async_commit();
         }
     }
@@ -628,6 +655,14 @@ void allow_shared_memory(Kernel kernel, int floats, const char* name) {
                     "the attention kernels need an sm_90-class GPU (up to 172 KB of shared memory per block)");
 }
 
+// Whether the kernels may copy 16 bytes at a time: every head row starts 16-byte aligned.
+inline bool rows_16_byte_aligned(std::size_t C, std::size_t HS, std::initializer_list<const void*> pointers) {
+    if (C % 4 != 0 || HS % 4 != 0) return false;
+    for (const void* p : pointers)
+        if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0) return false;
+    return true;
+}
+
 inline float score_scale(std::size_t HS) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS))); }
 inline float score_scale_log2(std::size_t HS) {
     return static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(HS)));
@@ -652,7 +687,7 @@ void attention_forward(Real* out,        // (B, T, C)
         allow_shared_memory(kernel, forward_smem<D>, "attention_forward_kernel");
         kernel<<<grid, threads, forward_smem<D> * sizeof(float), stream>>>(
             out, lse, qkv, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH), static_cast<int>(HS),
-            score_scale_log2(HS));
+            score_scale_log2(HS), rows_16_byte_aligned(C, HS, {qkv}));
         check_launch("attention_forward_kernel");
     });
 }
@@ -676,7 +711,7 @@ void attention_backward_dkdv(Real* dqkv,        // (B, T, 3C): accumulates into 
         allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_dkdv_kernel");
         kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
             dqkv, lse, dout, out, qkv, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH),
-            static_cast<int>(HS), score_scale(HS), score_scale_log2(HS));
+            static_cast<int>(HS), score_scale(HS), score_scale_log2(HS), rows_16_byte_aligned(C, HS, {qkv, dout, out}));
         check_launch("attention_backward_dkdv_kernel");
     });
 }
@@ -698,7 +733,7 @@ void attention_backward_dq(Real* dqkv,        // (B, T, 3C): accumulates into dq
         allow_shared_memory(kernel, dq_smem<D>, "attention_backward_dq_kernel");
         kernel<<<grid, threads, dq_smem<D> * sizeof(float), stream>>>(
             dqkv, lse, dout, out, qkv, static_cast<int>(T), static_cast<int>(C), static_cast<int>(NH),
-            static_cast<int>(HS), score_scale(HS), score_scale_log2(HS));
+            static_cast<int>(HS), score_scale(HS), score_scale_log2(HS), rows_16_byte_aligned(C, HS, {qkv, dout, out}));
         check_launch("attention_backward_dq_kernel");
     });
 }
