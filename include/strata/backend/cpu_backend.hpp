@@ -82,6 +82,8 @@ public:
         return s.record();
     }
 
+    // Storage I/O: one task on the stream (ordered by events like any copy); inside it the
+    // storage_file's io_engine keeps many chunk requests in flight.
     event read(void* dst, tier_id, const storage_file& src, std::size_t offset, std::size_t bytes, stream& s) {
         s.enqueue([=, &src] { src.read(offset, dst, bytes); }, "storage read");
         return s.record();
@@ -94,15 +96,7 @@ public:
 
     event copy(storage_file& dst, std::size_t dst_offset, const storage_file& src, std::size_t src_offset,
                std::size_t bytes, stream& s) {
-        s.enqueue([=, &dst, &src] {
-            auto bounce = detail::make_aligned_buffer(storage_file::bounce_bytes);
-            for (std::size_t done = 0; done < bytes;) {
-                const std::size_t n = std::min(storage_file::bounce_bytes, bytes - done);
-                src.read(src_offset + done, bounce.get(), n);
-                dst.write(dst_offset + done, bounce.get(), n);
-                done += n;
-            }
-        }, "storage copy");
+        s.enqueue([=, &dst, &src] { storage_file::copy(dst, dst_offset, src, src_offset, bytes); }, "storage copy");
         return s.record();
     }
 

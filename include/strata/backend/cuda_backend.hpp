@@ -1,8 +1,10 @@
 // cuda_backend: the tier/stream/event interface of cpu_backend on one NVIDIA GPU.
 //
 // device tier: cudaMalloc; host tier: cudaHostAlloc (pinned, so copies run at link speed);
-// storage tier: files, moved by pread/pwrite in stream order and staged through a pinned buffer
-// to and from the device. Copies between memory tiers are cudaMemcpyAsync on the given stream.
+// storage tier: files, moved in stream order by cudaLaunchHostFunc callbacks that call
+// storage_file::read/write (each keeps many requests in flight on the io_engine: pread/pwrite or
+// io_uring, never a CUDA call) and staged through a pinned buffer to and from the device.
+// Copies between memory tiers are cudaMemcpyAsync on the given stream.
 //
 // Named synchronization: deallocating device or pinned memory (cudaFree, cudaFreeHost) waits
 // for the GPU. Allocate once, outside the step loop.
@@ -90,6 +92,9 @@ public:
         return s.record();
     }
 
+    // Storage <-> host: one callback for the whole range. Storage <-> device: per staging_chunk,
+    // a callback filling (or draining) the stream's pinned staging buffer, then the DMA; each
+    // callback has staging_chunk / storage_file::chunk_bytes requests in flight.
     event read(void* dst, tier_id dst_tier, const storage_file& src, std::size_t offset, std::size_t bytes,
                stream& s) {
         if (dst_tier == tier_id::host) {
@@ -124,16 +129,11 @@ public:
         return s.record();
     }
 
+    // Storage to storage never touches the GPU: one callback, with its own (pageable) bounce
+    // buffers, reading the next round while it writes the current one.
     event copy(storage_file& dst, std::size_t dst_offset, const storage_file& src, std::size_t src_offset,
                std::size_t bytes, stream& s) {
-        void* staging = s.staging(staging_chunk);
-        for (std::size_t done = 0; done < bytes; done += staging_chunk) {
-            const std::size_t n = std::min(staging_chunk, bytes - done);
-            s.enqueue_host([=, &dst, &src] {
-                src.read(src_offset + done, staging, n);
-                dst.write(dst_offset + done, staging, n);
-            });
-        }
+        s.enqueue_host([=, &dst, &src] { storage_file::copy(dst, dst_offset, src, src_offset, bytes); });
         return s.record();
     }
 

@@ -4,25 +4,35 @@
 // double-buffer data that strata already stages in pinned memory). Where O_DIRECT is refused
 // (tmpfs, some overlay file systems) the file is opened buffered and that is logged once.
 // The file is preallocated, so "disk full" is an error at creation, not halfway through training.
+//
+// read() and write() block their caller (a stream's task), but inside they are asynchronous: a
+// transfer is cut into page-aligned chunks of at most chunk_bytes that are submitted together to
+// an io_engine (storage/io_engine.hpp), so many requests are in flight, and then waited for.
+// Partial edge pages go through a small bounce buffer (read-modify-write when writing); a user
+// buffer whose address is not page-aligned relative to the file offset goes entirely through
+// bounce buffers, bounce_bytes at a time.
 #pragma once
 
-#include <strata/core/bytes.hpp>  // page_size, round_up, round_down, is_aligned, format_bytes
-#include <strata/core/error.hpp>  // strata::error
-#include <strata/core/log.hpp>    // log_note
+#include <strata/core/bytes.hpp>          // page_size, round_up, round_down, format_bytes
+#include <strata/core/error.hpp>          // strata::error
+#include <strata/core/log.hpp>            // log_note
+#include <strata/storage/io_engine.hpp>   // io_engine, io_request, io_completion, shared_io_engine
 
 #include <fcntl.h>     // open, O_DIRECT, posix_fallocate
 #include <sys/stat.h>  // mode constants
-#include <unistd.h>    // pread, pwrite, close, unlink
+#include <unistd.h>    // close, unlink
 
 #include <algorithm>   // std::min, std::max
 #include <atomic>      // std::atomic
 #include <cerrno>      // errno
 #include <cstddef>     // std::size_t, std::byte
+#include <cstdint>     // std::uintptr_t
 #include <cstdlib>     // std::aligned_alloc, std::free
 #include <cstring>     // std::memcpy, std::strerror
 #include <filesystem>  // std::filesystem::path
 #include <memory>      // std::unique_ptr
 #include <string>      // std::string
+#include <vector>      // std::vector
 
 namespace strata {
 
@@ -46,12 +56,22 @@ inline std::atomic<bool>& buffered_io_noted() {
 
 class storage_file {
 public:
-    // Unaligned requests go through a bounce buffer this large, one chunk at a time.
-    static constexpr std::size_t bounce_bytes = std::size_t{4} << 20;
+    // The largest single request of a transfer: large transfers become many of these, in flight
+    // together (1 MiB: big enough for the disk's full bandwidth per request, small enough that a
+    // one-block transfer of a small model still spreads over several).
+    static constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+    // A buffer that is not page-aligned relative to the file offset goes through bounce buffers,
+    // this much per round (read, then copy out; or copy in, then write).
+    static constexpr std::size_t bounce_bytes = std::size_t{8} << 20;
 
-    // Creates (or truncates) `path` with room for `bytes` (padded to whole pages).
-    storage_file(std::filesystem::path path, std::size_t bytes)
-        : m_path(std::move(path)), m_bytes(bytes), m_file_bytes(round_up(bytes, page_size)) {
+    // Creates (or truncates) `path` with room for `bytes` (padded to whole pages). Its I/O goes
+    // through `engine`, which must outlive the file (the default lives until the process exits).
+    storage_file(std::filesystem::path path, std::size_t bytes, io_engine& engine = shared_io_engine())
+        : m_path(std::move(path)),
+          m_label("storage-tier file " + m_path.string()),
+          m_bytes(bytes),
+          m_file_bytes(round_up(bytes, page_size)),
+          m_engine(&engine) {
         m_fd = ::open(m_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
         if (m_fd < 0 && errno == EINVAL) {
             m_fd = ::open(m_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -89,13 +109,38 @@ public:
     std::size_t size() const { return m_bytes; }
     std::size_t bytes_on_disk() const { return m_file_bytes; }
     bool direct_io() const { return m_direct; }
+    io_engine& engine() const { return *m_engine; }
 
-    // Blocking reads and writes of any byte range; the backends run them on their streams.
+    // Reads and writes of any byte range, returning when every byte has moved (many requests in
+    // flight meanwhile); the backends run them as tasks on their streams.
     void read(std::size_t offset, void* dst, std::size_t bytes) const {
-        transfer(offset, static_cast<std::byte*>(dst), bytes, /*writing=*/false);
+        transfer(offset, static_cast<std::byte*>(dst), bytes, io_op::read);
     }
     void write(std::size_t offset, const void* src, std::size_t bytes) {
-        transfer(offset, static_cast<std::byte*>(const_cast<void*>(src)), bytes, /*writing=*/true);
+        transfer(offset, static_cast<std::byte*>(const_cast<void*>(src)), bytes, io_op::write);
+    }
+
+    // Copies `bytes` from `src` at `src_offset` to `dst` at `dst_offset` through two bounce
+    // buffers: the next round is read from `src` while the current one is written to `dst`.
+    // The two ranges must not overlap when `src` and `dst` are the same file.
+    static void copy(storage_file& dst, std::size_t dst_offset, const storage_file& src, std::size_t src_offset,
+                     std::size_t bytes) {
+        src.check_range(src_offset, bytes);
+        dst.check_range(dst_offset, bytes);
+        if (bytes == 0) return;
+        // Whole pages of `src` (its file is padded to whole pages), so every read is aligned.
+        const std::size_t base = round_down(src_offset, page_size), stop = round_up(src_offset + bytes, page_size);
+        const std::size_t round = std::min(stop - base, bounce_bytes);
+        const detail::aligned_buffer buffers = detail::make_aligned_buffer(2 * round);
+        std::byte* const buf[2] = {buffers.get(), buffers.get() + round};
+        io_completion pending = src.submit_chunks(io_op::read, base, buf[0], std::min(round, stop - base));
+        for (std::size_t lo = base, k = 0; lo < stop; lo += round, ++k) {
+            pending.wait();
+            const std::size_t hi = std::min(lo + round, stop);
+            if (hi < stop) pending = src.submit_chunks(io_op::read, hi, buf[(k + 1) % 2], std::min(round, stop - hi));
+            const std::size_t a = std::max(lo, src_offset), b = std::min(hi, src_offset + bytes);
+            dst.write(dst_offset + (a - src_offset), buf[k % 2] + (a - lo), b - a);
+        }
     }
 
 private:
@@ -106,56 +151,114 @@ private:
                             std::to_string(m_bytes));
     }
 
-    // Walks the page-aligned cover of [offset, offset + bytes) in chunks. A chunk that the
-    // request covers entirely, with a page-aligned user buffer, moves directly; any other chunk
-    // goes through the bounce buffer (read-modify-write for partial pages when writing).
-    void transfer(std::size_t offset, std::byte* user, std::size_t bytes, bool writing) const {
+    // [offset, offset + bytes) of the file (within its padded size) <-> buf, as requests of at
+    // most chunk_bytes submitted in one batch. With O_DIRECT, offset, buf and the chunk ends must
+    // be page-aligned (the last chunk may end at any page boundary of the padded file).
+    io_completion submit_chunks(io_op op, std::size_t offset, std::byte* buf, std::size_t bytes) const {
+        std::vector<io_request> requests;
+        requests.reserve((bytes + chunk_bytes - 1) / chunk_bytes);
+        for (std::size_t done = 0; done < bytes; done += chunk_bytes)
+            requests.push_back({m_fd, offset + done, buf + done, std::min(chunk_bytes, bytes - done), op, m_label});
+        return m_engine->submit(requests);
+    }
+
+    void transfer(std::size_t offset, std::byte* user, std::size_t bytes, io_op op) const {
         check_range(offset, bytes);
         if (bytes == 0) return;
-        const std::size_t begin = round_down(offset, page_size);
-        const std::size_t end = round_up(offset + bytes, page_size);
+        if (!m_direct)
+            submit_chunks(op, offset, user, bytes).wait();  // buffered I/O takes any offset and address
+        else if ((reinterpret_cast<std::uintptr_t>(user) - offset) % page_size == 0)
+            transfer_aligned(offset, user, bytes, op);
+        else
+            transfer_bounced(offset, user, bytes, op);
+    }
+
+    // The user buffer lines up with the file's pages: whole pages move directly, and at most two
+    // partially covered edge pages go through a two-page bounce buffer.
+    void transfer_aligned(std::size_t offset, std::byte* user, std::size_t bytes, io_op op) const {
+        const std::size_t end = offset + bytes;
+        const std::size_t mid_lo = round_up(offset, page_size), mid_hi = round_down(end, page_size);
+        std::size_t edge[2];
+        std::size_t edges = 0;
+        if (mid_lo > mid_hi) {
+            edge[edges++] = mid_hi;  // both ends inside one page
+        } else {
+            if (offset != mid_lo) edge[edges++] = mid_lo - page_size;
+            if (end != mid_hi) edge[edges++] = mid_hi;
+        }
         detail::aligned_buffer bounce;
-        for (std::size_t chunk = begin; chunk < end;) {
-            const std::size_t chunk_end = std::min(end, chunk + bounce_bytes);
-            const std::size_t lo = std::max(chunk, offset), hi = std::min(chunk_end, offset + bytes);
-            std::byte* at = user + (lo - offset);
-            if (lo == chunk && hi == chunk_end && is_aligned(at, page_size)) {
-                io(chunk, at, chunk_end - chunk, writing);
-            } else {
-                if (!bounce) bounce = detail::make_aligned_buffer(bounce_bytes);
-                if (!writing || lo != chunk || hi != chunk_end) io(chunk, bounce.get(), chunk_end - chunk, false);
-                if (writing) {
-                    std::memcpy(bounce.get() + (lo - chunk), at, hi - lo);
-                    io(chunk, bounce.get(), chunk_end - chunk, true);
-                } else {
-                    std::memcpy(at, bounce.get() + (lo - chunk), hi - lo);
-                }
+        if (edges) bounce = detail::make_aligned_buffer(edges * page_size);
+        const auto edge_requests = [&](io_op direction) {
+            std::vector<io_request> r;
+            for (std::size_t i = 0; i < edges; ++i)
+                r.push_back({m_fd, edge[i], bounce.get() + i * page_size, page_size, direction, m_label});
+            return r;
+        };
+        // Copies the user's part of each edge page out of (reading) or into (writing) the bounce.
+        const auto copy_edges = [&](bool to_user) {
+            for (std::size_t i = 0; i < edges; ++i) {
+                const std::size_t lo = std::max(offset, edge[i]), hi = std::min(end, edge[i] + page_size);
+                std::byte* b = bounce.get() + i * page_size + (lo - edge[i]);
+                if (to_user)
+                    std::memcpy(user + (lo - offset), b, hi - lo);
+                else
+                    std::memcpy(b, user + (lo - offset), hi - lo);
             }
-            chunk = chunk_end;
+        };
+        const std::size_t middle_bytes = mid_hi > mid_lo ? mid_hi - mid_lo : 0;
+        std::byte* const middle = middle_bytes ? user + (mid_lo - offset) : user;
+        if (op == io_op::read) {
+            io_completion whole = submit_chunks(io_op::read, mid_lo, middle, middle_bytes);
+            io_completion parts = m_engine->submit(edge_requests(io_op::read));
+            parts.wait();
+            whole.wait();
+            copy_edges(/*to_user=*/true);
+        } else {
+            io_completion whole = submit_chunks(io_op::write, mid_lo, middle, middle_bytes);
+            if (edges) {
+                m_engine->submit(edge_requests(io_op::read)).wait();  // read-modify-write of the edges
+                copy_edges(/*to_user=*/false);
+                m_engine->submit(edge_requests(io_op::write)).wait();
+            }
+            whole.wait();
         }
     }
 
-    void io(std::size_t offset, std::byte* buf, std::size_t bytes, bool writing) const {
-        while (bytes > 0) {
-            const ssize_t n = writing ? ::pwrite(m_fd, buf, bytes, static_cast<off_t>(offset))
-                                      : ::pread(m_fd, buf, bytes, static_cast<off_t>(offset));
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) {
-                const int err = n < 0 ? errno : EIO;
-                throw error(std::string(writing ? "write to" : "read from") + " storage-tier file " + m_path.string() +
-                                " failed at byte " + std::to_string(offset) + ": " + std::strerror(err),
-                            err == ENOSPC ? "the disk is full: free space or choose another --storage-dir"
-                                          : "check the disk and the storage directory");
+    // The user buffer does not line up with the file's pages: the page-aligned cover of the range
+    // moves through bounce buffers, bounce_bytes per round, each round many requests in flight.
+    void transfer_bounced(std::size_t offset, std::byte* user, std::size_t bytes, io_op op) const {
+        const std::size_t end = offset + bytes;
+        const std::size_t begin = round_down(offset, page_size), cover_end = round_up(end, page_size);
+        const std::size_t round = std::min(cover_end - begin, bounce_bytes);
+        const detail::aligned_buffer bounce = detail::make_aligned_buffer(round);
+        for (std::size_t lo = begin; lo < cover_end; lo += round) {
+            const std::size_t hi = std::min(lo + round, cover_end);
+            const std::size_t a = std::max(lo, offset), b = std::min(hi, end);
+            std::byte* const part = bounce.get() + (a - lo);
+            if (op == io_op::read) {
+                submit_chunks(io_op::read, lo, bounce.get(), hi - lo).wait();
+                std::memcpy(user + (a - offset), part, b - a);
+                continue;
             }
-            buf += n;
-            offset += static_cast<std::size_t>(n);
-            bytes -= static_cast<std::size_t>(n);
+            // Read-modify-write of the pages the request covers only partly: the cover's first
+            // page (when the range starts inside it) and its last page (when it ends inside it).
+            std::vector<io_request> partial;
+            if (lo == begin && offset != begin)
+                partial.push_back({m_fd, lo, bounce.get(), page_size, io_op::read, m_label});
+            if (hi == cover_end && end != cover_end && !(hi - page_size == lo && !partial.empty()))
+                partial.push_back({m_fd, hi - page_size, bounce.get() + (hi - page_size - lo), page_size, io_op::read,
+                                   m_label});
+            m_engine->submit(partial).wait();
+            std::memcpy(part, user + (a - offset), b - a);
+            submit_chunks(io_op::write, lo, bounce.get(), hi - lo).wait();
         }
     }
 
     std::filesystem::path m_path;
+    std::string m_label;  // "storage-tier file PATH": how errors name this file
     std::size_t m_bytes;
     std::size_t m_file_bytes;
+    io_engine* m_engine;
     int m_fd = -1;
     bool m_direct = true;
 };
