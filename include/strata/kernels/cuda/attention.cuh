@@ -20,6 +20,11 @@
 //
 // Arithmetic is FP32 FMA on the CUDA cores (no TF32, no tensor cores); exponentials are exp2f of
 // scores pre-scaled by log2(e) / sqrt(HS).
+//
+// Speed on an H200 at GPT-2 124M's shape (B=8, T=1024, C=768, NH=12), tests/cuda/attention_test.cu:
+// forward 0.38 ms (33.7 TFLOP/s counting S and PV over the lower triangle); backward 1.55 ms
+// (dk/dv 0.90, dq 0.61), 4.0x the forward: without atomics it executes seven (64, 64, 64) products
+// per tile pair to the forward's two (S and dP are recomputed by both kernels), at 29 TFLOP/s.
 #pragma once
 
 #include <strata/core/error.hpp>            // strata::error
