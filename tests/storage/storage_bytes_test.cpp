@@ -47,8 +47,15 @@ std::size_t moment_bytes(const gpt_model<float, cpu_backend>& model) {
     return n;
 }
 
+// Removes the storage directory once the backend (declared after it) is gone.
+struct remove_dir_at_end {
+    std::filesystem::path dir;
+    ~remove_dir_at_end() { std::filesystem::remove_all(dir); }
+};
+
 template <class Moments>
 void check_step_bytes(double clip, std::size_t accum, std::size_t expected_per_step) {
+    const remove_dir_at_end cleanup{tiers().storage_dir};
     cpu_backend backend(tiers());
     gpt_model<float, cpu_backend> model(config);
     train_options o{.batch = 2, .seq = 8, .accum = accum, .clip = clip};
