@@ -50,9 +50,7 @@ public:
     // Requests already running finish; queued ones are cancelled; the workers are joined.
     ~thread_pool_io_engine() override {
         shut_down();
-#if defined(__SANITIZE_THREAD__)
-        __tsan_mutex_destroy(&m_mutex, 0);
-#endif
+        detail::tsan_forget_mutex(m_mutex);
     }
 
     io_completion submit(std::span<const io_request> batch) override {

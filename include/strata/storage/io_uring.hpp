@@ -96,9 +96,7 @@ public:
         for (op* o : m_in_kernel) cancelled.push_back({std::unique_ptr<op>(o), ECANCELED});
         m_in_kernel.clear();
         finish_all(cancelled);
-#if defined(__SANITIZE_THREAD__)
-        __tsan_mutex_destroy(&m_mutex, 0);
-#endif
+        detail::tsan_forget_mutex(m_mutex);
     }
 
     io_completion submit(std::span<const io_request> batch) override {
