@@ -20,6 +20,9 @@
 #include <strata/text/gpt2_tokenizer.hpp>
 #include <strata/train/checkpoint.hpp>
 #include <strata/train/trainer.hpp>
+#ifdef STRATA_WITH_CUDA
+#include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
@@ -74,16 +77,17 @@ struct train_args {
     bool tokenizer_given = false;
     int threads = 0;
     bool no_checkpointing = false;
+    bool tf32 = false;
 };
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
-std::string fmt_model(const gpt_config& c, const train_options& o) {
+std::string fmt_model(const gpt_config& c, const train_options& o, std::string_view backend) {
     return "model: GPT-2 architecture, " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
            " heads, " + std::to_string(c.n_embd) + " channels, vocab " + std::to_string(c.vocab_size) + ", context " +
            std::to_string(c.max_seq) + ": " + std::to_string(c.parameter_count()) + " parameters; batch " +
-           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) +
-           ", CPU backend";
+           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) + ", " +
+           std::string(backend) + " backend";
 }
 
 // Parses "1234", "512M", "16G" (binary units) into bytes.
@@ -117,8 +121,8 @@ struct run_context {
     std::string tokenizer;                // "byte" or "gpt2:DIR", as used
 };
 
-template <class Trainer>
-int train_loop(cpu_backend& backend, const gpt_model<float, cpu_backend>& model, const train_options& o, run_context& ctx) {
+template <class Trainer, class B>
+int train_loop(B& backend, const gpt_model<float, B>& model, const train_options& o, run_context& ctx) {
     const train_args& a = ctx.a;
     Trainer t(backend, model, o);
     t.initialize(a.seed);
@@ -175,6 +179,10 @@ int train_loop(cpu_backend& backend, const gpt_model<float, cpu_backend>& model,
         const auto start = std::chrono::steady_clock::now();
         const step_result r = t.step(micro);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (ctx.trace)  // GPU streams time their ops with events: collect them now that the step is done
+            t.for_each_stream([](std::string_view, auto& s) {
+                if constexpr (requires { s.flush_trace(); }) s.flush_trace();
+            });
         const double tps = static_cast<double>(r.tokens) / seconds;
         train_curve.push_back({static_cast<double>(r.step), r.loss});
         nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
@@ -220,11 +228,38 @@ int train_loop(cpu_backend& backend, const gpt_model<float, cpu_backend>& model,
     return 0;
 }
 
-int run_train(const train_args& a) {
+// The trainer the plan asks for, on backend B.
+template <class B>
+int train_on(B& backend, const memory_plan& p, const gpt_config& config, const train_options& o, run_context& ctx) {
+    gpt_model<float, B> model(config);
+    if (p.where != placement::streamed) return train_loop<trainer_t<float, B>>(backend, model, o, ctx);
+    const bool on_storage = p.m_home == tier_id::storage;
+    if (p.slots >= 3)
+        return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, model, o, ctx)
+                          : train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, model, o, ctx);
+    return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>>>(backend, model, o, ctx)
+                      : train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, model, o, ctx);
+}
+
+// --device: cpu, cuda, or auto (CUDA when this build has it and a GPU is present).
+bool use_cuda(const train_args& a) {
+    if (a.device != "cpu" && a.device != "cuda" && a.device != "auto")
+        throw error("--device must be cpu, cuda or auto, got '" + a.device + "'");
+#ifdef STRATA_WITH_CUDA
+    if (a.device == "cuda" && !cuda_backend::available())
+        throw error("--device cuda: no CUDA GPU is visible to this process", "check nvidia-smi, or use --device cpu");
+    return a.device == "cuda" || (a.device == "auto" && cuda_backend::available());
+#else
     if (a.device == "cuda")
-        throw error("--device cuda: this build's strata-gpt trains on the CPU backend only",
-                    "use --device cpu (the CUDA trainer arrives with the CUDA backend's GPT kernels)");
-    if (a.device != "cpu" && a.device != "auto") throw error("--device must be cpu, cuda or auto, got '" + a.device + "'");
+        throw error("--device cuda: this strata-gpt was built without the CUDA backend",
+                    "rebuild where nvcc is found (cmake --preset cuda-release), or use --device cpu");
+    return false;
+#endif
+}
+
+int run_train(const train_args& a) {
+    const bool cuda = use_cuda(a);
+    if (a.tf32 && !cuda) throw error("--tf32 applies to the CUDA backend's GEMMs only", "drop --tf32, or use --device cuda");
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
     // --init-from: a GPT-2 directory (Hugging Face's or strata's) gives the shape and the weights,
@@ -270,33 +305,41 @@ int run_train(const train_args& a) {
     // The plan: placement and bytes per tier, refused before anything is allocated.
     const fs::path storage_dir = a.storage_dir.empty() ? fs::temp_directory_path() / ("strata-" + std::to_string(::getpid()))
                                                        : fs::path(a.storage_dir);
-    tier_bytes budgets = default_budgets(physical_memory_bytes() / 4, storage_dir);
+    std::size_t default_device = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
+#ifdef STRATA_WITH_CUDA
+    if (cuda) default_device = cuda_backend::default_device_budget();
+#endif
+    tier_bytes budgets = default_budgets(default_device, storage_dir);
     if (!a.device_budget.empty()) budgets.device = parse_bytes(a.device_budget, "--device-budget");
     if (!a.host_budget.empty()) budgets.host = parse_bytes(a.host_budget, "--host-budget");
     if (!a.storage_budget.empty()) budgets.storage = parse_bytes(a.storage_budget, "--storage-budget");
     plan_request request{.model = config, .batch = a.batch, .seq = a.seq_len, .accum = a.accum,
                          .checkpointing = o.checkpointing, .element_bytes = sizeof(float), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
+#ifdef STRATA_WITH_CUDA
+    const memory_plan p = cuda ? plan<cuda_backend>(request) : plan<cpu_backend>(request);
+#else
     const memory_plan p = plan<cpu_backend>(request);
-    print_line(fmt_model(config, o));
+#endif
+    print_line(fmt_model(config, o, cuda ? "CUDA" : "CPU"));
+    if (cuda) print_line(std::string("GEMM math: ") + (a.tf32 ? "TF32 tensor cores (--tf32)" : "strict FP32"));
     print_line(p.to_table());
     if (a.plan_only) return 0;
 
-    cpu_backend backend({.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
-                         .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir});
-    gpt_model<float, cpu_backend> model(config);
+    const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
+                             .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir};
     run_context ctx{a, prepared, eot, std::nullopt, {}, tokenizer_spec};
     if (init) ctx.init_blocks = std::move(init->blocks);
-    const bool streamed = p.where == placement::streamed;
-    if (streamed) ctx.trace.emplace();
-    else if (!a.trace.empty()) ctx.trace.emplace();
-    if (!streamed) return train_loop<trainer_t<float, cpu_backend>>(backend, model, o, ctx);
-    const bool on_storage = p.m_home == tier_id::storage;
-    if (p.slots >= 3)
-        return on_storage ? train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, model, o, ctx)
-                          : train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, model, o, ctx);
-    return on_storage ? train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<storage_tier>>>(backend, model, o, ctx)
-                      : train_loop<trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, model, o, ctx);
+    if (p.where == placement::streamed || !a.trace.empty()) ctx.trace.emplace();
+#ifdef STRATA_WITH_CUDA
+    if (cuda) {
+        ops<cuda_backend>::set_tf32(a.tf32);
+        cuda_backend backend(tiers);
+        return train_on(backend, p, config, o, ctx);
+    }
+#endif
+    cpu_backend backend(tiers);
+    return train_on(backend, p, config, o, ctx);
 }
 
 struct sample_args {
@@ -365,7 +408,8 @@ int main(int argc, char** argv) {
     train->add_option("--storage-budget", t.storage_budget, "storage tier budget in bytes (default: free disk at --storage-dir)");
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
-    train->add_option("--device", t.device, "cpu, cuda or auto")->capture_default_str();
+    train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
+    train->add_flag("--tf32", t.tf32, "CUDA: let the GEMMs use TF32 tensor cores (default: strict FP32)");
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
     train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");
 

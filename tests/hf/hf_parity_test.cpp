@@ -3,8 +3,11 @@
 // docs/parity.md. For every shape of tests/fixtures/hf/ the HF directory loads through
 // load_model_files, and on the fixture's batch strata gives torch's logits, loss, the gradient of
 // every parameter and a 10-step AdamW trajectory (losses, gradient norms, final weights); writing
-// the loaded model back gives the HF file's tensors byte for byte.
+// the loaded model back gives the HF file's tensors byte for byte. The numeric cases run on every
+// backend (on the GPU: the CUDA kernels against torch, same tolerances).
 #include <strata/nn/cpu_ops.hpp>  // ops<cpu_backend>: first, so the CPU kernels are seen
+
+#include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
 
 #include <strata/data/loader.hpp>       // data::batch
 #include <strata/io/json_file.hpp>      // read_json_file
@@ -50,8 +53,7 @@ constexpr double key_bias_tolerance = 1e-4;  // absolute, on both strata's and t
 
 constexpr std::array<const char*, 3> shapes = {"l2_h2_c48_v101", "l3_h3_c36_v257", "l1_h4_c40_v67"};
 
-using model_t = gpt_model<float, cpu_backend>;
-using resident_trainer = trainer<float, cpu_backend>;
+using model_t = gpt_model<float, cpu_backend>;  // layouts and names: the same for every backend
 
 fs::path fixtures_dir() {
 #ifdef STRATA_SOURCE_DIR
@@ -138,50 +140,63 @@ std::vector<float> slot_values(const host_blocks<float>& blocks, std::size_t g, 
     return {p, p + slot.spec.shape.numel()};
 }
 
-// Gives the model the host copies of the weights: on cpu_backend the kernels read host memory.
-struct host_weights {
-    const host_blocks<float>& blocks;
-    const float* params(std::size_t g, cpu_backend::stream&, group_use) { return blocks[g].data(); }
-    float* grads(std::size_t g, cpu_backend::stream&) {
-        throw error("host_weights: gradients of group " + std::to_string(g) + " asked for in a forward pass",
+// Gives the model device copies of the weights (forward only).
+template <class B>
+struct device_weights {
+    std::vector<tiered_tensor<float, device_tier, B>> blocks;
+    device_weights(B& backend, const host_blocks<float>& host, typename B::stream& s) {
+        for (std::size_t g = 0; g < host.size(); ++g) {
+            tiered_tensor<float, host_tier, B> staged(backend, shape{host[g].size()}, "weights.host");
+            std::copy(host[g].begin(), host[g].end(), staged.span().begin());
+            blocks.emplace_back(backend, shape{host[g].size()}, "weights");
+            blocks.back().copy_from(staged, s).wait();  // named: the staging buffer is freed next
+        }
+    }
+    const float* params(std::size_t g, typename B::stream&, group_use) { return blocks[g].device_data().get(); }
+    float* grads(std::size_t g, typename B::stream&) {
+        throw error("device_weights: gradients of group " + std::to_string(g) + " asked for in a forward pass",
                     "only model.forward may run with this binder");
     }
-    void done(std::size_t, cpu_backend::stream&, group_use) {}
+    void done(std::size_t, typename B::stream&, group_use) {}
 };
 
 // strata's logits (B, T, V) for the fixture's batch with `blocks` as weights.
-std::vector<float> strata_logits(const fixture& f, const host_blocks<float>& blocks) {
-    cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
-    model_t model(f.hf.config);
+template <class B>
+std::vector<float> strata_logits(B& backend, const fixture& f, const host_blocks<float>& blocks) {
+    using model_b = gpt_model<float, B>;
+    model_b model(f.hf.config);
     auto s = backend.make_stream("parity");
-    model_t::activations act(backend, f.hf.config, f.batch, f.seq, false);
+    typename model_b::activations act(backend, f.hf.config, f.batch, f.seq, false);
     const std::size_t BT = f.batch * f.seq, V = f.hf.config.vocab_size;
     const data::batch b = f.tokens();
-    tiered_tensor<std::int32_t, host_tier, cpu_backend> tokens(backend, shape{BT}, "tokens"), targets(backend, shape{BT}, "targets");
+    tiered_tensor<std::int32_t, host_tier, B> tokens(backend, shape{BT}, "tokens"), targets(backend, shape{BT}, "targets");
     std::copy(b.inputs.begin(), b.inputs.end(), tokens.span().begin());
     std::copy(b.targets.begin(), b.targets.end(), targets.span().begin());
     act.tokens_tensor().copy_from(tokens, s);
     act.targets_tensor().copy_from(targets, s);
-    host_weights bind{blocks};
+    device_weights<B> bind(backend, blocks, s);
     model.forward(bind, act, f.batch, f.seq, s);
-    tiered_tensor<float, host_tier, cpu_backend> logits(backend, shape{BT * V}, "logits");
+    tiered_tensor<float, host_tier, B> logits(backend, shape{BT * V}, "logits");
     copy_async(backend, logits.view(), tensor_view<float, device_tier>(act.logits(), shape{BT * V}), s).wait();
     return {logits.span().begin(), logits.span().end()};
 }
 
-void upload_weights(resident_trainer& t, const host_blocks<float>& blocks) {
-    for (std::size_t g = 0; g < blocks.size(); ++g) t.upload(resident_trainer::state_kind::params, g, blocks[g]);
+template <class Trainer>
+void upload_weights(Trainer& t, const host_blocks<float>& blocks) {
+    for (std::size_t g = 0; g < blocks.size(); ++g) t.upload(Trainer::state_kind::params, g, blocks[g]);
 }
 
 }  // namespace
 
-TEST_CASE("HF parity: logits of the same batch") {
+TEST_CASE_TEMPLATE("HF parity: logits of the same batch", B, STRATA_TEST_BACKENDS) {
+    auto backend = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!backend) return;
     for (const std::string name : shapes) {
         CAPTURE(name);
         const fixture f(name);
         const auto& c = f.hf.config;
         const auto want = f.tensor("logits", {f.batch, f.seq, c.vocab_size});
-        const auto d = compare(name + " logits", strata_logits(f, f.hf.blocks), want);
+        const auto d = compare(name + " logits", strata_logits(*backend, f, f.hf.blocks), want);
         CHECK_MESSAGE(d.normalized() < logits_tolerance, d.report);
         MESSAGE(d.report);
     }
@@ -198,16 +213,20 @@ TEST_CASE("HF parity: the comparison catches a misplaced tensor") {
     float* block = blocks[model.block_group(0)].data();
     std::swap_ranges(block + slots[0].offset, block + slots[0].offset + slots[0].spec.shape.numel(), block + slots[1].offset);
     const auto& c = f.hf.config;
-    const auto d = compare("swapped ln_1", strata_logits(f, blocks), f.tensor("logits", {f.batch, f.seq, c.vocab_size}));
+    cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    const auto d = compare("swapped ln_1", strata_logits(backend, f, blocks), f.tensor("logits", {f.batch, f.seq, c.vocab_size}));
     CHECK_MESSAGE(d.normalized() > 100 * logits_tolerance, d.report);
 }
 
-TEST_CASE("HF parity: loss and every parameter's gradient after one backward") {
+TEST_CASE_TEMPLATE("HF parity: loss and every parameter's gradient after one backward", B, STRATA_TEST_BACKENDS) {
+    using resident_trainer = trainer<float, B>;
     for (const std::string name : shapes) {
         CAPTURE(name);
         const fixture f(name);
-        cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
-        const model_t model(f.hf.config);
+        auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+        if (!made) return;
+        B& backend = *made;
+        const gpt_model<float, B> model(f.hf.config);
         // clip 0: step() leaves the gradients as backward made them (a clipping step scales them in place)
         resident_trainer t(backend, model, f.options(0.0));
         upload_weights(t, f.hf.blocks);
@@ -239,12 +258,15 @@ TEST_CASE("HF parity: loss and every parameter's gradient after one backward") {
     }
 }
 
-TEST_CASE("HF parity: a 10-step AdamW trajectory with clipping on one batch") {
+TEST_CASE_TEMPLATE("HF parity: a 10-step AdamW trajectory with clipping on one batch", B, STRATA_TEST_BACKENDS) {
+    using resident_trainer = trainer<float, B>;
     for (const std::string name : shapes) {
         CAPTURE(name);
         const fixture f(name);
-        cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
-        const model_t model(f.hf.config);
+        auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+        if (!made) return;
+        B& backend = *made;
+        const gpt_model<float, B> model(f.hf.config);
         resident_trainer t(backend, model, f.options(f.scalar("hp.max_norm")));
         upload_weights(t, f.hf.blocks);
         const std::vector<data::batch> micro{f.tokens()};

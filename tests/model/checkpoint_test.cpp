@@ -1,5 +1,7 @@
 // Checkpoints: HF names and layouts, atomic step directories, and a resume that continues
-// bitwise like the uninterrupted run (weights, AdamW moments, step, data cursor).
+// bitwise like the uninterrupted run (weights, AdamW moments, step, data cursor), on every backend.
+#include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+
 #include <strata/data/loader.hpp>
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
@@ -30,7 +32,8 @@ data::token_dataset toy_data(std::size_t T) {
 const gpt_config config{.vocab_size = 23, .max_seq = 8, .n_layer = 2, .n_head = 2, .n_embd = 8};
 const train_options options{.batch = 2, .seq = 8, .accum = 2, .clip = 0.5};
 
-std::vector<double> run_steps(trainer<float, cpu_backend>& t, data::batch_loader& loader, int n) {
+template <class Trainer>
+std::vector<double> run_steps(Trainer& t, data::batch_loader& loader, int n) {
     std::vector<double> losses;
     for (int i = 0; i < n; ++i) {
         std::vector<data::batch> micro{loader.next(), loader.next()};
@@ -41,19 +44,22 @@ std::vector<double> run_steps(trainer<float, cpu_backend>& t, data::batch_loader
 
 }  // namespace
 
-TEST_CASE("resuming from a checkpoint gives bitwise the same losses as an uninterrupted run") {
+TEST_CASE_TEMPLATE("resuming from a checkpoint gives bitwise the same losses as an uninterrupted run", B,
+                   STRATA_TEST_BACKENDS) {
     scratch s;
-    cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
-    gpt_model<float, cpu_backend> model(config);
+    auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!made) return;
+    B& backend = *made;
+    gpt_model<float, B> model(config);
 
-    trainer<float, cpu_backend> straight(backend, model, options);
+    trainer<float, B> straight(backend, model, options);
     straight.initialize(5);
     auto loader = data::make_train_loader(toy_data(8), 2, 11);
     const auto expected = run_steps(straight, loader, 8);
 
     fs::path saved;
     {
-        trainer<float, cpu_backend> first(backend, model, options);
+        trainer<float, B> first(backend, model, options);
         first.initialize(5);
         auto l1 = data::make_train_loader(toy_data(8), 2, 11);
         const auto head = run_steps(first, l1, 3);
@@ -65,12 +71,12 @@ TEST_CASE("resuming from a checkpoint gives bitwise the same losses as an uninte
     CHECK(fs::exists(saved / "config.json"));
     CHECK(fs::exists(saved / "optimizer.safetensors"));
 
-    trainer<float, cpu_backend> resumed(backend, model, options);
+    trainer<float, B> resumed(backend, model, options);
     resumed.initialize(999);  // different weights: the checkpoint must overwrite everything
     auto state = load_checkpoint(resumed, saved);
     CHECK(resumed.step_count() == 3);
     auto l2 = data::make_train_loader(toy_data(8), 2, 11);
-    l2.restore(state.at("data_cursor").get<data::loader_cursor>());
+    l2.restore(state.at("data_cursor").template get<data::loader_cursor>());
     const auto tail = run_steps(resumed, l2, 5);
     for (int i = 0; i < 5; ++i) CHECK(tail[i] == expected[3 + i]);  // bitwise, not approximately
 }

@@ -1,5 +1,8 @@
 // The example GPT on the CPU backend: a whole tiny model against central finite differences in
 // double, checkpointed backward == plain backward bitwise, and a few steps that lower the loss.
+// The last two run on every backend (float).
+#include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+
 #include <strata/kernels/cpu/gradient_check.hpp>
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
@@ -28,8 +31,8 @@ data::batch make_batch(std::size_t B, std::size_t T, std::size_t V, std::uint64_
     return b;
 }
 
-template <class R>
-std::vector<std::vector<R>> all_blocks(trainer<R, cpu_backend>& t, typename trainer<R, cpu_backend>::state_kind k) {
+template <class R, class Backend>
+std::vector<std::vector<R>> all_blocks(trainer<R, Backend>& t, typename trainer<R, Backend>::state_kind k) {
     std::vector<std::vector<R>> out;
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         out.emplace_back(t.model().groups()[g].numel());
@@ -92,15 +95,17 @@ TEST_CASE("a tiny GPT's gradients match central finite differences in double") {
     MESSAGE("checked " << checked << " parameters, worst relative error " << worst);
 }
 
-TEST_CASE("checkpointed backward equals plain backward bitwise") {
-    cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+TEST_CASE_TEMPLATE("checkpointed backward equals plain backward bitwise", B_, STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B_>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!made) return;
+    B_& backend = *made;
     const gpt_config c{.vocab_size = 19, .max_seq = 8, .n_layer = 3, .n_head = 2, .n_embd = 8};
-    gpt_model<float, cpu_backend> model(c);
+    gpt_model<float, B_> model(c);
     const std::size_t B = 2, T = 8;
     std::vector<data::batch> micro{make_batch(B, T, c.vocab_size, 1, false), make_batch(B, T, c.vocab_size, 2, true)};
-    using kind = trainer<float, cpu_backend>::state_kind;
+    using kind = typename trainer<float, B_>::state_kind;
     auto run = [&](bool checkpointing) {
-        trainer<float, cpu_backend> t(backend, model, {.batch = B, .seq = T, .accum = 2, .checkpointing = checkpointing});
+        trainer<float, B_> t(backend, model, {.batch = B, .seq = T, .accum = 2, .checkpointing = checkpointing});
         t.initialize(17);
         std::vector<double> losses;
         for (int i = 0; i < 3; ++i) losses.push_back(t.step(micro).loss);
@@ -113,14 +118,16 @@ TEST_CASE("checkpointed backward equals plain backward bitwise") {
         CHECK(std::memcmp(params_ckpt[g].data(), params_plain[g].data(), params_ckpt[g].size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("training a tiny GPT on a repeating pattern lowers the loss") {
-    cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+TEST_CASE_TEMPLATE("training a tiny GPT on a repeating pattern lowers the loss", B_, STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B_>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!made) return;
+    B_& backend = *made;
     const gpt_config c{.vocab_size = 7, .max_seq = 16, .n_layer = 2, .n_head = 2, .n_embd = 16};
-    gpt_model<float, cpu_backend> model(c);
+    gpt_model<float, B_> model(c);
     train_options o{.batch = 4, .seq = 16, .accum = 1};
     o.schedule.lr = 1e-2;
     o.schedule.min_lr = 1e-2;
-    trainer<float, cpu_backend> t(backend, model, o);
+    trainer<float, B_> t(backend, model, o);
     t.initialize(1);
     data::batch b;
     for (std::size_t i = 0; i < 4 * 16; ++i) {

@@ -166,7 +166,7 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
     CHECK(p.device_staging_bytes == 0);
     CHECK(p.bytes_of(plan_category::staging, tier_id::device) == 0);
     CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
-          resident.bytes_of(plan_category::staging, tier_id::host) - resident.device_staging_bytes);
+          resident.bytes_of(plan_category::staging, tier_id::host) - resident.norm_partials_bytes);
     CHECK(p.total(tier_id::device) == 6 * p.largest_block_bytes + 2 * p.pinned_group_bytes + p.activation_bytes);
     CHECK(p.bytes_of(plan_category::weights, tier_id::host) == resident.state_bytes);
     CHECK(p.bytes_of(plan_category::grads, tier_id::host) == resident.state_bytes);
@@ -264,7 +264,7 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
 TEST_CASE("moments go to storage when the host cannot hold them, and the error names both tiers otherwise") {
     const gpt_config c = small();
     const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
-    const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host) - any.device_staging_bytes;
+    const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host) - any.norm_partials_bytes;
     // room for weights + grads + the step's staging + one group's m and v, not for all of m and v
     const std::size_t host = 2 * any.state_bytes + staging + 2 * any.largest_group_bytes;
     plan_request r = request(c, {.device = any.min_streamed_device_bytes, .host = host, .storage = big});

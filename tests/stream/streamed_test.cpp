@@ -1,6 +1,9 @@
 // Streamed training == resident training, bitwise: the same losses and final weights after 20
 // steps with gradient accumulation and clipping, with AdamW moments in the host tier and in the
-// storage tier; and device memory that does not grow with the number of layers.
+// storage tier; and device memory that does not grow with the number of layers. Instantiated for
+// every backend: on the GPU, the CUDA kernels must be as deterministic as the CPU's.
+#include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/streamed_trainer.hpp>
@@ -38,9 +41,9 @@ struct run_result {
     host_blocks<float> params, m, v;
 };
 
-template <class Trainer>
-run_result run(cpu_backend& backend, const train_options& o, int steps) {
-    gpt_model<float, cpu_backend> model(config);
+template <class Trainer, class B>
+run_result run(B& backend, const train_options& o, int steps) {
+    gpt_model<float, B> model(config);
     Trainer t(backend, model, o);
     t.initialize(21);
     run_result r;
@@ -86,47 +89,58 @@ tier_options tiers() {
 
 }  // namespace
 
-TEST_CASE("streamed training equals resident training bitwise (accumulation and clipping on)") {
-    cpu_backend backend(tiers());
+TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumulation and clipping on)", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    B& backend = *made;
     train_options o{.batch = 2, .seq = 8, .accum = 3, .clip = 0.05};  // a small max norm: clipping really happens
     o.schedule = {.kind = lr_kind::cosine, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 3, .total_steps = 20};
-    const auto resident = run<trainer_t<float, cpu_backend>>(backend, o, 20);
+    const auto resident = run<trainer_t<float, B>>(backend, o, 20);
     CHECK(resident.losses.back() < resident.losses.front());
     bool clipped = false;
     for (double n : resident.norms) clipped |= n > o.clip;
     CHECK(clipped);
 
     SUBCASE("moments in the host tier") {
-        check_equal(resident, run<trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, o, 20));
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, o, 20));
     }
     SUBCASE("moments in the storage tier") {
-        check_equal(resident, run<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, o, 20));
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, o, 20));
     }
 }
 
-TEST_CASE("without clipping, AdamW overlapped with backward still equals resident bitwise") {
-    cpu_backend backend(tiers());
+TEST_CASE_TEMPLATE("without clipping, AdamW overlapped with backward still equals resident bitwise", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    B& backend = *made;
     train_options o{.batch = 2, .seq = 8, .accum = 1, .clip = 0};
     o.schedule = {.kind = lr_kind::constant, .lr = 2e-3, .min_lr = 2e-3, .warmup_steps = 0, .total_steps = 10};
-    const auto resident = run<trainer_t<float, cpu_backend>>(backend, o, 10);
-    check_equal(resident, run<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, o, 10));
+    const auto resident = run<trainer_t<float, B>>(backend, o, 10);
+    check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, o, 10));
 }
 
-TEST_CASE("streamed device memory is slots + activations, independent of the number of layers") {
+TEST_CASE_TEMPLATE("streamed device memory is slots + activations, independent of the number of layers", B,
+                   STRATA_TEST_BACKENDS) {
+    if (!test::backend_available<B>()) {
+        MESSAGE("SKIPPED on " << B::name << ": no GPU on this machine");
+        return;
+    }
     auto device_peak = [](std::size_t layers, bool streamed) {
-        cpu_backend backend(tiers());
+        B backend(tiers());
         gpt_config c = config;
         c.n_layer = layers;
-        gpt_model<float, cpu_backend> model(c);
+        gpt_model<float, B> model(c);
         train_options o{.batch = 2, .seq = 8, .accum = 1};
         std::size_t peak = 0;
         auto micro = micro_batches(0, 1, 2, 8);
         if (streamed) {
-            trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>> t(backend, model, o);
+            trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>> t(backend, model, o);
             t.initialize(1);
             t.step(micro);
         } else {
-            trainer_t<float, cpu_backend> t(backend, model, o);
+            trainer_t<float, B> t(backend, model, o);
             t.initialize(1);
             t.step(micro);
         }

@@ -40,7 +40,10 @@ public:
     // The device budget defaults to the free GPU memory less 5% for cuBLAS workspaces and the
     // CUDA context's own allocations.
     explicit cuda_backend(const tier_options& options = {}, int device = 0)
-        : m_device(select(device)), m_tiers(options, free_device_bytes() / 20 * 19) {}
+        : m_device(select(device)), m_tiers(options, default_device_budget()) {}
+
+    // What the device tier gets when no budget is given: 95% of the GPU memory free now.
+    static std::size_t default_device_budget() { return free_device_bytes() / 20 * 19; }
 
     cuda_backend(const cuda_backend&) = delete;
     cuda_backend& operator=(const cuda_backend&) = delete;
@@ -88,6 +91,7 @@ public:
     // ---- asynchronous copies ----
 
     event copy(void* dst, tier_id, const void* src, tier_id, std::size_t bytes, stream& s) {
+        cuda::trace_span span(s, "copy");
         if (bytes) cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.native()), "cudaMemcpyAsync");
         return s.record();
     }

@@ -143,7 +143,8 @@ struct memory_plan {
     std::size_t largest_block_bytes = 0;  // one kind of the largest transformer block: one slot
     std::size_t pinned_group_bytes = 0;   // one kind of the pinned groups (embeddings + final layernorm)
     std::size_t activation_bytes = 0;     // gpt_model::activations on the device
-    std::size_t device_staging_bytes = 0;  // resident: the grad-norm partial sums; streamed: none
+    std::size_t device_staging_bytes = 0;  // resident: the grad-norm partial sums and workspace; streamed: none
+    std::size_t norm_partials_bytes = 0;   // resident: the grad-norm partial sums (on the device and the host)
     // The least device memory any streamed plan needs: 2 slots x the largest block (weights +
     // grads) + the pinned groups (weights + grads) + activations.
     std::size_t min_streamed_device_bytes = 0;
@@ -250,6 +251,8 @@ struct plan_inputs {
     std::size_t step_staging = 0;
     // The resident trainer's grad-norm partial sums, one on the device and one on the host.
     std::size_t partials = 0;
+    // The resident trainer's device workspace of sum_of_squares (the backend's, for the largest group).
+    std::size_t norm_workspace = 0;
 };
 
 inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
@@ -271,8 +274,9 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
 inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in) {
     memory_plan p = base_plan(r, in);
     p.where = placement::resident;
-    p.device_staging_bytes = in.partials;
-    p.of(plan_category::staging).device = in.partials;
+    p.device_staging_bytes = in.partials + in.norm_workspace;
+    p.norm_partials_bytes = in.partials;
+    p.of(plan_category::staging).device = in.partials + in.norm_workspace;
     p.of(plan_category::staging).host += in.partials;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.state;
@@ -384,6 +388,10 @@ memory_plan plan(const plan_request& request) {
     // per group) on the device and on the host.
     const std::size_t BT = request.batch * request.seq;
     in.partials = detail::charged(in.groups.size() * sizeof(double));
+    std::size_t workspace = 1;  // doubles; the trainer allocates at least one
+    for (std::size_t g : in.groups)
+        workspace = std::max(workspace, ops<B>::sum_of_squares_workspace(g / request.element_bytes));
+    in.norm_workspace = detail::charged(workspace * sizeof(double));
     in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
                                        detail::charged(BT * request.element_bytes));
 

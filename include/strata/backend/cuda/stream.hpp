@@ -4,18 +4,25 @@
 // cudaLaunchHostFunc callback. A callback cannot throw into the caller, so its failure is kept
 // in the backend's failure slot: later callbacks skip their work and every event::wait()
 // rethrows it, so an asynchronous "disk full" is never lost.
+//
+// Tracing (--trace): with a tracer set, every op launched through a trace_span records a pair of
+// timing events around itself; flush_trace() (after the step's named wait) turns them into host
+// steady_clock times, measured from one reference event, and reports them like cpu::stream does.
 #pragma once
 
 #include <strata/backend/cuda/check.hpp>  // check
 
 #include <cuda_runtime.h>  // cudaStream_t, cudaEvent_t, cudaLaunchHostFunc
 
+#include <chrono>      // std::chrono::steady_clock
 #include <exception>   // std::exception_ptr, std::rethrow_exception
 #include <functional>  // std::function
 #include <memory>      // std::shared_ptr, std::unique_ptr
 #include <mutex>       // std::mutex, std::lock_guard
 #include <string>      // std::string
+#include <string_view> // std::string_view
 #include <utility>     // std::move
+#include <vector>      // std::vector
 
 namespace strata::cuda {
 
@@ -35,6 +42,9 @@ private:
     mutable std::mutex m_mutex;
     std::exception_ptr m_failure;
 };
+
+using stream_tracer = std::function<void(std::string_view what, std::chrono::steady_clock::time_point begin,
+                                         std::chrono::steady_clock::time_point end)>;
 
 class event {
 public:
@@ -109,6 +119,61 @@ public:
         }
     }
 
+    // ---- tracing ----
+
+    // Every op launched through a trace_span from now on is timed (empty tracer: none).
+    void set_tracer(stream_tracer tracer) {
+        m_state->spans.clear();
+        m_state->tracer = std::move(tracer);
+        if (m_state->tracer && !m_state->origin) {
+            check(cudaEventCreate(&m_state->origin), "cudaEventCreate (trace origin)");
+            check(cudaEventRecord(m_state->origin, m_state->handle), "cudaEventRecord (trace origin)");
+            check(cudaEventSynchronize(m_state->origin), "cudaEventSynchronize (trace origin)");  // named: trace start
+            m_state->origin_host = std::chrono::steady_clock::now();
+        }
+    }
+    bool tracing() const { return static_cast<bool>(m_state->tracer); }
+
+    // Marks the beginning / end of one traced op on this stream (see trace_span).
+    void span_begin(const char* what) {
+        span sp{what, timing_event(), nullptr};
+        check(cudaEventRecord(sp.begin, m_state->handle), "cudaEventRecord (trace)");
+        m_state->spans.push_back(sp);
+    }
+    void span_end() noexcept {  // from a destructor: a failure only loses the span
+        span& sp = m_state->spans.back();
+        try {
+            sp.end = timing_event();
+        } catch (...) {
+            return;
+        }
+        if (cudaEventRecord(sp.end, m_state->handle) != cudaSuccess) {
+            (void)cudaGetLastError();
+            m_state->free_events.push_back(sp.end);
+            sp.end = nullptr;
+        }
+    }
+
+    // Reports the finished spans to the tracer. Waits for the last one (a named wait: call it
+    // after the step has synchronized anyway).
+    void flush_trace() {
+        auto& st = *m_state;
+        for (auto& sp : st.spans) {
+            if (!sp.end) continue;
+            check(cudaEventSynchronize(sp.end), "cudaEventSynchronize (trace)");
+            float begin_ms = 0, end_ms = 0;
+            check(cudaEventElapsedTime(&begin_ms, st.origin, sp.begin), "cudaEventElapsedTime");
+            check(cudaEventElapsedTime(&end_ms, st.origin, sp.end), "cudaEventElapsedTime");
+            const auto at = [&](float ms) {
+                return st.origin_host + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                            std::chrono::duration<double, std::milli>(ms));
+            };
+            if (st.tracer) st.tracer(sp.what, at(begin_ms), at(end_ms));
+        }
+        for (auto& sp : st.spans) st.recycle(sp);
+        st.spans.clear();
+    }
+
     // A pinned buffer this stream's staged copies reuse (they run in stream order, one at a time).
     void* staging(std::size_t bytes) {
         if (m_state->staging_bytes < bytes) {
@@ -138,21 +203,65 @@ private:
         }
     }
 
+    struct span {
+        const char* what;
+        cudaEvent_t begin, end;
+    };
+    cudaEvent_t timing_event() {
+        auto& pool = m_state->free_events;
+        if (!pool.empty()) {
+            cudaEvent_t e = pool.back();
+            pool.pop_back();
+            return e;
+        }
+        cudaEvent_t e = nullptr;
+        check(cudaEventCreate(&e), "cudaEventCreate (trace)");
+        return e;
+    }
+
     struct state {
         std::string name;
         cudaStream_t handle = nullptr;
         std::shared_ptr<failure_slot> failures;
         void* staging = nullptr;
         std::size_t staging_bytes = 0;
+        stream_tracer tracer;
+        cudaEvent_t origin = nullptr;
+        std::chrono::steady_clock::time_point origin_host{};
+        std::vector<span> spans;
+        std::vector<cudaEvent_t> free_events;
+        void recycle(span& sp) {
+            if (sp.begin) free_events.push_back(sp.begin);
+            if (sp.end) free_events.push_back(sp.end);
+        }
         ~state() {
             if (handle) {
                 cudaStreamSynchronize(handle);  // named: queued work may still use the staging buffer
                 cudaStreamDestroy(handle);
             }
             if (staging) cudaFreeHost(staging);
+            for (auto& sp : spans) recycle(sp);
+            for (cudaEvent_t e : free_events) cudaEventDestroy(e);
+            if (origin) cudaEventDestroy(origin);
         }
     };
     std::unique_ptr<state> m_state;
+};
+
+// Times the ops launched on `s` during its lifetime when `s` is traced; free otherwise.
+class trace_span {
+public:
+    trace_span(stream& s, const char* what) : m_stream(s.tracing() ? &s : nullptr) {
+        if (m_stream) m_stream->span_begin(what);
+    }
+    trace_span(const trace_span&) = delete;
+    trace_span& operator=(const trace_span&) = delete;
+    ~trace_span() {
+        if (m_stream) m_stream->span_end();
+    }
+
+private:
+    stream* m_stream;
 };
 
 }  // namespace strata::cuda

@@ -1,0 +1,194 @@
+// strata_bench_gpt_step: ms per optimizer step of a GPT-2-shaped model, resident or streamed, and
+// where the time goes. The peer is bench/torch_gpt2_step.py, run in the same session on the same
+// GPU with the same shape, batch and hyperparameters (clip 1.0, AdamW lr 3e-4, betas 0.9/0.95).
+//
+//   strata_bench_gpt_step --model 124M --batch 8 --seq 1024 --steps 10 [--placement streamed]
+//                         [--moments storage --storage-dir DIR] [--tf32] [--device cpu|cuda]
+//
+// Prints a JSON line (median ms/step, tokens/s, peak device bytes, transfer hidden fraction) and,
+// from a trace of one step, the time per op summed over the step, per stream.
+#include <strata/nn/cpu_ops.hpp>
+#include <strata/plan/planner.hpp>
+#include <strata/report/trace.hpp>
+#include <strata/strata.hpp>
+#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/trainer.hpp>
+#ifdef STRATA_WITH_CUDA
+#include <strata/cuda.hpp>
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace strata;
+
+namespace {
+
+struct args {
+    std::string model = "124M", placement = "resident", moments = "host", storage_dir, device = "cuda", trace;
+    std::size_t batch = 8, seq = 1024, accum = 1;
+    int steps = 10;
+    bool tf32 = false, profile = true;
+};
+
+gpt_config shape_of(const std::string& name, std::size_t seq) {
+    gpt_config c{.vocab_size = 50257, .max_seq = std::max<std::size_t>(1024, seq)};
+    if (name == "124M") c.n_layer = 12, c.n_head = 12, c.n_embd = 768;
+    else if (name == "350M") c.n_layer = 24, c.n_head = 16, c.n_embd = 1024;
+    else if (name == "774M") c.n_layer = 36, c.n_head = 20, c.n_embd = 1280;
+    else if (name == "1.5B") c.n_layer = 48, c.n_head = 25, c.n_embd = 1600;
+    else if (name == "tiny") c.vocab_size = 257, c.n_layer = 2, c.n_head = 2, c.n_embd = 64;
+    else throw error("unknown --model " + name, "use tiny, 124M, 350M, 774M or 1.5B");
+    return c;
+}
+
+std::vector<data::batch> batches(const gpt_config& c, const args& a, int step) {
+    rng gen(100 + step);
+    std::vector<data::batch> out(a.accum);
+    for (auto& b : out)
+        for (std::size_t i = 0; i < a.batch * a.seq; ++i) {
+            b.inputs.push_back(static_cast<token_id>(gen.next_u64() % c.vocab_size));
+            b.targets.push_back(static_cast<token_id>(gen.next_u64() % c.vocab_size));
+        }
+    return out;
+}
+
+template <class Trainer, class B>
+int bench(B& backend, const gpt_config& c, const args& a) {
+    gpt_model<float, B> model(c);
+    train_options o{.batch = a.batch, .seq = a.seq, .accum = a.accum, .clip = 1.0};
+    o.schedule = {.kind = lr_kind::constant, .lr = 3e-4, .min_lr = 3e-4, .warmup_steps = 0, .total_steps = a.steps + 3};
+    Trainer t(backend, model, o);
+    t.initialize(1);
+    trace_recorder trace;
+    std::vector<double> ms;
+    double loss = 0, hidden = 0;
+    const int warmup = 2;
+    for (int s = 0; s < warmup + a.steps; ++s) {
+        const auto micro = batches(c, a, s);
+        const bool traced = a.profile && s == warmup + a.steps - 1;  // the last step, after the timed ones' caches
+        if (traced)
+            t.for_each_stream([&](std::string_view track, auto& st) {
+                st.set_tracer([rec = &trace, name = std::string(track)](std::string_view what, auto b, auto e) {
+                    rec->add(name, what, b, e);
+                });
+            });
+        const auto start = std::chrono::steady_clock::now();
+        loss = t.step(micro).loss;
+        const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (traced) {
+            t.for_each_stream([](std::string_view, auto& st) {
+                if constexpr (requires { st.flush_trace(); }) st.flush_trace();
+                st.set_tracer({});
+            });
+            hidden = trace.transfer_hidden_fraction();
+        } else if (s >= warmup) {
+            ms.push_back(elapsed);
+        }
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms.empty() ? 0 : ms[ms.size() / 2];
+    nlohmann::json out{{"bench", "strata"}, {"device", B::name}, {"model", a.model}, {"params", c.parameter_count()},
+                       {"batch", a.batch}, {"seq", a.seq}, {"accum", a.accum}, {"placement", a.placement},
+                       {"moments", a.placement == "streamed" ? a.moments : "device"}, {"tf32", a.tf32},
+                       {"ms_per_step", median}, {"ms_min", ms.empty() ? 0 : ms.front()},
+                       {"tokens_per_s", median > 0 ? static_cast<double>(a.batch * a.seq * a.accum) / median * 1e3 : 0},
+                       {"device_peak_bytes", backend.budget(tier_id::device).peak()},
+                       {"host_peak_bytes", backend.budget(tier_id::host).peak()}, {"loss", loss}};
+    if (a.profile) out["transfer_hidden_fraction"] = hidden;
+    std::cout << out.dump() << std::endl;
+    if (a.profile) {
+        // Time per op over the traced step, per stream: where the time goes.
+        std::map<std::string, std::string> track_names;
+        for (const auto& tr : trace.tracks()) track_names[std::to_string(tr.tid)] = tr.name;
+        std::map<std::pair<std::string, std::string>, std::pair<double, int>> per_op;
+        std::map<std::string, double> per_track;
+        for (const auto& e : trace.events()) {
+            const std::string track = track_names[std::to_string(e.tid)];
+            auto& slot = per_op[{track, e.name}];
+            slot.first += static_cast<double>(e.duration_ns) * 1e-6;
+            slot.second += 1;
+            per_track[track] += static_cast<double>(e.duration_ns) * 1e-6;
+        }
+        std::vector<std::pair<double, std::string>> rows;
+        for (const auto& [key, v] : per_op) {
+            char line[200];
+            std::snprintf(line, sizeof line, "  %-10s %-24s %6d calls %10.2f ms", key.first.c_str(), key.second.c_str(), v.second, v.first);
+            rows.push_back({v.first, line});
+        }
+        std::sort(rows.rbegin(), rows.rend());
+        std::cout << "time per op in one traced step (busy time, per stream):" << std::endl;
+        for (const auto& [track, total] : per_track) std::printf("  stream %-12s busy %10.2f ms\n", track.c_str(), total);
+        for (const auto& r : rows) std::cout << r.second << std::endl;
+        if (!a.trace.empty()) trace.write(a.trace);
+    }
+    return 0;
+}
+
+template <class B>
+int run(const args& a) {
+    const gpt_config c = shape_of(a.model, a.seq);
+    tier_options tiers{};
+    if (a.placement == "streamed" && a.moments == "storage") {
+        tiers.storage_dir = a.storage_dir.empty() ? std::filesystem::temp_directory_path() / "strata-bench" : std::filesystem::path(a.storage_dir);
+        std::filesystem::create_directories(tiers.storage_dir);
+    }
+    B backend(tiers);
+    if (a.placement == "resident") return bench<trainer_t<float, B>>(backend, c, a);
+    if (a.placement != "streamed") throw error("--placement must be resident or streamed");
+    if (a.moments == "storage") return bench<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, c, a);
+    return bench<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, c, a);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    args a;
+    for (int i = 1; i < argc; ++i) {
+        const std::string k = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw error(k + " needs a value");
+            return argv[++i];
+        };
+        try {
+            if (k == "--model") a.model = value();
+            else if (k == "--batch") a.batch = std::stoul(value());
+            else if (k == "--seq") a.seq = std::stoul(value());
+            else if (k == "--accum") a.accum = std::stoul(value());
+            else if (k == "--steps") a.steps = std::stoi(value());
+            else if (k == "--placement") a.placement = value();
+            else if (k == "--moments") a.moments = value();
+            else if (k == "--storage-dir") a.storage_dir = value();
+            else if (k == "--device") a.device = value();
+            else if (k == "--trace") a.trace = value();
+            else if (k == "--tf32") a.tf32 = true;
+            else if (k == "--no-profile") a.profile = false;
+            else throw error("unknown option " + k, "see the comment at the top of bench/gpt_step.cpp");
+        } catch (const std::exception& e) {
+            std::cerr << "strata_bench_gpt_step: " << e.what() << std::endl;
+            return 2;
+        }
+    }
+    try {
+#ifdef STRATA_WITH_CUDA
+        if (a.device == "cuda") {
+            ops<cuda_backend>::set_tf32(a.tf32);
+            return run<cuda_backend>(a);
+        }
+#endif
+        if (a.device != "cpu") throw error("--device " + a.device + " is not available in this build");
+        return run<cpu_backend>(a);
+    } catch (const std::exception& e) {
+        std::cerr << "strata_bench_gpt_step: error: " << e.what() << std::endl;
+        return 1;
+    }
+}

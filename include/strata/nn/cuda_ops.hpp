@@ -1,0 +1,81 @@
+// ops<cuda_backend>: every op of the example GPT as an asynchronous launch on a CUDA stream.
+//
+// Declarations only, in plain C++: the definitions (kernels of kernels/cuda/, cuBLAS calls) are
+// compiled once, by nvcc, in src/cuda_ops.cu, which the CMake target strata::cuda adds to every
+// target linking it. So model and trainer code that uses ops<cuda_backend> compiles with g++.
+//
+// Precision: R = float only (a double model on the GPU does not compile: no overload). GEMMs run
+// in strict FP32 unless TF32 is switched on with set_tf32(true) (strata-gpt --tf32); nothing
+// else changes precision. Every op is deterministic: the same inputs give the same bits.
+// Backward ops accumulate (+=) into their d-buffers, as on the CPU.
+#pragma once
+
+#include <strata/backend/cuda_backend.hpp>  // cuda_backend
+#include <strata/nn/ops.hpp>                // ops
+#include <strata/train/adamw.hpp>           // adamw_hparams
+
+#include <cstddef>  // std::size_t
+#include <cstdint>  // std::int32_t
+
+namespace strata {
+
+template <>
+struct ops<cuda_backend> {
+    using stream = cuda_backend::stream;
+    using size = std::size_t;
+
+    // GEMM math for the whole process: strict FP32 (false, the default) or TF32 tensor cores.
+    static void set_tf32(bool on);
+    static bool tf32();
+
+    static void zero(stream& s, float* x, size n);
+    static void zero(stream& s, double* x, size n);
+    static void copy(stream& s, float* dst, const float* src, size n);
+    static void add_inplace(stream& s, float* dst, const float* src, size n);
+    static void scale_inplace(stream& s, float* x, double factor, size n);
+    // *out = sum of x[i]^2 in double, in the canonical chunked order of kernels::cpu::sum_of_squares,
+    // so the GPU and the CPU give the same bits. `workspace`: sum_of_squares_workspace(n) doubles.
+    static size sum_of_squares_workspace(size n);
+    static void sum_of_squares(stream& s, double* out, double* workspace, const float* x, size n);
+
+    static void embedding_forward(stream& s, float* out, const std::int32_t* tokens, const float* wte,
+                                  const float* wpe, size B, size T, size C, size V, size maxT);
+    static void embedding_backward(stream& s, float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                                   size B, size T, size C, size V, size maxT);
+
+    static void layernorm_forward(stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
+                                  const float* b, size B, size T, size C);
+    static void layernorm_backward(stream& s, float* dinp, float* dw, float* db, const float* mean, const float* rstd,
+                                   const float* dout, const float* inp, const float* w, size B, size T, size C);
+
+    static void matmul_forward(stream& s, float* out, const float* inp, const float* w, const float* bias, size B,
+                               size T, size C, size OC);
+    static void matmul_backward(stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
+                                const float* w, size B, size T, size C, size OC);
+    static void lm_head_forward(stream& s, float* logits, const float* inp, const float* wte, size B, size T, size C,
+                                size V);
+    static void lm_head_backward(stream& s, float* dinp, float* dwte, const float* dlogits, const float* inp,
+                                 const float* wte, size B, size T, size C, size V);
+
+    // Flash-style attention keeps only the log-sum-exp of each query row for its backward.
+    static size attention_saved(size B, size T, size NH) { return B * NH * T; }
+    static void attention_forward(stream& s, float* out, float* saved, const float* qkv, size B, size T, size C,
+                                  size NH);
+    static void attention_backward(stream& s, float* dqkv, const float* saved, const float* dout, const float* out,
+                                   const float* qkv, size B, size T, size C, size NH);
+
+    static void gelu_forward(stream& s, float* out, const float* inp, size N);
+    static void gelu_backward(stream& s, float* dinp, const float* dout, const float* inp, size N);
+    static void residual_forward(stream& s, float* out, const float* a, const float* b, size N);
+
+    static void cross_entropy_forward(stream& s, float* losses, float* lse, const float* logits,
+                                      const std::int32_t* targets, size B, size T, size V);
+    static void cross_entropy_backward(stream& s, float* dlogits, const float* lse, const float* logits,
+                                       const std::int32_t* targets, double scale, size B, size T, size V);
+
+    // AdamW on one parameter tensor in device memory, bitwise equal to adamw_update on the host.
+    static void adamw(stream& s, float* p, const float* g, float* m, float* v, size n, adamw_hparams h, double lr,
+                      long step, bool decay);
+};
+
+}  // namespace strata

@@ -1,0 +1,164 @@
+// ops<cuda_backend>'s cuBLAS GEMMs against the CPU kernels (Eigen): the Conv1D linear layer and the
+// tied LM head, forward and backward, strict FP32 by default and TF32 only when asked for.
+//
+// Tolerance: both sides are FP32 GEMMs with K-long dot products summed in different orders
+// (blocked FMAs vs Eigen's kernels); the error of such a sum is ~ sqrt(K) * 2^-24 relative to the
+// sum of |terms|, so for K <= 8192 a normalized max error (max |gpu - cpu| / max |cpu|) below 1e-5
+// holds, while a wrong transpose or a missing accumulation gives O(1). TF32 keeps 10 mantissa
+// bits: its error is ~1e-3, which is how the test tells that strict FP32 really is the default.
+#include <strata/cuda.hpp>
+#include <strata/kernels/cpu/matmul.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace strata;
+
+namespace {
+
+struct device_buffer {
+    float* p = nullptr;
+    std::size_t n = 0;
+    explicit device_buffer(const std::vector<float>& host) : n(host.size()) {
+        cuda::check(cudaMalloc(&p, n * sizeof(float)), "cudaMalloc");
+        cuda::check(cudaMemcpy(p, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+    device_buffer(const device_buffer&) = delete;
+    ~device_buffer() { cudaFree(p); }
+    std::vector<float> get() const {
+        std::vector<float> host(n);
+        cuda::check(cudaMemcpy(host.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        return host;
+    }
+};
+
+std::vector<float> random(std::size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(gen);
+    return v;
+}
+
+double normalized_error(const std::vector<float>& got, const std::vector<float>& want) {
+    double diff = 0, scale = 1e-30;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(want[i])));
+    }
+    return diff / scale;
+}
+
+bool have_gpu() {
+    if (cuda_backend::available()) return true;
+    MESSAGE("SKIPPED on cuda: no GPU on this machine");
+    return false;
+}
+
+constexpr double strict_tolerance = 1e-5;
+
+}  // namespace
+
+TEST_CASE("cuda matmul (Conv1D layout) forward and backward match the CPU kernels") {
+    if (!have_gpu()) return;
+    cuda_backend backend;
+    auto s = backend.make_stream("test");
+    using op = ops<cuda_backend>;
+    struct dims {
+        std::size_t B, T, C, OC;
+    };
+    for (dims d : {dims{1, 1, 3, 5}, dims{2, 7, 36, 108}, dims{3, 33, 40, 160}, dims{2, 300, 768, 2304},
+                   dims{1, 129, 1600, 1600}}) {
+        CAPTURE(d.B);
+        CAPTURE(d.T);
+        CAPTURE(d.C);
+        CAPTURE(d.OC);
+        const std::size_t BT = d.B * d.T;
+        const auto inp = random(BT * d.C, 1), w = random(d.C * d.OC, 2), bias = random(d.OC, 3),
+                   dout = random(BT * d.OC, 4);
+        const auto dinp0 = random(BT * d.C, 5), dw0 = random(d.C * d.OC, 6), db0 = random(d.OC, 7);  // += into these
+
+        std::vector<float> out(BT * d.OC), dinp = dinp0, dw = dw0, db = db0;
+        kernels::cpu::matmul_forward(out.data(), inp.data(), w.data(), bias.data(), d.B, d.T, d.C, d.OC);
+        kernels::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), d.B, d.T,
+                                      d.C, d.OC);
+
+        device_buffer g_inp(inp), g_w(w), g_bias(bias), g_dout(dout), g_out(std::vector<float>(BT * d.OC, 7.0f)),
+            g_dinp(dinp0), g_dw(dw0), g_db(db0);
+        op::matmul_forward(s, g_out.p, g_inp.p, g_w.p, g_bias.p, d.B, d.T, d.C, d.OC);
+        op::matmul_backward(s, g_dinp.p, g_dw.p, g_db.p, g_dout.p, g_inp.p, g_w.p, d.B, d.T, d.C, d.OC);
+        s.synchronize();
+        CHECK(normalized_error(g_out.get(), out) < strict_tolerance);
+        CHECK(normalized_error(g_dinp.get(), dinp) < strict_tolerance);
+        CHECK(normalized_error(g_dw.get(), dw) < strict_tolerance);
+        CHECK(normalized_error(g_db.get(), db) < strict_tolerance);
+
+        // no bias, no input gradient (the first layer of a stack)
+        std::vector<float> out_nb(BT * d.OC), dw_nb = dw0;
+        kernels::cpu::matmul_forward(out_nb.data(), inp.data(), w.data(), nullptr, d.B, d.T, d.C, d.OC);
+        kernels::cpu::matmul_backward<float>(nullptr, dw_nb.data(), nullptr, dout.data(), inp.data(), w.data(), d.B,
+                                             d.T, d.C, d.OC);
+        device_buffer g_dw_nb(dw0);
+        op::matmul_forward(s, g_out.p, g_inp.p, g_w.p, nullptr, d.B, d.T, d.C, d.OC);
+        op::matmul_backward(s, nullptr, g_dw_nb.p, nullptr, g_dout.p, g_inp.p, g_w.p, d.B, d.T, d.C, d.OC);
+        s.synchronize();
+        CHECK(normalized_error(g_out.get(), out_nb) < strict_tolerance);
+        CHECK(normalized_error(g_dw_nb.get(), dw_nb) < strict_tolerance);
+    }
+}
+
+TEST_CASE("cuda LM head (tied to wte) forward and backward match the CPU kernels") {
+    if (!have_gpu()) return;
+    cuda_backend backend;
+    auto s = backend.make_stream("test");
+    using op = ops<cuda_backend>;
+    struct dims {
+        std::size_t B, T, C, V;
+    };
+    for (dims d : {dims{1, 5, 40, 67}, dims{2, 24, 36, 101}, dims{4, 64, 768, 50257}}) {
+        CAPTURE(d.V);
+        const std::size_t BT = d.B * d.T;
+        const auto inp = random(BT * d.C, 11), wte = random(d.V * d.C, 12), dlogits = random(BT * d.V, 13);
+        const auto dinp0 = random(BT * d.C, 14), dwte0 = random(d.V * d.C, 15);
+        std::vector<float> logits(BT * d.V), dinp = dinp0, dwte = dwte0;
+        kernels::cpu::lm_head_forward(logits.data(), inp.data(), wte.data(), d.B, d.T, d.C, d.V);
+        kernels::cpu::lm_head_backward(dinp.data(), dwte.data(), dlogits.data(), inp.data(), wte.data(), d.B, d.T, d.C,
+                                       d.V);
+        device_buffer g_inp(inp), g_wte(wte), g_dlogits(dlogits), g_logits(std::vector<float>(BT * d.V)), g_dinp(dinp0),
+            g_dwte(dwte0);
+        op::lm_head_forward(s, g_logits.p, g_inp.p, g_wte.p, d.B, d.T, d.C, d.V);
+        op::lm_head_backward(s, g_dinp.p, g_dwte.p, g_dlogits.p, g_inp.p, g_wte.p, d.B, d.T, d.C, d.V);
+        s.synchronize();
+        CHECK(normalized_error(g_logits.get(), logits) < strict_tolerance);
+        CHECK(normalized_error(g_dinp.get(), dinp) < strict_tolerance);
+        CHECK(normalized_error(g_dwte.get(), dwte) < strict_tolerance);
+    }
+}
+
+TEST_CASE("cuda GEMMs are strict FP32 unless TF32 is switched on") {
+    if (!have_gpu()) return;
+    cuda_backend backend;
+    auto s = backend.make_stream("test");
+    using op = ops<cuda_backend>;
+    const std::size_t B = 4, T = 256, C = 768, OC = 768;
+    const auto inp = random(B * T * C, 21), w = random(C * OC, 22);
+    std::vector<float> want(B * T * OC);
+    kernels::cpu::matmul_forward<float>(want.data(), inp.data(), w.data(), nullptr, B, T, C, OC);
+    device_buffer g_inp(inp), g_w(w), g_out(std::vector<float>(B * T * OC));
+    REQUIRE_FALSE(op::tf32());
+    op::matmul_forward(s, g_out.p, g_inp.p, g_w.p, nullptr, B, T, C, OC);
+    s.synchronize();
+    const double strict = normalized_error(g_out.get(), want);
+    op::set_tf32(true);
+    op::matmul_forward(s, g_out.p, g_inp.p, g_w.p, nullptr, B, T, C, OC);
+    s.synchronize();
+    op::set_tf32(false);
+    const double tf32 = normalized_error(g_out.get(), want);
+    MESSAGE("normalized GEMM error vs the CPU: strict FP32 " << strict << ", TF32 " << tf32);
+    CHECK(strict < strict_tolerance);
+    CHECK(tf32 > 10 * strict);  // TF32 really is different, so the default really is strict
+}
