@@ -1,0 +1,164 @@
+// The Llama block's own kernels on the CPU, written outside strata in strata's (llm.c's) style:
+// plain loops, one shape comment per pointer, backward functions accumulate (+=).
+//
+// Glossary: B batch, T time, C channels, NH heads, HS head size (C / NH), H hidden size of the
+// MLP, N number of elements.
+//
+// rmsnorm: y = x / sqrt(mean(x^2) + eps) * weight (Llama's RMSNorm: a gain, no bias, no mean).
+// rope:    rotary position embedding of q and k inside the fused (B, T, 3C) qkv, "rotate half"
+//          convention of Hugging Face Llama: for head vector x (HS even), i < HS/2,
+//            y[i]        = x[i] cos(t f_i) - x[i + HS/2] sin(t f_i)
+//            y[i + HS/2] = x[i + HS/2] cos(t f_i) + x[i] sin(t f_i),   f_i = theta^(-2i / HS)
+//          v is copied unchanged.
+// swiglu:  out = silu(gate) * up, silu(g) = g * sigmoid(g).
+#pragma once
+
+#include <cmath>     // std::sqrt, std::exp, std::cos, std::sin, std::pow
+#include <concepts>  // std::floating_point
+#include <cstddef>   // std::size_t
+#include <string>    // std::to_string
+#include <type_traits>  // std::type_identity_t
+
+#include <strata/core/error.hpp>  // strata::error
+
+namespace llama::kernels::cpu {
+
+template <std::floating_point Real>
+void rmsnorm_forward(Real* out,           // (B, T, C)
+                     Real* rstd,          // (B, T) saved for backward: 1 / sqrt(mean(x^2) + eps)
+                     const Real* inp,     // (B, T, C)
+                     const Real* weight,  // (C)
+                     std::size_t B, std::size_t T, std::size_t C, double eps) {
+    for (std::size_t row = 0; row < B * T; ++row) {
+        const Real* x = inp + row * C;
+        double sum_sq = 0.0;  // the row statistic in double, as strata's layernorm
+        for (std::size_t c = 0; c < C; ++c) sum_sq += static_cast<double>(x[c]) * x[c];
+        const Real r = static_cast<Real>(1.0 / std::sqrt(sum_sq / static_cast<double>(C) + eps));
+        Real* y = out + row * C;
+        for (std::size_t c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
+        rstd[row] = r;
+    }
+}
+
+// With n = x * rstd: dweight += sum over rows of dout * n;
+// dinp += rstd * (weight * dout - n * mean(weight * dout * n)). dinp may be null.
+template <std::floating_point Real>
+void rmsnorm_backward(std::type_identity_t<Real>* dinp,  // (B, T, C) or null
+                      Real* dweight,                     // (C)
+                      const Real* dout,                  // (B, T, C)
+                      const Real* inp,                   // (B, T, C)
+                      const Real* weight,                // (C)
+                      const Real* rstd,                  // (B, T)
+                      std::size_t B, std::size_t T, std::size_t C) {
+    for (std::size_t row = 0; row < B * T; ++row) {
+        const Real* x = inp + row * C;
+        const Real* dy = dout + row * C;
+        const Real r = rstd[row];
+        double dot = 0.0;  // sum over c of weight * dout * n
+        for (std::size_t c = 0; c < C; ++c) {
+            const Real n = x[c] * r;
+            dweight[c] += dy[c] * n;
+            dot += static_cast<double>(weight[c]) * dy[c] * n;
+        }
+        if (dinp == nullptr) continue;
+        const Real mean_dot = static_cast<Real>(dot / static_cast<double>(C));
+        Real* dx = dinp + row * C;
+        for (std::size_t c = 0; c < C; ++c) dx[c] += r * (weight[c] * dy[c] - x[c] * r * mean_dot);
+    }
+}
+
+namespace detail {
+
+inline void check_rope_heads(std::size_t C, std::size_t NH) {
+    if (NH == 0 || C % NH != 0 || (C / NH) % 2 != 0) {
+        throw strata::error("rope: C=" + std::to_string(C) + " channels do not split into NH=" + std::to_string(NH) +
+                                " heads of an even size",
+                            "rotary embedding rotates pairs of channels: choose NH so that C / NH is even");
+    }
+}
+
+// The angle of position t and pair i, in double, then the cos/sin rounded once to Real.
+inline double rope_angle(std::size_t t, std::size_t i, std::size_t HS, double theta) {
+    return static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+}
+
+}  // namespace detail
+
+template <std::floating_point Real>
+void rope_forward(Real* out,        // (B, T, 3C) q and k rotated, v copied
+                  const Real* qkv,  // (B, T, 3C)
+                  std::size_t B, std::size_t T, std::size_t C, std::size_t NH, double theta) {
+    detail::check_rope_heads(C, NH);
+    const std::size_t HS = C / NH, half = HS / 2;
+    for (std::size_t b = 0; b < B; ++b) {
+        for (std::size_t t = 0; t < T; ++t) {
+            const Real* x = qkv + (b * T + t) * 3 * C;
+            Real* y = out + (b * T + t) * 3 * C;
+            for (std::size_t i = 0; i < half; ++i) {
+                const double angle = detail::rope_angle(t, i, HS, theta);
+                const Real cos = static_cast<Real>(std::cos(angle)), sin = static_cast<Real>(std::sin(angle));
+                for (std::size_t h = 0; h < 2 * NH; ++h) {  // q heads then k heads: channels [0, 2C)
+                    const std::size_t lo = h * HS + i, hi = lo + half;
+                    y[lo] = x[lo] * cos - x[hi] * sin;
+                    y[hi] = x[hi] * cos + x[lo] * sin;
+                }
+            }
+            for (std::size_t c = 2 * C; c < 3 * C; ++c) y[c] = x[c];
+        }
+    }
+}
+
+// The rotation is orthogonal: dqkv += R^T dout (the rotation by -angle) for q and k, dv += dout.
+template <std::floating_point Real>
+void rope_backward(Real* dqkv,        // (B, T, 3C)
+                   const Real* dout,  // (B, T, 3C)
+                   std::size_t B, std::size_t T, std::size_t C, std::size_t NH, double theta) {
+    detail::check_rope_heads(C, NH);
+    const std::size_t HS = C / NH, half = HS / 2;
+    for (std::size_t b = 0; b < B; ++b) {
+        for (std::size_t t = 0; t < T; ++t) {
+            const Real* dy = dout + (b * T + t) * 3 * C;
+            Real* dx = dqkv + (b * T + t) * 3 * C;
+            for (std::size_t i = 0; i < half; ++i) {
+                const double angle = detail::rope_angle(t, i, HS, theta);
+                const Real cos = static_cast<Real>(std::cos(angle)), sin = static_cast<Real>(std::sin(angle));
+                for (std::size_t h = 0; h < 2 * NH; ++h) {
+                    const std::size_t lo = h * HS + i, hi = lo + half;
+                    dx[lo] += dy[lo] * cos + dy[hi] * sin;
+                    dx[hi] += dy[hi] * cos - dy[lo] * sin;
+                }
+            }
+            for (std::size_t c = 2 * C; c < 3 * C; ++c) dx[c] += dy[c];
+        }
+    }
+}
+
+template <std::floating_point Real>
+void swiglu_forward(Real* out,         // (N)
+                    const Real* gate,  // (N) x @ w1
+                    const Real* up,    // (N) x @ w3
+                    std::size_t N) {
+    for (std::size_t i = 0; i < N; ++i) {
+        const Real g = gate[i];
+        const Real sigmoid = Real(1) / (Real(1) + std::exp(-g));
+        out[i] = g * sigmoid * up[i];
+    }
+}
+
+// dup += dout * silu(gate); dgate += dout * up * silu'(gate), silu'(g) = s (1 + g (1 - s)).
+template <std::floating_point Real>
+void swiglu_backward(Real* dgate,       // (N)
+                     Real* dup,         // (N)
+                     const Real* dout,  // (N)
+                     const Real* gate,  // (N)
+                     const Real* up,    // (N)
+                     std::size_t N) {
+    for (std::size_t i = 0; i < N; ++i) {
+        const Real g = gate[i];
+        const Real sigmoid = Real(1) / (Real(1) + std::exp(-g));
+        dup[i] += dout[i] * g * sigmoid;
+        dgate[i] += dout[i] * up[i] * sigmoid * (Real(1) + g * (Real(1) - sigmoid));
+    }
+}
+
+}  // namespace llama::kernels::cpu

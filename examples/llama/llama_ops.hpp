@@ -1,0 +1,54 @@
+// llama_ops<Backend>: the Llama block's own kernels as asynchronous launches on a backend stream,
+// the same pattern as strata's ops<Backend>: the block is written once against this interface,
+// and each backend supplies a specialization. Here: the CPU (each op is a task on a cpu::stream).
+// A CUDA specialization would declare the same functions and define them in a .cu file.
+//
+// Glossary: B batch, T time, C channels, NH heads, N number of elements. Backward ops accumulate.
+#pragma once
+
+#include "kernels_cpu.hpp"  // llama::kernels::cpu::*
+
+#include <strata/backend/cpu_backend.hpp>  // strata::cpu_backend
+
+#include <cstddef>  // std::size_t
+
+namespace llama {
+
+template <class Backend>
+struct llama_ops;  // specialized per backend
+
+template <>
+struct llama_ops<strata::cpu_backend> {
+    using stream = strata::cpu_backend::stream;
+    using size = std::size_t;
+
+    template <class R>
+    static void rmsnorm_forward(stream& s, R* out, R* rstd, const R* inp, const R* weight, size B, size T, size C,
+                                double eps) {
+        s.enqueue([=] { kernels::cpu::rmsnorm_forward(out, rstd, inp, weight, B, T, C, eps); }, "rmsnorm_forward");
+    }
+    template <class R>
+    static void rmsnorm_backward(stream& s, R* dinp, R* dweight, const R* dout, const R* inp, const R* weight,
+                                 const R* rstd, size B, size T, size C) {
+        s.enqueue([=] { kernels::cpu::rmsnorm_backward<R>(dinp, dweight, dout, inp, weight, rstd, B, T, C); },
+                  "rmsnorm_backward");
+    }
+    template <class R>
+    static void rope_forward(stream& s, R* out, const R* qkv, size B, size T, size C, size NH, double theta) {
+        s.enqueue([=] { kernels::cpu::rope_forward(out, qkv, B, T, C, NH, theta); }, "rope_forward");
+    }
+    template <class R>
+    static void rope_backward(stream& s, R* dqkv, const R* dout, size B, size T, size C, size NH, double theta) {
+        s.enqueue([=] { kernels::cpu::rope_backward(dqkv, dout, B, T, C, NH, theta); }, "rope_backward");
+    }
+    template <class R>
+    static void swiglu_forward(stream& s, R* out, const R* gate, const R* up, size N) {
+        s.enqueue([=] { kernels::cpu::swiglu_forward(out, gate, up, N); }, "swiglu_forward");
+    }
+    template <class R>
+    static void swiglu_backward(stream& s, R* dgate, R* dup, const R* dout, const R* gate, const R* up, size N) {
+        s.enqueue([=] { kernels::cpu::swiglu_backward(dgate, dup, dout, gate, up, N); }, "swiglu_backward");
+    }
+};
+
+}  // namespace llama

@@ -1,0 +1,179 @@
+// The layer contract: what a layer must declare and do so that strata can place, stream, check
+// and (with the generic trainer) train it. docs/layers.md explains every member with a worked
+// example (examples/llama/).
+//
+// A layer is a class template L<R, Backend> that owns no weights. It maps an input (B, T, in) to
+// an output (B, T, out), both device-tier buffers, with its parameters in ONE contiguous block laid
+// out by param_layout::of<R>(L::params(config)). Gradients use the same layout. Everything a layer
+// touches is handed to it by the caller: parameters, gradients, saved activations and scratch
+// (workspace) all come from the device tier through the backend, so a layer never allocates.
+//
+// Glossary: B batch, T time, R the element type (float; double for finite-difference checks).
+//
+//   struct my_layer_config { ... };                     // must not depend on R or Backend
+//   template <class R, Backend B> class my_layer {
+//   public:
+//       using config_type = my_layer_config;
+//       using value_type = R;
+//       using backend_type = B;
+//       explicit my_layer(const config_type&);         // may precompute offsets; holds no weights
+//
+//       static std::vector<param_spec> params(const config_type&);      // shapes, names, decay
+//       static std::size_t in_features(const config_type&);             // input is (B, T, in)
+//       static std::size_t out_features(const config_type&);            // output is (B, T, out)
+//       static std::size_t activation_floats(const config_type&, size B, size T);  // kept for backward
+//       static std::size_t workspace_floats(const config_type&, size B, size T);   // scratch
+//       static double flops(const config_type&, size B, size T);        // forward FLOPs
+//
+//       void forward(stream&, const R* params, R* out, R* acts, const R* inp, R* workspace,
+//                    size B, size T) const;
+//       void backward(stream&, const R* params, R* dparams, R* dinp, const R* dout, const R* acts,
+//                     const R* inp, R* workspace, size B, size T) const;
+//   };
+//
+// Rules the concept cannot see (the testing harness, strata/testing/layer_harness.hpp, checks them):
+// - Every call only enqueues work on the stream (ops<B> or the layer's own launches); the host
+//   never waits inside a layer.
+// - forward writes all of `out` and everything in `acts` that backward reads, from `params` and
+//   `inp` alone: running forward again from the same input (activation checkpointing) gives the
+//   same bits, so checkpointed and plain backward agree bitwise.
+// - backward ACCUMULATES: dparams += d loss / d params, dinp += d loss / d inp. dinp may be null
+//   (the first layer's input gradient is not wanted); the parameter gradients must not change.
+// - `workspace` holds garbage on entry and may be left with garbage; `acts` is read-only in
+//   backward. forward and backward of one micro-batch get the same B and T.
+// - flops counts forward floating-point operations (2 per multiply-add). By convention a backward
+//   costs 2x the forward (twice as many GEMMs); a checkpointed step costs 4x (forward, recompute,
+//   backward). Report what the layer really computes, masked work included if it is computed.
+#pragma once
+
+#include <strata/backend/backend.hpp>     // Backend
+#include <strata/model/param_layout.hpp>  // param_spec, param_layout
+
+#include <concepts>  // std::same_as, std::floating_point, std::constructible_from
+#include <cstddef>   // std::size_t
+#include <vector>    // std::vector
+
+namespace strata {
+
+namespace detail::layer {
+
+template <class L>
+concept has_types = requires {
+    typename L::config_type;
+    typename L::value_type;
+    typename L::backend_type;
+};
+
+template <class L>
+concept has_params = requires(const typename L::config_type& c) {
+    { L::params(c) } -> std::same_as<std::vector<param_spec>>;
+};
+
+template <class L>
+concept has_features = requires(const typename L::config_type& c) {
+    { L::in_features(c) } -> std::same_as<std::size_t>;
+    { L::out_features(c) } -> std::same_as<std::size_t>;
+};
+
+template <class L>
+concept has_activation_floats = requires(const typename L::config_type& c, std::size_t n) {
+    { L::activation_floats(c, n, n) } -> std::same_as<std::size_t>;
+};
+
+template <class L>
+concept has_workspace_floats = requires(const typename L::config_type& c, std::size_t n) {
+    { L::workspace_floats(c, n, n) } -> std::same_as<std::size_t>;
+};
+
+template <class L>
+concept has_flops = requires(const typename L::config_type& c, std::size_t n) {
+    { L::flops(c, n, n) } -> std::same_as<double>;
+};
+
+template <class L>
+concept has_forward = requires(const L& layer, typename L::backend_type::stream& s, const typename L::value_type* in,
+                               typename L::value_type* out, std::size_t n) {
+    layer.forward(s, in, out, out, in, out, n, n);  // params, out, acts, inp, workspace, B, T
+};
+
+template <class L>
+concept has_backward = requires(const L& layer, typename L::backend_type::stream& s,
+                                const typename L::value_type* in, typename L::value_type* out, std::size_t n) {
+    layer.backward(s, in, out, out, in, in, in, out, n, n);  // params, dparams, dinp, dout, acts, inp, workspace, B, T
+};
+
+}  // namespace detail::layer
+
+// A type that keeps the layer contract (see the top of this file and docs/layers.md).
+// For readable errors, write static_assert(check_layer<L>()) instead of requiring Layer<L>.
+template <class L>
+concept Layer = detail::layer::has_types<L> && Backend<typename L::backend_type> &&
+                std::floating_point<typename L::value_type> &&
+                std::constructible_from<L, const typename L::config_type&> && detail::layer::has_params<L> &&
+                detail::layer::has_features<L> && detail::layer::has_activation_floats<L> &&
+                detail::layer::has_workspace_floats<L> && detail::layer::has_flops<L> &&
+                detail::layer::has_forward<L> && detail::layer::has_backward<L>;
+
+// The contract checked member by member, each with a message naming what is missing. Returns
+// Layer<L>, so it can guard code: `static_assert(check_layer<L>());` or `if constexpr`.
+template <class L>
+consteval bool check_layer() {
+    using namespace detail::layer;
+    static_assert(has_types<L>,
+                  "a Layer declares `using config_type = <its config struct>; using value_type = R; "
+                  "using backend_type = Backend;`");
+    if constexpr (has_types<L>) {
+        static_assert(Backend<typename L::backend_type>, "a Layer's backend_type must model strata::Backend");
+        static_assert(std::floating_point<typename L::value_type>,
+                      "a Layer's value_type is its element type R: float or double");
+        static_assert(std::constructible_from<L, const typename L::config_type&>,
+                      "a Layer is constructible from `const config_type&` (it may precompute its "
+                      "param_layout there; it holds no weights)");
+        static_assert(has_params<L>,
+                      "a Layer declares its parameters: `static std::vector<strata::param_spec> "
+                      "params(const config_type&)`");
+        static_assert(has_features<L>,
+                      "a Layer declares its input and output widths: `static std::size_t "
+                      "in_features(const config_type&)` and `static std::size_t out_features(const config_type&)`");
+        static_assert(has_activation_floats<L>,
+                      "a Layer declares what its forward keeps for backward: `static std::size_t "
+                      "activation_floats(const config_type&, std::size_t B, std::size_t T)`");
+        static_assert(has_workspace_floats<L>,
+                      "a Layer declares its scratch: `static std::size_t workspace_floats(const "
+                      "config_type&, std::size_t B, std::size_t T)` (return 0 when it needs none)");
+        static_assert(has_flops<L>,
+                      "a Layer reports its forward FLOPs: `static double flops(const config_type&, "
+                      "std::size_t B, std::size_t T)`");
+        if constexpr (Backend<typename L::backend_type>) {
+            static_assert(has_forward<L>,
+                          "a Layer has `void forward(stream&, const R* params, R* out, R* acts, const R* inp, "
+                          "R* workspace, std::size_t B, std::size_t T) const`");
+            static_assert(has_backward<L>,
+                          "a Layer has `void backward(stream&, const R* params, R* dparams, R* dinp, const R* "
+                          "dout, const R* acts, const R* inp, R* workspace, std::size_t B, std::size_t T) const` "
+                          "(accumulating into dparams and dinp; dinp may be null)");
+        }
+    }
+    return Layer<L>;
+}
+
+// The sizes a caller allocates for one layer and a B x T micro-batch, in elements of R.
+struct layer_sizes {
+    std::size_t params = 0;       // the parameter block (and the gradient block), page padding included
+    std::size_t input = 0;        // B * T * in_features
+    std::size_t output = 0;       // B * T * out_features
+    std::size_t activations = 0;  // activation_floats
+    std::size_t workspace = 0;    // workspace_floats
+};
+
+template <Layer L>
+layer_sizes sizes_of(const typename L::config_type& c, std::size_t B, std::size_t T) {
+    using R = typename L::value_type;
+    return {.params = param_layout::of<R>(L::params(c)).numel(),
+            .input = B * T * L::in_features(c),
+            .output = B * T * L::out_features(c),
+            .activations = L::activation_floats(c, B, T),
+            .workspace = L::workspace_floats(c, B, T)};
+}
+
+}  // namespace strata

@@ -1,0 +1,403 @@
+// The layer test harness: checks any Layer (strata/nn/layer.hpp) against its contract, from a
+// user's own test (doctest or anything else). Each check returns a layer_report; nothing here
+// depends on a test framework:
+//
+//   auto r = strata::testing::check_gradients<my_layer>(config, /*B*/ 2, /*T*/ 5);
+//   CHECK_MESSAGE(r.ok(), r.describe());
+//
+// - check_gradients: FP64 central finite differences of loss = sum(out * w) (w random, so every
+//   output counts) against backward, for every parameter tensor and the input, on cpu_backend with
+//   R = double. Gradient buffers start random, so a backward that overwrites instead of
+//   accumulating fails.
+// - check_checkpointing: recomputing forward from the saved input (activations and workspace
+//   overwritten with NaN in between) and then running backward gives bitwise the gradients of the
+//   plain forward + backward; backward with dinp = null gives bitwise the same parameter
+//   gradients. Any backend, any R.
+// - check_backend_parity: the same float problem on cpu_backend and on another backend, every
+//   tensor compared by normalized mean squared error (ggml's NMSE). Skips, saying so, when the
+//   other backend has no hardware here.
+//
+// The config type of a layer must not depend on R or Backend: the harness builds the layer for
+// several of them from one config.
+#pragma once
+
+#include <strata/backend/cpu_backend.hpp>         // cpu_backend
+#include <strata/core/error.hpp>                  // strata::error
+#include <strata/kernels/cpu/gradient_check.hpp>  // numeric_gradient, compare, random_vector
+#include <strata/model/param_layout.hpp>          // param_layout
+#include <strata/nn/cpu_ops.hpp>                  // ops<cpu_backend>
+#include <strata/nn/layer.hpp>                    // Layer, check_layer, sizes_of
+#include <strata/tensor/tiered_tensor.hpp>        // tiered_tensor
+#include <strata/tier/resources.hpp>              // tier_options
+#include <strata/tier/tier.hpp>                   // device_tier, host_tier
+
+#include <algorithm>    // std::copy, std::max, std::all_of
+#include <cmath>        // std::isfinite, std::sqrt
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::uint32_t
+#include <cstring>      // std::memcmp
+#include <limits>       // std::numeric_limits
+#include <numeric>      // std::inner_product
+#include <optional>     // std::optional
+#include <span>         // std::span
+#include <sstream>      // std::ostringstream
+#include <string>       // std::string
+#include <tuple>        // std::tuple
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
+
+namespace strata::testing {
+
+// One tensor of a check: its error against the reference and whether it is within tolerance.
+struct tensor_result {
+    std::string name;  // "dinp", "d<param name>", "out"
+    double error = 0.0;
+    bool ok = false;
+    std::string detail;  // the worst element, or the first differing bit pattern
+};
+
+struct layer_report {
+    std::string check;   // which check ran
+    double tolerance = 0.0;
+    bool skipped = false;
+    std::string skip_reason;
+    std::vector<tensor_result> tensors;
+
+    // Within tolerance on every tensor (a skipped check is ok: print describe() to show it).
+    bool ok() const {
+        return skipped || std::all_of(tensors.begin(), tensors.end(), [](const tensor_result& t) { return t.ok; });
+    }
+    double worst_error() const {
+        double w = 0.0;
+        for (const auto& t : tensors) w = std::max(w, t.error);
+        return w;
+    }
+    // One line per tensor, failures marked; readable as a test failure message.
+    std::string describe() const {
+        std::ostringstream text;
+        text << check;
+        if (skipped) {
+            text << ": SKIPPED (" << skip_reason << ")";
+            return text.str();
+        }
+        text << " (tolerance " << tolerance << "): " << (ok() ? "ok" : "FAILED");
+        for (const auto& t : tensors)
+            text << "\n  " << (t.ok ? "   " : "!! ") << t.name << ": error " << t.error << (t.detail.empty() ? "" : "; ")
+                 << t.detail;
+        return text.str();
+    }
+};
+
+struct layer_check_options {
+    std::uint32_t seed = 1;
+    double param_range = 0.5;  // parameters uniform in [-param_range, param_range)
+    double input_range = 1.0;  // inputs uniform in [-input_range, input_range)
+    // Finite differences: 0 checks every element; otherwise a spread sample of about this many
+    // elements per tensor (large layers, slow forwards).
+    std::size_t max_elements_per_tensor = 0;
+    double fd_step = 1e-5;
+};
+
+namespace detail {
+
+// A device-tier buffer of the layer with a host-tier staging copy for uploads and downloads.
+template <class T, class Bk>
+class device_buffer {
+public:
+    device_buffer(Bk& backend, std::size_t n, const std::string& name)
+        : m_n(n),
+          m_device(backend, {std::max<std::size_t>(n, 1)}, "harness." + name),
+          m_host(backend, {std::max<std::size_t>(n, 1)}, "harness." + name + ".staging") {}
+
+    T* get() { return m_device.device_data().get(); }
+    std::size_t size() const { return m_n; }
+
+    void upload(std::span<const T> values, typename Bk::stream& s) {
+        if (values.size() != m_n)
+            throw error("layer harness: uploading " + std::to_string(values.size()) + " values into '" +
+                        m_device.name() + "' of " + std::to_string(m_n));
+        std::copy(values.begin(), values.end(), m_host.span().begin());
+        m_device.copy_from(m_host, s).wait();
+    }
+    void fill(T value, typename Bk::stream& s) { upload(std::vector<T>(m_n, value), s); }
+    std::vector<T> download(typename Bk::stream& s) {
+        m_host.copy_from(m_device, s).wait();
+        return std::vector<T>(m_host.span().begin(), m_host.span().begin() + static_cast<std::ptrdiff_t>(m_n));
+    }
+
+private:
+    std::size_t m_n;
+    tiered_tensor<T, device_tier, Bk> m_device;
+    tiered_tensor<T, host_tier, Bk> m_host;
+};
+
+// Enough device and host budget for one layer's buffers and their staging copies.
+template <class L>
+tier_options harness_tiers(const typename L::config_type& c, std::size_t B, std::size_t T) {
+    const layer_sizes n = sizes_of<L>(c, B, T);
+    const std::size_t elements = 2 * n.params + 2 * n.input + 2 * n.output + n.activations + n.workspace;
+    const std::size_t bytes = elements * sizeof(typename L::value_type) + (64u << 20);
+    return {.device_bytes = bytes, .host_bytes = bytes};
+}
+
+// Everything one run of a layer needs, on backend Bk in precision R.
+template <class L>
+struct layer_rig {
+    using R = typename L::value_type;
+    using Bk = typename L::backend_type;
+    using stream = typename Bk::stream;
+
+    const typename L::config_type& config;
+    std::size_t B, T;
+    Bk& backend;
+    L layer;
+    param_layout layout;
+    layer_sizes n;
+    stream s;
+    device_buffer<R, Bk> params, grads, inp, out, acts, workspace, dinp, dout;
+
+    layer_rig(Bk& bk, const typename L::config_type& c, std::size_t batch, std::size_t seq)
+        : config(c), B(batch), T(seq), backend(bk), layer(c), layout(param_layout::of<R>(L::params(c))),
+          n(sizes_of<L>(c, batch, seq)), s(bk.make_stream("layer harness")),
+          params(bk, n.params, "params"), grads(bk, n.params, "grads"), inp(bk, n.input, "inp"),
+          out(bk, n.output, "out"), acts(bk, n.activations, "acts"), workspace(bk, n.workspace, "workspace"),
+          dinp(bk, n.input, "dinp"), dout(bk, n.output, "dout") {}
+
+    void forward() { layer.forward(s, params.get(), out.get(), acts.get(), inp.get(), workspace.get(), B, T); }
+    void backward(bool want_dinp = true) {
+        layer.backward(s, params.get(), grads.get(), want_dinp ? dinp.get() : nullptr, dout.get(), acts.get(),
+                       inp.get(), workspace.get(), B, T);
+    }
+    // Garbage in what the layer must write before it reads: activations, workspace, output.
+    void poison() {
+        const R nan = std::numeric_limits<R>::quiet_NaN();
+        acts.fill(nan, s);
+        workspace.fill(nan, s);
+        out.fill(nan, s);
+    }
+};
+
+// Random parameters: uniform values in every tensor, zeros in the alignment gaps and padding.
+template <class R>
+std::vector<R> random_params(const param_layout& layout, std::uint32_t seed, double range) {
+    std::vector<R> block(layout.numel(), R(0));
+    std::uint32_t k = 0;
+    for (const auto& slot : layout.slots()) {
+        const auto values = kernels::cpu::random_vector<R>(slot.spec.shape.numel(), seed + 101 * ++k, -range, range);
+        std::copy(values.begin(), values.end(), block.begin() + static_cast<std::ptrdiff_t>(slot.offset));
+    }
+    return block;
+}
+
+// The inputs every check draws from the same seeds, so precisions and backends see the same
+// problem (rounded to R).
+template <class R>
+struct layer_problem {
+    std::vector<R> params, grads0, inp, dinp0, dout;
+    layer_problem(const param_layout& layout, const layer_sizes& n, const layer_check_options& o)
+        : params(random_params<R>(layout, o.seed, o.param_range)),
+          grads0(random_params<R>(layout, o.seed + 7, 1.0)),
+          inp(kernels::cpu::random_vector<R>(n.input, o.seed + 1, -o.input_range, o.input_range)),
+          dinp0(kernels::cpu::random_vector<R>(n.input, o.seed + 2)),
+          dout(kernels::cpu::random_vector<R>(n.output, o.seed + 3)) {}
+};
+
+template <class R>
+tensor_result bitwise(const std::string& name, const std::vector<R>& actual, const std::vector<R>& expected) {
+    tensor_result r{name, 0.0, true, {}};
+    for (std::size_t i = 0; i < actual.size(); ++i) {
+        const bool finite = std::isfinite(static_cast<double>(actual[i]));
+        if (!finite || std::memcmp(&actual[i], &expected[i], sizeof(R)) != 0) {
+            std::ostringstream text;
+            text.precision(17);
+            text << "first difference at [" << i << "]: " << actual[i] << " vs " << expected[i]
+                 << (finite ? "" : " (not finite: something read memory the layer had not written)");
+            return {name, 1.0, false, text.str()};
+        }
+    }
+    return r;
+}
+
+// Per-tensor slices of a parameter block.
+template <class R>
+std::vector<R> slice(const std::vector<R>& block, const param_slot& slot) {
+    const auto first = block.begin() + static_cast<std::ptrdiff_t>(slot.offset);
+    return std::vector<R>(first, first + static_cast<std::ptrdiff_t>(slot.spec.shape.numel()));
+}
+
+}  // namespace detail
+
+// FP64 finite differences against backward, for every parameter tensor and the input.
+// Tolerance: per element |analytic - numeric| / max(1e-3, |analytic| + |numeric|); central
+// differences in double agree to ~1e-9 on small layers, a wrong term is off by O(1).
+template <template <class, class> class LayerT>
+layer_report check_gradients(const typename LayerT<double, cpu_backend>::config_type& config, std::size_t B,
+                             std::size_t T, double tolerance = 1e-6, const layer_check_options& o = {}) {
+    using L = LayerT<double, cpu_backend>;
+    static_assert(check_layer<L>());
+    cpu_backend backend(detail::harness_tiers<L>(config, B, T));
+    detail::layer_rig<L> rig(backend, config, B, T);
+    detail::layer_problem<double> p(rig.layout, rig.n, o);
+    layer_report report{"check_gradients (FP64 central differences, cpu_backend)", tolerance, false, {}, {}};
+
+    // Analytic: what backward adds to gradients that start random.
+    rig.params.upload(p.params, rig.s);
+    rig.inp.upload(p.inp, rig.s);
+    rig.dout.upload(p.dout, rig.s);
+    rig.grads.upload(p.grads0, rig.s);
+    rig.dinp.upload(p.dinp0, rig.s);
+    rig.forward();
+    rig.backward();
+    std::vector<double> dparams = rig.grads.download(rig.s), dinp = rig.dinp.download(rig.s);
+    for (std::size_t i = 0; i < dparams.size(); ++i) dparams[i] -= p.grads0[i];
+    for (std::size_t i = 0; i < dinp.size(); ++i) dinp[i] -= p.dinp0[i];
+
+    // Numeric: loss = sum(out * dout) as a function of one tensor's sampled elements.
+    std::vector<double> params = p.params, inp = p.inp;
+    auto loss = [&] {
+        rig.params.upload(params, rig.s);
+        rig.inp.upload(inp, rig.s);
+        rig.forward();
+        const auto out = rig.out.download(rig.s);
+        return std::inner_product(out.begin(), out.end(), p.dout.begin(), 0.0);
+    };
+    auto check_tensor = [&](const std::string& name, std::vector<double>& values, std::size_t offset, std::size_t count,
+                            const std::vector<double>& analytic) {
+        const std::size_t stride =
+            o.max_elements_per_tensor == 0 ? 1 : std::max<std::size_t>(1, count / o.max_elements_per_tensor);
+        std::vector<double> numeric, expected;
+        for (std::size_t i = 0; i < count; i += stride) {
+            double& x = values[offset + i];
+            const double saved = x;
+            x = saved + o.fd_step;
+            const double plus = loss();
+            x = saved - o.fd_step;
+            const double minus = loss();
+            x = saved;
+            numeric.push_back((plus - minus) / (2.0 * o.fd_step));
+            expected.push_back(analytic[offset + i]);
+        }
+        const auto worst = kernels::cpu::compare(expected, numeric, kernels::cpu::numeric_gradient_floor);
+        report.tensors.push_back({name, worst.error, worst.error <= tolerance,
+                                  worst.describe("analytic vs numeric (index in the checked sample)")});
+    };
+    for (const auto& slot : rig.layout.slots())
+        check_tensor("d" + slot.spec.name, params, slot.offset, slot.spec.shape.numel(), dparams);
+    check_tensor("dinp", inp, 0, inp.size(), dinp);
+    return report;
+}
+
+// Checkpointed == plain, bitwise: forward, backward (plain) against forward, NaN over activations
+// and workspace, forward again from the same input, backward (checkpointed). Also backward with
+// dinp = null gives bitwise the same parameter gradients. R and Backend as the layer runs them.
+template <template <class, class> class LayerT, class R = float, class Bk = cpu_backend>
+layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& config, std::size_t B, std::size_t T,
+                                 const layer_check_options& o = {}) {
+    using L = LayerT<R, Bk>;
+    static_assert(check_layer<L>());
+    layer_report report{"check_checkpointing (recomputed forward + backward == plain, bitwise, on " +
+                            std::string(Bk::name) + ")",
+                        0.0, false, {}, {}};
+    if constexpr (requires { Bk::available(); }) {
+        if (!Bk::available()) {
+            report.skipped = true;
+            report.skip_reason = "no " + std::string(Bk::name) + " device on this machine";
+            return report;
+        }
+    }
+    Bk backend(detail::harness_tiers<L>(config, B, T));
+    detail::layer_rig<L> rig(backend, config, B, T);
+    detail::layer_problem<R> p(rig.layout, rig.n, o);
+    rig.params.upload(p.params, rig.s);
+    rig.inp.upload(p.inp, rig.s);
+    rig.dout.upload(p.dout, rig.s);
+
+    auto run = [&](int forwards, bool want_dinp) {
+        rig.grads.upload(p.grads0, rig.s);
+        rig.dinp.upload(p.dinp0, rig.s);
+        rig.poison();
+        for (int f = 0; f < forwards; ++f) {
+            if (f > 0) {  // what a checkpointing trainer does: other layers reuse the buffers
+                const R nan = std::numeric_limits<R>::quiet_NaN();
+                rig.acts.fill(nan, rig.s);
+                rig.workspace.fill(nan, rig.s);
+            }
+            rig.forward();
+        }
+        const auto out = rig.out.download(rig.s);
+        rig.backward(want_dinp);
+        return std::tuple{out, rig.grads.download(rig.s), rig.dinp.download(rig.s)};
+    };
+    const auto [out_plain, grads_plain, dinp_plain] = run(1, true);
+    const auto [out_ckpt, grads_ckpt, dinp_ckpt] = run(2, true);
+    const auto [out_nodinp, grads_nodinp, dinp_untouched] = run(1, false);
+    report.tensors.push_back(detail::bitwise("out (recomputed vs plain)", out_ckpt, out_plain));
+    for (const auto& slot : rig.layout.slots())
+        report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (checkpointed vs plain)",
+                                                 detail::slice(grads_ckpt, slot), detail::slice(grads_plain, slot)));
+    report.tensors.push_back(detail::bitwise("dinp (checkpointed vs plain)", dinp_ckpt, dinp_plain));
+    for (const auto& slot : rig.layout.slots())
+        report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (dinp = null vs plain)",
+                                                 detail::slice(grads_nodinp, slot), detail::slice(grads_plain, slot)));
+    report.tensors.push_back(detail::bitwise("dinp left alone when null", dinp_untouched, p.dinp0));
+    return report;
+}
+
+// The same float problem on cpu_backend (the oracle) and on Other; every tensor's normalized mean
+// squared error sum((x - ref)^2) / sum(ref^2) against `tolerance` (GEMMs summing in another order
+// differ by ~1e-14 NMSE per op in FP32; a wrong kernel by ~1). Skips when Other has no hardware.
+template <template <class, class> class LayerT, class Other>
+layer_report check_backend_parity(const typename LayerT<float, cpu_backend>::config_type& config, std::size_t B,
+                                  std::size_t T, double tolerance = 1e-8, const layer_check_options& o = {}) {
+    using Lcpu = LayerT<float, cpu_backend>;
+    using Lother = LayerT<float, Other>;
+    static_assert(check_layer<Lcpu>() && check_layer<Lother>());
+    layer_report report{"check_backend_parity (NMSE of " + std::string(Other::name) + " against cpu, float)", tolerance,
+                        false, {}, {}};
+    if constexpr (requires { Other::available(); }) {
+        if (!Other::available()) {
+            report.skipped = true;
+            report.skip_reason = "no " + std::string(Other::name) + " device on this machine";
+            return report;
+        }
+    }
+    auto run = [&]<class L>(typename L::backend_type& backend) {
+        detail::layer_rig<L> rig(backend, config, B, T);
+        detail::layer_problem<float> p(rig.layout, rig.n, o);
+        rig.params.upload(p.params, rig.s);
+        rig.inp.upload(p.inp, rig.s);
+        rig.dout.upload(p.dout, rig.s);
+        rig.grads.fill(0.0f, rig.s);
+        rig.dinp.fill(0.0f, rig.s);
+        rig.forward();
+        const auto out = rig.out.download(rig.s);
+        rig.backward();
+        return std::tuple{rig.layout, out, rig.grads.download(rig.s), rig.dinp.download(rig.s)};
+    };
+    cpu_backend cpu(detail::harness_tiers<Lcpu>(config, B, T));
+    Other other(detail::harness_tiers<Lother>(config, B, T));
+    const auto [layout, out_ref, grads_ref, dinp_ref] = run.template operator()<Lcpu>(cpu);
+    const auto [layout2, out, grads, dinp] = run.template operator()<Lother>(other);
+    auto nmse = [&](const std::string& name, const std::vector<float>& x, const std::vector<float>& ref) {
+        double num = 0.0, den = 0.0, worst = 0.0;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+            const double d = double(x[i]) - double(ref[i]);
+            num += d * d;
+            den += double(ref[i]) * double(ref[i]);
+            if (!(std::abs(d) <= worst)) worst = std::abs(d), at = i;  // NaN counts as the worst
+        }
+        const double error = den > 0 ? num / den : num;
+        std::ostringstream text;
+        text << "largest difference " << worst;
+        if (!x.empty()) text << " at [" << at << "]: " << x[at] << " vs " << ref[at];
+        report.tensors.push_back({name, error, error <= tolerance, text.str()});
+    };
+    nmse("out", out, out_ref);
+    for (const auto& slot : layout.slots())
+        nmse("d" + slot.spec.name, detail::slice(grads, slot), detail::slice(grads_ref, slot));
+    nmse("dinp", dinp, dinp_ref);
+    return report;
+}
+
+}  // namespace strata::testing
