@@ -12,7 +12,9 @@
 // - check_checkpointing: recomputing forward from the saved input (activations and workspace
 //   overwritten with NaN in between) and then running backward gives bitwise the gradients of the
 //   plain forward + backward; backward with dinp = null gives bitwise the same parameter
-//   gradients. Any backend, any R.
+//   gradients and leaves dinp alone. Output, activations and workspace start as NaN and the
+//   workspace is NaN again before backward, so reading what the layer did not write in the same
+//   call shows as a non-finite result. Any backend, any R.
 // - check_backend_parity: the same float problem on cpu_backend and on another backend, every
 //   tensor compared by normalized mean squared error (ggml's NMSE). Skips, saying so, when the
 //   other backend has no hardware here.
@@ -325,6 +327,7 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
             rig.forward();
         }
         const auto out = rig.out.download(rig.s);
+        rig.workspace.fill(std::numeric_limits<R>::quiet_NaN(), rig.s);  // scratch is not kept between calls
         rig.backward(want_dinp);
         return std::tuple{out, rig.grads.download(rig.s), rig.dinp.download(rig.s)};
     };
