@@ -1,8 +1,10 @@
 // adamw_update_parallel and offloaded_adamw: bitwise equal to adamw_update<float> for 1, 2 and 3
-// threads on every available path, also when the caller runs with flush-to-zero; refusals.
+// threads on every available path, also when the caller runs with flush-to-zero; the clip folded in
+// as a gradient scale; refusals.
 #include <strata/optim/adamw_simd.hpp>        // adamw_update_parallel, adamw_path, adamw_path_available
 #include <strata/optim/host_thread_pool.hpp>  // host_thread_pool
 #include <strata/optim/offloaded_adamw.hpp>   // offloaded_adamw
+#include <strata/kernels/cpu/elementwise.hpp>  // scale_inplace (the separate clip pass the folded scale replaces)
 #include <strata/train/adamw.hpp>             // adamw_update, adamw_hparams
 
 #include "adamw_data.hpp"  // fill, first_bit_difference, hparam_sets, available_paths
@@ -11,6 +13,7 @@
 
 #include <algorithm>  // std::ranges::copy
 #include <cstddef>    // std::size_t
+#include <limits>     // std::numeric_limits
 #include <memory>     // std::unique_ptr, std::make_unique
 #include <random>     // std::mt19937_64
 #include <vector>     // std::vector
@@ -187,6 +190,47 @@ TEST_CASE("every forced path gives offloaded_adamw the same bits") {
     }
 }
 
+// The clip folded into AdamW: step_block(..., grad_scale) == scale_inplace(g, grad_scale) followed by
+// a plain step, bit for bit, on every path and thread count, with and without decay, for both lerp
+// formulas; g itself is left unscaled. A scale of 1 is no scale at all.
+TEST_CASE("a gradient scale folded into AdamW equals scale_inplace then AdamW, bitwise") {
+    std::mt19937_64 rng(23);
+    const std::vector<std::size_t> sizes{1, 15, 100003};
+    for (const auto& h : {strata_test::hparam_sets()[0], strata_test::hparam_sets()[2]})
+        for (const adamw_path path : strata_test::available_paths())
+            for (const std::size_t threads : {1, 3})
+                for (const float scale : {0.0371f, 0.999999f, 1.0f})
+                    for (const std::size_t n : sizes)
+                        for (const bool decay : {false, true}) {
+                            CAPTURE(h.beta1);
+                            CAPTURE(strata::name_of(path));
+                            CAPTURE(threads);
+                            CAPTURE(scale);
+                            CAPTURE(n);
+                            CAPTURE(decay);
+                            strata::offloaded_adamw opt(h, threads, path);
+                            twin_state s(n, rng);
+                            for (long t = 1; t <= 2; ++t) {
+                                std::vector<float> g(n);
+                                strata_test::fill(g, rng);
+                                const std::vector<float> g_before = g;
+                                opt.step_block(s.p, g, s.m, s.v, 1e-3, t, decay, scale);
+                                REQUIRE(strata_test::first_bit_difference(g, g_before) == "");
+                                strata::kernels::cpu::scale_inplace(g.data(), scale, n);
+                                s.reference_step(g, h, 1e-3, t, decay);
+                                s.require_equal();
+                            }
+                        }
+    // the scalar reference takes the same scale
+    twin_state s(1000, rng);
+    std::vector<float> g(1000);
+    strata_test::fill(g, rng);
+    strata::adamw_update<float>(s.p, g, s.m, s.v, {}, 1e-3, 1, true, 0.25f);
+    strata::kernels::cpu::scale_inplace(g.data(), 0.25f, g.size());
+    s.reference_step(g, {}, 1e-3, 1, true);
+    s.require_equal();
+}
+
 TEST_CASE("size mismatches, bad steps and bad hyperparameters are refused before any work") {
     strata::host_thread_pool pool(2);
     std::vector<float> p(100, 1.0f), g(100, 0.5f), m(100, 0.0f), v(99, 0.0f);
@@ -203,6 +247,10 @@ TEST_CASE("size mismatches, bad steps and bad hyperparameters are refused before
     CHECK_THROWS_WITH_AS(opt.step_block(p, g, m, v, 1e-3, 0, true), doctest::Contains("step must be >= 1"),
                          strata::error);
     CHECK_THROWS_WITH_AS(opt.step_block(p, g, m, v, -1.0, 1, true), doctest::Contains("lr must be"), strata::error);
+    CHECK_THROWS_WITH_AS(opt.step_block(p, g, m, v, 1e-3, 1, true, std::numeric_limits<float>::quiet_NaN()),
+                         doctest::Contains("grad_scale must be"), strata::error);
+    CHECK_THROWS_WITH_AS(opt.step_block(p, g, m, v, 1e-3, 1, true, -0.5f), doctest::Contains("grad_scale must be"),
+                         strata::error);
     CHECK(p == p_before);
 
     strata::adamw_hparams bad;

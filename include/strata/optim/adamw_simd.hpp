@@ -17,6 +17,8 @@
 //   vector arithmetic, so it may fuse the decay multiply into the final add. An empty asm makes
 //   that product opaque; it costs no instruction.
 // - -ffast-math (reciprocals, reassociation): this header refuses to compile under it.
+// The same empty asm keeps the optional gradient scale (a clip folded into the update: g * scale,
+// one rounding, as kernels::cpu::scale_inplace would store it) out of an FMA with `g - m`.
 #pragma once
 
 #include <strata/core/error.hpp>              // strata::error
@@ -29,6 +31,7 @@
 #include <span>         // std::span
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
+#include <type_traits>  // std::bool_constant
 
 #if defined(__x86_64__)
 #include <immintrin.h>  // AVX2, FMA and AVX-512F intrinsics
@@ -96,9 +99,23 @@ namespace detail {
 // step's float constants with the reference's own function.
 inline adamw_constants<float> prepare_adamw_step(std::string_view who, std::size_t p, std::size_t g, std::size_t m,
                                                  std::size_t v, const adamw_hparams& h, double lr, long step,
-                                                 bool decay) {
+                                                 bool decay, float grad_scale) {
     check_adamw_sizes(who, p, g, m, v);
+    check_grad_scale(who, grad_scale);
     return adamw_constants_for<float>(h, lr, step, decay, who);
+}
+
+// Calls kernel(decay, small_weight, scaled) with each flag as a std::bool_constant, so the element
+// loops are compiled once per combination and test none of them per element.
+template <class Kernel>
+inline void with_adamw_flags(const adamw_constants<float>& s, bool scaled, Kernel&& kernel) {
+    const auto on_scale = [&](auto decay, auto small_weight) {
+        scaled ? kernel(decay, small_weight, std::true_type{}) : kernel(decay, small_weight, std::false_type{});
+    };
+    const auto on_weight = [&](auto decay) {
+        s.lerp_weight_small ? on_scale(decay, std::true_type{}) : on_scale(decay, std::false_type{});
+    };
+    s.apply_decay ? on_weight(std::true_type{}) : on_weight(std::false_type{});
 }
 
 #if defined(__x86_64__)
@@ -123,10 +140,11 @@ __attribute__((always_inline)) inline void prefetch_four(const float* p, const f
 struct adamw_avx512f_constants {
     __m512 decay_factor, lerp_weight, one_minus_lerp_weight, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
     __m512i sign_bit;
+    __m512 grad_scale;
 };
 
 // One vector of elements: the reference's loop body, lane-wise.
-template <bool Masked, bool Decay, bool SmallWeight>
+template <bool Masked, bool Decay, bool SmallWeight, bool Scaled>
 __attribute__((target("avx512f"), always_inline)) inline void adamw_lanes_avx512f(float* p, const float* g, float* m,
                                                                                   float* v, __mmask16 lanes,
                                                                                   const adamw_avx512f_constants& k) {
@@ -141,6 +159,10 @@ __attribute__((target("avx512f"), always_inline)) inline void adamw_lanes_avx512
         grad = _mm512_loadu_ps(g);
         exp_avg = _mm512_loadu_ps(m);
         exp_avg_sq = _mm512_loadu_ps(v);
+    }
+    if constexpr (Scaled) {
+        grad = _mm512_mul_ps(grad, k.grad_scale);
+        asm("" : "+v"(grad));  // keeps this product out of an FMA with `grad - m`
     }
     if constexpr (Decay) {
         param = _mm512_mul_ps(param, k.decay_factor);
@@ -170,27 +192,28 @@ __attribute__((target("avx512f"), always_inline)) inline void adamw_lanes_avx512
     }
 }
 
-template <bool Decay, bool SmallWeight>
+template <bool Decay, bool SmallWeight, bool Scaled>
 __attribute__((target("avx512f"))) inline void adamw_kernel_avx512f(float* p, const float* g, float* m, float* v,
-                                                                    std::size_t n, const adamw_constants<float>& s) {
+                                                                    std::size_t n, const adamw_constants<float>& s,
+                                                                    float grad_scale) {
     // Copied into vectors before the first store: p, m, v are floats and could alias `s`.
     const adamw_avx512f_constants k{_mm512_set1_ps(s.decay_factor),    _mm512_set1_ps(s.lerp_weight),
                                     _mm512_set1_ps(1.0f - s.lerp_weight), _mm512_set1_ps(s.beta2),
                                     _mm512_set1_ps(s.one_minus_beta2), _mm512_set1_ps(s.bc2_sqrt),
                                     _mm512_set1_ps(s.eps),             _mm512_set1_ps(s.neg_step_size),
-                                    _mm512_set1_epi32(static_cast<int>(0x80000000u))};
+                                    _mm512_set1_epi32(static_cast<int>(0x80000000u)), _mm512_set1_ps(grad_scale)};
     constexpr std::size_t width = 16;
     const auto first_lanes = [](std::size_t count) { return static_cast<__mmask16>((1u << count) - 1); };
     // A masked head up to p's next cache line, so the full vectors store p on 64-byte boundaries.
     std::size_t head = (64 - reinterpret_cast<std::uintptr_t>(p) % 64) % 64 / sizeof(float);
     if (head > n) head = n;
-    if (head > 0) adamw_lanes_avx512f<true, Decay, SmallWeight>(p, g, m, v, first_lanes(head), k);
+    if (head > 0) adamw_lanes_avx512f<true, Decay, SmallWeight, Scaled>(p, g, m, v, first_lanes(head), k);
     std::size_t i = head;
     for (; i + width <= n; i += width) {
         prefetch_four(p + i, g + i, m + i, v + i);  // one cache line of each per iteration
-        adamw_lanes_avx512f<false, Decay, SmallWeight>(p + i, g + i, m + i, v + i, 0xFFFF, k);
+        adamw_lanes_avx512f<false, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, 0xFFFF, k);
     }
-    if (i < n) adamw_lanes_avx512f<true, Decay, SmallWeight>(p + i, g + i, m + i, v + i, first_lanes(n - i), k);
+    if (i < n) adamw_lanes_avx512f<true, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, first_lanes(n - i), k);
 }
 
 // ---- AVX2 + FMA: 8 lanes, heads and tails through maskload/maskstore ----
@@ -198,9 +221,10 @@ __attribute__((target("avx512f"))) inline void adamw_kernel_avx512f(float* p, co
 struct adamw_avx2_constants {
     __m256 decay_factor, lerp_weight, one_minus_lerp_weight, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
     __m256 sign_bit;
+    __m256 grad_scale;
 };
 
-template <bool Masked, bool Decay, bool SmallWeight>
+template <bool Masked, bool Decay, bool SmallWeight, bool Scaled>
 __attribute__((target("avx2,fma"), always_inline)) inline void adamw_lanes_avx2(float* p, const float* g, float* m,
                                                                                float* v, __m256i lanes,
                                                                                const adamw_avx2_constants& k) {
@@ -215,6 +239,10 @@ __attribute__((target("avx2,fma"), always_inline)) inline void adamw_lanes_avx2(
         grad = _mm256_loadu_ps(g);
         exp_avg = _mm256_loadu_ps(m);
         exp_avg_sq = _mm256_loadu_ps(v);
+    }
+    if constexpr (Scaled) {
+        grad = _mm256_mul_ps(grad, k.grad_scale);
+        asm("" : "+v"(grad));  // keeps this product out of an FMA with `grad - m`
     }
     if constexpr (Decay) {
         param = _mm256_mul_ps(param, k.decay_factor);
@@ -246,55 +274,53 @@ __attribute__((target("avx2"), always_inline)) inline __m256i first_lanes_avx2(s
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-template <bool Decay, bool SmallWeight>
+template <bool Decay, bool SmallWeight, bool Scaled>
 __attribute__((target("avx2,fma"))) inline void adamw_kernel_avx2(float* p, const float* g, float* m, float* v,
-                                                                  std::size_t n, const adamw_constants<float>& s) {
+                                                                  std::size_t n, const adamw_constants<float>& s,
+                                                                  float grad_scale) {
     const adamw_avx2_constants k{_mm256_set1_ps(s.decay_factor),    _mm256_set1_ps(s.lerp_weight),
                                  _mm256_set1_ps(1.0f - s.lerp_weight), _mm256_set1_ps(s.beta2),
                                  _mm256_set1_ps(s.one_minus_beta2), _mm256_set1_ps(s.bc2_sqrt),
                                  _mm256_set1_ps(s.eps),             _mm256_set1_ps(s.neg_step_size),
-                                 _mm256_set1_ps(-0.0f)};
+                                 _mm256_set1_ps(-0.0f),             _mm256_set1_ps(grad_scale)};
     constexpr std::size_t width = 8;
     // A masked head up to p's next 32-byte boundary: full vectors then never split a cache line.
     std::size_t head = (32 - reinterpret_cast<std::uintptr_t>(p) % 32) % 32 / sizeof(float);
     if (head > n) head = n;
-    if (head > 0) adamw_lanes_avx2<true, Decay, SmallWeight>(p, g, m, v, first_lanes_avx2(head), k);
+    if (head > 0) adamw_lanes_avx2<true, Decay, SmallWeight, Scaled>(p, g, m, v, first_lanes_avx2(head), k);
     std::size_t i = head;
     const __m256i all_lanes = _mm256_set1_epi32(-1);
     for (; i + width <= n; i += width) {
         if ((i - head) % 16 == 0) prefetch_four(p + i, g + i, m + i, v + i);  // once per cache line of p
-        adamw_lanes_avx2<false, Decay, SmallWeight>(p + i, g + i, m + i, v + i, all_lanes, k);
+        adamw_lanes_avx2<false, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, all_lanes, k);
     }
-    if (i < n) adamw_lanes_avx2<true, Decay, SmallWeight>(p + i, g + i, m + i, v + i, first_lanes_avx2(n - i), k);
+    if (i < n) adamw_lanes_avx2<true, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, first_lanes_avx2(n - i), k);
 }
 
 #endif  // __x86_64__
 
-// One step over n elements on a resolved (concrete, available) path.
+// One step over n elements on a resolved (concrete, available) path; grad_scale 1 skips the scale.
 inline void adamw_range(adamw_path path, const adamw_constants<float>& s, float* p, const float* g, float* m, float* v,
-                        std::size_t n) {
+                        std::size_t n, float grad_scale = 1.0f) {
 #if defined(__x86_64__)
+    const bool scaled = grad_scale != 1.0f;
     if (path == adamw_path::avx512f) {
-        if (s.apply_decay)
-            s.lerp_weight_small ? adamw_kernel_avx512f<true, true>(p, g, m, v, n, s)
-                                : adamw_kernel_avx512f<true, false>(p, g, m, v, n, s);
-        else
-            s.lerp_weight_small ? adamw_kernel_avx512f<false, true>(p, g, m, v, n, s)
-                                : adamw_kernel_avx512f<false, false>(p, g, m, v, n, s);
+        with_adamw_flags(s, scaled, [&](auto decay, auto small_weight, auto scale) {
+            adamw_kernel_avx512f<decltype(decay)::value, decltype(small_weight)::value, decltype(scale)::value>(
+                p, g, m, v, n, s, grad_scale);
+        });
         return;
     }
     if (path == adamw_path::avx2_fma) {
-        if (s.apply_decay)
-            s.lerp_weight_small ? adamw_kernel_avx2<true, true>(p, g, m, v, n, s)
-                                : adamw_kernel_avx2<true, false>(p, g, m, v, n, s);
-        else
-            s.lerp_weight_small ? adamw_kernel_avx2<false, true>(p, g, m, v, n, s)
-                                : adamw_kernel_avx2<false, false>(p, g, m, v, n, s);
+        with_adamw_flags(s, scaled, [&](auto decay, auto small_weight, auto scale) {
+            adamw_kernel_avx2<decltype(decay)::value, decltype(small_weight)::value, decltype(scale)::value>(
+                p, g, m, v, n, s, grad_scale);
+        });
         return;
     }
 #endif
     // The scalar path is the reference's own element loop.
-    adamw_apply(p, g, m, v, n, s);
+    adamw_apply(p, g, m, v, n, s, grad_scale);
 }
 
 // Runs a chunk on a pool thread under the caller's floating-point environment (rounding mode,
@@ -317,25 +343,26 @@ private:
 }  // namespace detail
 
 // One AdamW step over a flat block of float parameters on the calling thread: the same contract
-// and the same bits as adamw_update<float>, vectorized. `path` forces an implementation.
+// and the same bits as adamw_update<float>, vectorized (grad_scale included). `path` forces an
+// implementation.
 inline void adamw_update_fast(std::span<float> p, std::span<const float> g, std::span<float> m, std::span<float> v,
                               const adamw_hparams& h, double lr, long step, bool decay,
-                              adamw_path path = adamw_path::automatic) {
+                              adamw_path path = adamw_path::automatic, float grad_scale = 1.0f) {
     const auto s = detail::prepare_adamw_step("adamw_update_fast", p.size(), g.size(), m.size(), v.size(), h, lr, step,
-                                              decay);
-    detail::adamw_range(resolve(path), s, p.data(), g.data(), m.data(), v.data(), p.size());
+                                              decay, grad_scale);
+    detail::adamw_range(resolve(path), s, p.data(), g.data(), m.data(), v.data(), p.size(), grad_scale);
 }
 
 // Blocks shorter than this run on the calling thread alone: waking the workers costs more.
 inline constexpr std::size_t adamw_parallel_min_chunk = std::size_t{1} << 15;
 
 // adamw_update_fast split over the pool's threads in contiguous chunks whose boundaries fall on
-// 64-byte lines of p. Bitwise equal to adamw_update<float> for every thread count.
+// 64-byte lines of p. Bitwise equal to adamw_update<float> (same grad_scale) for every thread count.
 inline void adamw_update_parallel(host_thread_pool& pool, std::span<float> p, std::span<const float> g,
                                   std::span<float> m, std::span<float> v, const adamw_hparams& h, double lr, long step,
-                                  bool decay, adamw_path path = adamw_path::automatic) {
+                                  bool decay, adamw_path path = adamw_path::automatic, float grad_scale = 1.0f) {
     const auto s = detail::prepare_adamw_step("adamw_update_parallel", p.size(), g.size(), m.size(), v.size(), h, lr,
-                                              step, decay);
+                                              step, decay, grad_scale);
     const adamw_path use = resolve(path);
     std::fenv_t caller_env;
     std::fegetenv(&caller_env);
@@ -347,7 +374,7 @@ inline void adamw_update_parallel(host_thread_pool& pool, std::span<float> p, st
         [&](std::size_t begin, std::size_t end) {
             const detail::scoped_fenv same_rounding_as_caller(caller_env);
             detail::adamw_range(use, s, p.data() + begin, g.data() + begin, m.data() + begin, v.data() + begin,
-                                end - begin);
+                                end - begin, grad_scale);
         },
         on_cache_lines);
 }

@@ -24,11 +24,13 @@ public:
         : m_hparams(checked(hparams)), m_path(resolve(path)), m_pool(threads) {}
 
     // One AdamW step of one parameter tensor: p, m, v updated in place from g. `step` is 1-based;
-    // `decay` false skips weight decay (biases, layernorm gains). Calls from several threads are
-    // safe and run one after another.
+    // `decay` false skips weight decay (biases, layernorm gains). `grad_scale` (1: none) is a
+    // gradient clip folded into the update: bitwise what scaling g in place first would give, but
+    // without that pass over g (g is not written). Calls from several threads are safe and run one
+    // after another.
     void step_block(std::span<float> p, std::span<const float> g, std::span<float> m, std::span<float> v, double lr,
-                    long step, bool decay) {
-        adamw_update_parallel(m_pool, p, g, m, v, m_hparams, lr, step, decay, m_path);
+                    long step, bool decay, float grad_scale = 1.0f) {
+        adamw_update_parallel(m_pool, p, g, m, v, m_hparams, lr, step, decay, m_path, grad_scale);
     }
 
     const adamw_hparams& hparams() const noexcept { return m_hparams; }

@@ -116,15 +116,21 @@ adamw_constants<T> adamw_constants_for(const adamw_hparams& h, double lr, long s
 
 // The element loop of adamw_update on raw pointers, one element at a time: the operations every
 // other implementation reproduces. k is taken by value: p, m, v could alias a T inside it.
+//
+// grad_scale folds a gradient clip into the update: each gradient is first multiplied by it, one
+// rounding, exactly what kernels::cpu::scale_inplace(g, grad_scale) would have stored in g before
+// a plain step (g itself is not written). 1 (the default) skips the multiply; x * 1 == x anyway.
 template <std::floating_point T>
 void adamw_apply(T* p,        // (n)
                  const T* g,  // (n)
                  T* m,        // (n)
                  T* v,        // (n)
-                 std::size_t n, const adamw_constants<T> k) {
+                 std::size_t n, const adamw_constants<T> k, const T grad_scale = T(1)) {
+    const bool scaled = grad_scale != T(1);
     for (std::size_t i = 0; i < n; ++i) {
         T param = p[i];
-        const T grad = g[i];
+        T grad = g[i];
+        if (scaled) grad = grad * grad_scale;  // its own rounding: no FMA contraction without -march (see adamw_simd.hpp)
         if (k.apply_decay) param = param * k.decay_factor;
         T exp_avg = m[i];
         exp_avg = k.lerp_weight_small ? std::fma(k.lerp_weight, grad - exp_avg, exp_avg)
@@ -138,17 +144,27 @@ void adamw_apply(T* p,        // (n)
     }
 }
 
+// A gradient scale must be a finite number >= 0 (a clip coefficient is in (0, 1]).
+inline void check_grad_scale(std::string_view who, double grad_scale) {
+    if (!(std::isfinite(grad_scale) && grad_scale >= 0))
+        throw error(std::string(who) + ": grad_scale must be a finite number >= 0, got " + std::to_string(grad_scale),
+                    "pass the clip coefficient, or 1 for no scaling");
+}
+
 // One AdamW step over a flat block of parameters. `step` is 1-based (the number of updates
 // including this one, torch's state['step'] after its increment). `decay` false skips weight decay
 // for this block (biases, layernorm gains), as torch does for a param group with weight_decay 0.
-// p, m, v are updated in place; all four spans have the same length.
+// p, m, v are updated in place; all four spans have the same length. `grad_scale` (1: none)
+// multiplies each gradient first, as a separate scale_inplace pass would; g is left as it is.
 template <std::floating_point T>
 void adamw_update(std::span<T> p, std::span<const std::type_identity_t<T>> g,
                   std::span<std::type_identity_t<T>> m, std::span<std::type_identity_t<T>> v,
-                  const adamw_hparams& h, double lr, long step, bool decay) {
+                  const adamw_hparams& h, double lr, long step, bool decay,
+                  std::type_identity_t<T> grad_scale = T(1)) {
     check_adamw_sizes("adamw", p.size(), g.size(), m.size(), v.size());
+    check_grad_scale("adamw", grad_scale);
     const adamw_constants<T> k = adamw_constants_for<T>(h, lr, step, decay);
-    adamw_apply(p.data(), g.data(), m.data(), v.data(), p.size(), k);
+    adamw_apply(p.data(), g.data(), m.data(), v.data(), p.size(), k, grad_scale);
 }
 
 }  // namespace strata
