@@ -162,12 +162,13 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
     CHECK(p.bytes_of(plan_category::pinned, tier_id::host) == 0);
     CHECK(p.bytes_of(plan_category::weights, tier_id::device) == 0);
     CHECK(p.bytes_of(plan_category::grads, tier_id::device) == 0);
-    // the grad norm is summed on the host: no partial sums on the device, nor on the host
-    CHECK(p.device_staging_bytes == 0);
-    CHECK(p.bytes_of(plan_category::staging, tier_id::device) == 0);
-    CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
-          resident.bytes_of(plan_category::staging, tier_id::host) - resident.norm_partials_bytes);
-    CHECK(p.total(tier_id::device) == 6 * p.largest_block_bytes + 2 * p.pinned_group_bytes + p.activation_bytes);
+    // the grad norm's per-group partial sums and workspace are on the device as in resident
+    CHECK(p.device_staging_bytes == resident.device_staging_bytes);
+    CHECK(p.norm_partials_bytes == resident.norm_partials_bytes);
+    CHECK(p.bytes_of(plan_category::staging, tier_id::device) == resident.device_staging_bytes);
+    CHECK(p.bytes_of(plan_category::staging, tier_id::host) == resident.bytes_of(plan_category::staging, tier_id::host));
+    CHECK(p.total(tier_id::device) ==
+          6 * p.largest_block_bytes + 2 * p.pinned_group_bytes + p.activation_bytes + p.device_staging_bytes);
     CHECK(p.bytes_of(plan_category::weights, tier_id::host) == resident.state_bytes);
     CHECK(p.bytes_of(plan_category::grads, tier_id::host) == resident.state_bytes);
     CHECK(p.bytes_of(plan_category::moments, tier_id::host) == 2 * resident.state_bytes);
@@ -195,7 +196,8 @@ TEST_CASE("slots are sized to the largest transformer block, not to larger embed
     CHECK(p.largest_group_bytes == embeddings);
     CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 2 * 2 * block);
     CHECK(p.pinned_group_bytes == embeddings + round_up(2 * C * 4, page_size));
-    CHECK(p.min_streamed_device_bytes == 4 * block + 2 * p.pinned_group_bytes + p.activation_bytes);
+    CHECK(p.min_streamed_device_bytes ==
+          4 * block + 2 * p.pinned_group_bytes + p.activation_bytes + p.device_staging_bytes);
     CHECK(p.total(tier_id::device) == p.min_streamed_device_bytes);
     // the optimizer's m, v staging is a whole group: the embeddings are the largest
     r.moments_on_storage = false;
@@ -207,7 +209,8 @@ TEST_CASE("two slots when three do not fit; the least device budget is exactly t
     const gpt_config c = small();
     const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
     const std::size_t minimum = any.min_streamed_device_bytes;
-    CHECK(minimum == 4 * any.largest_block_bytes + 2 * any.pinned_group_bytes + any.activation_bytes);
+    CHECK(minimum ==
+          4 * any.largest_block_bytes + 2 * any.pinned_group_bytes + any.activation_bytes + any.device_staging_bytes);
 
     const memory_plan p = plan<cpu_backend>(request(c, {.device = minimum, .host = big, .storage = 0}));
     CHECK(p.where == placement::streamed);
@@ -224,6 +227,7 @@ TEST_CASE("two slots when three do not fit; the least device budget is exactly t
     CHECK(message.find("2 slots x largest block " + format_bytes(2 * any.largest_block_bytes)) != std::string::npos);
     CHECK(message.find("pinned groups " + format_bytes(2 * any.pinned_group_bytes)) != std::string::npos);
     CHECK(message.find(std::to_string(any.activation_bytes) + " B") != std::string::npos);
+    CHECK(message.find("grad-norm staging " + format_bytes(any.device_staging_bytes)) != std::string::npos);
     CHECK(message.find("hint:") != std::string::npos);
     CHECK(message.find("--batch") != std::string::npos);
 }
@@ -248,10 +252,11 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
     CHECK(p.bytes_of(plan_category::moments, tier_id::storage) == 2 * any.state_bytes);
     CHECK(p.bytes_of(plan_category::moments, tier_id::host) == 0);
     CHECK(p.total(tier_id::storage) == 2 * any.state_bytes);
-    // tokens, targets and losses of the step, and the m and v of one group read back from storage
+    // tokens, targets and losses of the step, the grad norm's partials, and the m and v of one
+    // group read back from storage
     const std::size_t BT = r.batch * r.seq;
     CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
-          r.accum * 3 * round_up(BT * 4, page_size) + 2 * any.largest_group_bytes);
+          r.accum * 3 * round_up(BT * 4, page_size) + p.norm_partials_bytes + 2 * any.largest_group_bytes);
 
     r.budgets.storage = 2 * any.state_bytes - 1;
     const std::string message = message_of(r);
@@ -264,7 +269,7 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
 TEST_CASE("moments go to storage when the host cannot hold them, and the error names both tiers otherwise") {
     const gpt_config c = small();
     const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
-    const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host) - any.norm_partials_bytes;
+    const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host);  // the norm's partials too
     // room for weights + grads + the step's staging + one group's m and v, not for all of m and v
     const std::size_t host = 2 * any.state_bytes + staging + 2 * any.largest_group_bytes;
     plan_request r = request(c, {.device = any.min_streamed_device_bytes, .host = host, .storage = big});

@@ -20,7 +20,8 @@
 //   + 1 (2 = one block in flight ahead of compute; 3 = two, which absorbs jitter of the link).
 //   The groups used at both ends of a pass (group 0: wte + wpe; the final layernorm) are pinned:
 //   their weights and grads are on the device for the whole step. Activations as resident. The
-//   grad norm is summed on the host, so there are no partial sums on the device. With m, v on
+//   grad norm's per-group partial sums and the sum_of_squares workspace are on the device as in
+//   the resident trainer, and the partials' host copy is step staging. With m, v on
 //   storage the host optimizer reads one group's m and v into two host buffers, updates, writes
 //   them back and frees the buffers before the next group: 2 x the largest group at the peak.
 //
@@ -143,10 +144,10 @@ struct memory_plan {
     std::size_t largest_block_bytes = 0;  // one kind of the largest transformer block: one slot
     std::size_t pinned_group_bytes = 0;   // one kind of the pinned groups (embeddings + final layernorm)
     std::size_t activation_bytes = 0;     // gpt_model::activations on the device
-    std::size_t device_staging_bytes = 0;  // resident: the grad-norm partial sums and workspace; streamed: none
-    std::size_t norm_partials_bytes = 0;   // resident: the grad-norm partial sums (on the device and the host)
+    std::size_t device_staging_bytes = 0;  // the grad-norm partial sums and workspace (both placements)
+    std::size_t norm_partials_bytes = 0;   // the grad-norm partial sums (on the device and the host)
     // The least device memory any streamed plan needs: 2 slots x the largest block (weights +
-    // grads) + the pinned groups (weights + grads) + activations.
+    // grads) + the pinned groups (weights + grads) + activations + the grad norm's staging.
     std::size_t min_streamed_device_bytes = 0;
 
     tier_bytes budgets;
@@ -249,9 +250,9 @@ struct plan_inputs {
     std::size_t state = 0, largest = 0, largest_block = 0, pinned = 0, activations = 0;
     // The step's staging on the host: tokens, targets and losses of every micro-batch (both trainers).
     std::size_t step_staging = 0;
-    // The resident trainer's grad-norm partial sums, one on the device and one on the host.
+    // Both trainers' grad-norm partial sums, one on the device and one on the host.
     std::size_t partials = 0;
-    // The resident trainer's device workspace of sum_of_squares (the backend's, for the largest group).
+    // Both trainers' device workspace of sum_of_squares (the backend's, for the largest group).
     std::size_t norm_workspace = 0;
 };
 
@@ -264,20 +265,23 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
     p.largest_block_bytes = in.largest_block;
     p.pinned_group_bytes = in.pinned;
     p.activation_bytes = in.activations;
-    p.min_streamed_device_bytes = 2 * 2 * in.largest_block + 2 * in.pinned + in.activations;
+    p.min_streamed_device_bytes =
+        2 * 2 * in.largest_block + 2 * in.pinned + in.activations + in.partials + in.norm_workspace;
     p.budgets = r.budgets;
     p.of(plan_category::activations).device = in.activations;
     p.of(plan_category::staging).host = in.step_staging;
+    // The grad norm's per-group partial sums: on the device with sum_of_squares' workspace, and
+    // their copy on the host (the resident trainer keeps it, the streamed one allocates it per step).
+    p.device_staging_bytes = in.partials + in.norm_workspace;
+    p.norm_partials_bytes = in.partials;
+    p.of(plan_category::staging).device = in.partials + in.norm_workspace;
+    p.of(plan_category::staging).host += in.partials;
     return p;
 }
 
 inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in) {
     memory_plan p = base_plan(r, in);
     p.where = placement::resident;
-    p.device_staging_bytes = in.partials + in.norm_workspace;
-    p.norm_partials_bytes = in.partials;
-    p.of(plan_category::staging).device = in.partials + in.norm_workspace;
-    p.of(plan_category::staging).host += in.partials;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.state;
     p.of(plan_category::moments).device = 2 * in.state;
@@ -317,7 +321,8 @@ inline std::string streaming_minimum(const memory_plan& p) {
     return "streaming needs at least " + format_bytes(p.min_streamed_device_bytes) +
            " on the device = 2 slots x largest block " + format_bytes(2 * p.largest_block_bytes) +
            " (weights + grads) + pinned groups " + format_bytes(2 * p.pinned_group_bytes) +
-           " (embeddings and final layernorm, weights + grads) + activations " + format_bytes(p.activation_bytes);
+           " (embeddings and final layernorm, weights + grads) + activations " + format_bytes(p.activation_bytes) +
+           " + grad-norm staging " + format_bytes(p.device_staging_bytes);
 }
 
 inline std::string plan_hint(const plan_request& r, const memory_plan& p) {
@@ -384,8 +389,8 @@ memory_plan plan(const plan_request& request) {
     in.activations = gpt_activation_bytes<B>(request.model, request.batch, request.seq, request.checkpointing,
                                              request.element_bytes);
     // The trainers' per-step buffers: per micro-batch host copies of tokens, targets and losses,
-    // all alive until the step ends; and the resident trainer's grad-norm partial sums (one double
-    // per group) on the device and on the host.
+    // all alive until the step ends; and the trainers' grad-norm partial sums (one double per
+    // group) on the device and on the host.
     const std::size_t BT = request.batch * request.seq;
     in.partials = detail::charged(in.groups.size() * sizeof(double));
     std::size_t workspace = 1;  // doubles; the trainer allocates at least one

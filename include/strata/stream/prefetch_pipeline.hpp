@@ -10,7 +10,9 @@
 //   h2d     weights (and, for micro-batches after the first, the accumulated gradients) into a
 //           slot, `Depth` uses ahead of compute, in forward order and then in reverse for backward;
 //   compute waits for a slot's "ready" event, computes, records "free";
-//   d2h     waits for a block's backward to finish and takes its gradients to the host at once.
+//   d2h     waits for a block's backward to finish and takes its gradients to the host at once
+//           (work the trainer enqueues on compute before done(), such as the block's sum of
+//           squares, is part of that "finished": the slot is reused only after it).
 // Gradient accumulation is exact and bitwise equal to the resident trainer: a block's gradient
 // slot starts from zero in the first micro-batch and from the host's accumulated gradients in
 // the next ones, so the same kernels add the same numbers in the same order.
@@ -103,6 +105,14 @@ public:
             throw error("prefetch_pipeline: gradients of group " + std::to_string(g) + " asked for outside its backward");
         compute.wait(m_grad_ready[k]);
         return m_grad_slots[k].device_data().get();
+    }
+
+    // The gradient slot of the backward use in progress (grads() has handed it out): the trainer
+    // reads it on compute before done(), e.g. for the block's sum of squares.
+    R* grads_in_use() {
+        if (m_used >= m_pass.order.size() || m_pass.order[m_used].second != group_use::backward)
+            throw error("prefetch_pipeline: no backward use in progress (use " + std::to_string(m_used) + ")");
+        return m_grad_slots[slot_of(m_used)].device_data().get();
     }
 
     void done(std::size_t g, stream& compute, group_use u) {

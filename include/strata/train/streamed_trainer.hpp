@@ -6,19 +6,32 @@
 // around each group's update). The embeddings and the final layernorm are used at both ends of
 // a pass, so they are copied to the device once per step ("pinned groups").
 //
+// The global gradient norm is computed on the device, where the gradients are anyway: right after
+// a block's backward of the last micro-batch, its gradient slot holds the block's final
+// accumulated gradients, and ops<B>::sum_of_squares writes their sum of squares (in double, in the
+// canonical chunked order: the CPU kernel's bits) into that group's entry of a small device array
+// of per-group partials, on the compute stream, before the slot is released; the pinned groups
+// once the backward is over. One copy brings the partials to the host ("grad norm" wait), which
+// adds them in group order and takes the sqrt: the resident trainer's grad_norm(), bit for bit.
+// No host thread reads the gradients for the norm.
+//
 // The optimizer runs on the host (offloaded_adamw: vectorized, multi-threaded, bitwise equal to
 // the resident trainer's AdamW). Exact global-norm clipping needs every gradient first, so:
-//   clip > 0:  gradients stay in the host tier until the backward of the last micro-batch has
-//              landed; then the norm, the clip and AdamW per group (multi-threaded);
+//   clip > 0:  once the norm is known (the backward is over, the last gradients may still be on
+//              their way to the host), AdamW per group on the optimizer thread, in the order the
+//              groups land, each waiting for its own gradient copy; the clip coefficient is folded
+//              into AdamW (step_block's grad_scale: g * coefficient, the one rounding the resident
+//              trainer's scale_inplace makes), so there is no separate pass over the gradients;
 //   clip == 0: AdamW of a block runs on the optimizer thread as soon as its gradients of the last
 //              micro-batch land, overlapped with the backward of the blocks before it.
-// Both give bitwise the same weights as the resident trainer (tests/stream/).
+// Both give bitwise the same weights and moments as the resident trainer (tests/stream/). One
+// difference: after a clipped step the host gradients (download(grads)) are the accumulated
+// gradients before the clip, where the resident trainer's are scaled in place.
 #pragma once
 
 #include <strata/backend/backend.hpp>            // Backend
 #include <strata/backend/cpu/stream.hpp>         // cpu::stream (the optimizer's host thread)
 #include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
-#include <strata/kernels/cpu/elementwise.hpp>    // sum_of_squares, scale_inplace on the host
 #include <strata/model/gpt.hpp>                  // gpt_model
 #include <strata/optim/offloaded_adamw.hpp>      // offloaded_adamw
 #include <strata/stream/prefetch_pipeline.hpp>   // prefetch_pipeline, pipeline_engine
@@ -53,7 +66,9 @@ public:
           m_io(backend.make_stream("storage I/O")),
           m_adamw(m_options.adamw),
           m_engine(backend, largest_block(model)),
-          m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing) {
+          m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing),
+          m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
+          m_norm_workspace(backend, shape{norm_workspace(model)}, "grad_norm.workspace") {
         const auto& groups = model.groups();
         for (std::size_t g = 0; g < groups.size(); ++g) {
             const std::string n = "g" + std::to_string(g);
@@ -113,14 +128,14 @@ public:
         for (std::size_t k = 0; k < micro.size(); ++k) {
             stage_tokens(micro[k], staged);
             m_engine.begin(make_pass(/*backward=*/true, k == 0));
-            binder bind{*this};
+            binder bind{*this, /*last_micro=*/k + 1 == micro.size()};
             m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
                                      m_compute);
             m_engine.end();
             losses.emplace_back(m_backend, shape{BT}, "losses.host");
             copy_async(m_backend, losses.back().view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
         }
-        download_pinned_grads();
+        download_pinned_grads();  // also the pinned groups' sums of squares
 
         step_result r;
         r.step = update;
@@ -128,25 +143,28 @@ public:
         r.counted = counted;
         r.lr = lr_at(m_options.schedule, m_step);
         if (m_options.clip == 0) schedule_overlapped_adamw(r.lr, update);
-        wait_gradients();  // named: every gradient of the step is in the host tier
-        r.grad_norm = grad_norm();
+        // The per-group partials follow the losses on the compute stream: one wait for both, while
+        // the last gradient copies may still be landing.
+        tiered_tensor<double, host_tier, B> partials(m_backend, m_norm_partials.shape(), "grad_norm.partials.host");
+        partials.copy_from(m_norm_partials, m_compute).wait();  // named: grad norm (and the losses)
+        r.grad_norm = grad_norm(partials);
         for (const auto& l : losses)
             for (R x : l.span()) r.loss += static_cast<double>(x);
         r.loss /= static_cast<double>(counted);
-        m_optimizer.synchronize();  // named: the overlapped AdamW (clip == 0) has finished
-        detail::check_finite(r, update);
+        try {
+            detail::check_finite(r, update);
+        } catch (...) {
+            m_optimizer.synchronize();  // named: nothing of this step runs after the error leaves
+            wait_gradients();
+            throw;
+        }
         if (m_options.clip > 0) {
             const double coefficient = clip_coefficient(r.grad_norm, m_options.clip, update);
-            for (std::size_t g = 0; g < m_grads.size(); ++g)
-                m_optimizer.enqueue(
-                    [this, g, coefficient, lr = r.lr, update] {
-                        if (coefficient < 1)
-                            kernels::cpu::scale_inplace(m_grads[g].data(), static_cast<R>(coefficient), m_grads[g].numel());
-                        adamw_group(g, lr, update);
-                    },
-                    "adamw");
-            m_optimizer.synchronize();  // named: the update is complete before the step returns
+            // As the resident trainer: scale only when the norm is over the max, by R(coefficient).
+            schedule_adamw_after_landing(r.lr, update, coefficient < 1 ? static_cast<R>(coefficient) : R(1));
         }
+        m_optimizer.synchronize();  // named: the update is complete before the step returns
+        wait_gradients();           // named: every copy of the step has finished (already, through AdamW)
         m_step = update;
         return r;
     }
@@ -182,9 +200,23 @@ private:
         for (std::size_t l = 0; l < model.config().n_layer; ++l) n = std::max(n, model.groups()[model.block_group(l)].numel());
         return n;
     }
+    // Doubles of sum_of_squares workspace for the largest group (the pinned embeddings included),
+    // at least one, as the resident trainer allocates.
+    static std::size_t norm_workspace(const model_type& model) {
+        std::size_t n = 1;
+        for (const auto& g : model.groups()) n = std::max(n, op::sum_of_squares_workspace(g.numel()));
+        return n;
+    }
+
+    // group g's sum of squares into its partial, on the compute stream, from its device gradients.
+    void sum_of_squares(std::size_t g, const R* grads) {
+        op::sum_of_squares(m_compute, m_norm_partials.device_data().get() + g, m_norm_workspace.device_data().get(), grads,
+                           m_grads[g].numel());
+    }
 
     struct binder {
         streamed_trainer& t;
+        bool last_micro;
         const R* params(std::size_t g, stream& s, group_use u) {
             if (t.pinned(g)) return t.m_pinned_params[t.pinned_index(g)].device_data().get();
             return t.m_engine.params(g, s, u);
@@ -194,7 +226,11 @@ private:
             return t.m_engine.grads(g, s);
         }
         void done(std::size_t g, stream& s, group_use u) {
-            if (!t.pinned(g)) t.m_engine.done(g, s, u);
+            if (t.pinned(g)) return;  // summed in download_pinned_grads, after their last use
+            // The slot holds the block's final gradients; summed before done() releases the slot
+            // (its "free" event, which the D2H copy and the slot's next user wait for, follows).
+            if (last_micro && u == group_use::backward) t.sum_of_squares(g, t.m_engine.grads_in_use());
+            t.m_engine.done(g, s, u);
         }
     };
 
@@ -240,6 +276,8 @@ private:
         }
     }
     void download_pinned_grads() {
+        for (std::size_t g : {std::size_t{0}, m_model.final_group()})
+            sum_of_squares(g, m_pinned_grads[pinned_index(g)].device_data().get());
         for (std::size_t g : {std::size_t{0}, m_model.final_group()}) {
             m_engine.d2h().wait(m_compute.record());
             m_last_d2h[g] = m_grads[g].copy_from(m_pinned_grads[pinned_index(g)], m_engine.d2h());
@@ -251,39 +289,50 @@ private:
         m_compute.synchronize();
     }
 
-    // Exact global norm: the resident trainer's per-group sums, in group order, on the host.
-    double grad_norm() const {
+    // Exact global norm: the device's per-group partials summed in group order on the host, then
+    // sqrt: the resident trainer's grad_norm(), bit for bit.
+    static double grad_norm(const tiered_tensor<double, host_tier, B>& partials) {
         double sum = 0;
-        for (const auto& g : m_grads) sum += kernels::cpu::sum_of_squares(g.data(), g.numel());
+        for (double x : partials.span()) sum += x;
         return std::sqrt(sum);
     }
 
     // clip == 0: each block's AdamW waits only for its own gradients of the last micro-batch.
-    void schedule_overlapped_adamw(double lr, long update) {
+    void schedule_overlapped_adamw(double lr, long update) { schedule_adamw_after_landing(lr, update, R(1)); }
+
+    // AdamW of every group on the optimizer thread, each behind its own last gradient copy, in the
+    // order they land: the blocks from the last to the first, then the pinned groups.
+    void schedule_adamw_after_landing(double lr, long update, R grad_scale) {
         for (std::size_t g = m_grads.size(); g-- > 0;) {
-            event landed = m_last_d2h[g];
-            m_optimizer.enqueue(
-                [this, landed, g, lr, update] {
-                    landed.wait();
-                    adamw_group(g, lr, update);
-                },
-                "adamw");
+            if (pinned(g)) continue;
+            enqueue_adamw(g, lr, update, grad_scale);
         }
+        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) enqueue_adamw(g, lr, update, grad_scale);
+    }
+    void enqueue_adamw(std::size_t g, double lr, long update, R grad_scale) {
+        event landed = m_last_d2h[g];
+        m_optimizer.enqueue(
+            [this, landed, g, lr, update, grad_scale] {
+                landed.wait();
+                adamw_group(g, lr, update, grad_scale);
+            },
+            "adamw");
     }
 
-    // AdamW over one group, tensor by tensor (weight decay per tensor); moments read from and
-    // written back to the storage tier when they live there.
-    void adamw_group(std::size_t g, double lr, long update) {
+    // AdamW over one group, tensor by tensor (weight decay per tensor), the clip folded in as
+    // grad_scale (1: none); moments read from and written back to the storage tier when they live there.
+    void adamw_group(std::size_t g, double lr, long update, R grad_scale) {
         R* p = m_params[g].data();
         R* grad = m_grads[g].data();
         auto run = [&](R* m, R* v) {
             for (const auto& slot : m_model.groups()[g].slots()) {
                 const std::size_t o = slot.offset, n = slot.spec.shape.numel();
                 if constexpr (std::is_same_v<R, float>)
-                    m_adamw.step_block({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, lr, update, slot.spec.decay);
+                    m_adamw.step_block({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, lr, update, slot.spec.decay,
+                                       grad_scale);
                 else
                     adamw_update<R>({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, m_options.adamw, lr, update,
-                                    slot.spec.decay);
+                                    slot.spec.decay, grad_scale);
             }
         };
         if constexpr (std::is_same_v<MomentsTier, host_tier>) {
@@ -352,6 +401,8 @@ private:
     std::vector<tiered_tensor<R, host_tier, B>> m_params, m_grads;
     std::vector<tiered_tensor<R, MomentsTier, B>> m_m, m_v;
     std::vector<tiered_tensor<R, device_tier, B>> m_pinned_params, m_pinned_grads;
+    tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
+    tiered_tensor<double, device_tier, B> m_norm_workspace;  // sum_of_squares' workspace
     std::vector<event> m_last_d2h;
     long m_step = 0;
 };
