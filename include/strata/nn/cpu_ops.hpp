@@ -11,6 +11,7 @@
 #include <cstdint>  // std::int32_t
 #include <cstring>  // std::memset, std::memcpy
 #include <span>     // std::span
+#include <type_traits>  // std::type_identity_t
 
 namespace strata {
 
@@ -65,13 +66,14 @@ struct ops<cpu_backend> {
     }
 
     template <class R>
-    static void matmul_forward(stream& s, R* out, const R* inp, const R* w, const R* bias, size B, size T, size C,
-                               size OC) {
+    static void matmul_forward(stream& s, R* out, const R* inp, const R* w, const std::type_identity_t<R>* bias, size B,
+                               size T, size C, size OC) {
         s.enqueue([=] { kernels::cpu::matmul_forward(out, inp, w, bias, B, T, C, OC); }, "matmul_forward");
     }
     template <class R>
-    static void matmul_backward(stream& s, R* dinp, R* dw, R* dbias, const R* dout, const R* inp, const R* w, size B,
-                                size T, size C, size OC) {
+    // dinp and dbias may be null (no input gradient wanted; a layer without bias).
+    static void matmul_backward(stream& s, std::type_identity_t<R>* dinp, R* dw, std::type_identity_t<R>* dbias,
+                                const R* dout, const R* inp, const R* w, size B, size T, size C, size OC) {
         s.enqueue([=] { kernels::cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, B, T, C, OC); }, "matmul_backward");
     }
     template <class R>
