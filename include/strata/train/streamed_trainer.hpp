@@ -180,7 +180,7 @@ public:
             detail::check_token_ids(b, m_model.config().vocab_size);
             for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
             m_engine.begin(make_pass(/*backward=*/false, true));
-            binder bind{*this};
+            binder bind{*this, /*last_micro=*/false};
             m_model.forward(bind, m_act, m_options.batch, m_options.seq, m_compute);
             m_engine.end();
             tiered_tensor<R, host_tier, B> losses(m_backend, shape{BT}, "eval.losses");
