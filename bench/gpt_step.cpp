@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -108,12 +109,12 @@ int bench(B& backend, const gpt_config& c, const args& a) {
     std::cout << out.dump() << std::endl;
     if (a.profile) {
         // Time per op over the traced step, per stream: where the time goes.
-        std::map<std::string, std::string> track_names;
-        for (const auto& tr : trace.tracks()) track_names[std::to_string(tr.tid)] = tr.name;
+        std::map<std::uint32_t, std::string> track_names;
+        for (const auto& tr : trace.tracks()) track_names[tr.tid] = tr.name;
         std::map<std::pair<std::string, std::string>, std::pair<double, int>> per_op;
         std::map<std::string, double> per_track;
         for (const auto& e : trace.events()) {
-            const std::string track = track_names[std::to_string(e.tid)];
+            const std::string& track = track_names[e.tid];
             auto& slot = per_op[{track, e.name}];
             slot.first += static_cast<double>(e.duration_ns) * 1e-6;
             slot.second += 1;

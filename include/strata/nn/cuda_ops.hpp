@@ -29,7 +29,6 @@ struct ops<cuda_backend> {
     static bool tf32();
 
     static void zero(stream& s, float* x, size n);
-    static void zero(stream& s, double* x, size n);
     static void copy(stream& s, float* dst, const float* src, size n);
     static void add_inplace(stream& s, float* dst, const float* src, size n);
     static void scale_inplace(stream& s, float* x, double factor, size n);

@@ -87,10 +87,6 @@ void ops<cuda_backend>::zero(stream& s, float* x, size n) {
     cuda::trace_span span(s, "zero");
     if (n) cuda::check(cudaMemsetAsync(x, 0, n * sizeof(float), s.native()), "cudaMemsetAsync (zero)");
 }
-void ops<cuda_backend>::zero(stream& s, double* x, size n) {
-    cuda::trace_span span(s, "zero");
-    if (n) cuda::check(cudaMemsetAsync(x, 0, n * sizeof(double), s.native()), "cudaMemsetAsync (zero)");
-}
 void ops<cuda_backend>::copy(stream& s, float* dst, const float* src, size n) {
     cuda::trace_span span(s, "copy");
     if (n)
