@@ -21,9 +21,12 @@
 //   The groups used at both ends of a pass (group 0: wte + wpe; the final layernorm) are pinned:
 //   their weights and grads are on the device for the whole step. Activations as resident. The
 //   grad norm's per-group partial sums and the sum_of_squares workspace are on the device as in
-//   the resident trainer, and the partials' host copy is step staging. With m, v on
-//   storage the host optimizer reads one group's m and v into two host buffers, updates, writes
-//   them back and frees the buffers before the next group: 2 x the largest group at the peak.
+//   the resident trainer, and the partials' host copy is staging. With m, v on storage the host
+//   optimizer reads one group's m and v into two host buffers the size of the largest group,
+//   updates, and writes them back before the next group.
+// Every staging buffer (tokens, targets, losses per micro-batch, the partials' host copy, the
+// optimizer's m, v buffers) is allocated with the trainer and kept: a pinned allocation inside a
+// step would be an implicit synchronization on CUDA.
 //
 // plan<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
 // (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before plan<B> is used.
@@ -248,7 +251,8 @@ namespace detail {
 struct plan_inputs {
     std::vector<std::size_t> groups;
     std::size_t state = 0, largest = 0, largest_block = 0, pinned = 0, activations = 0;
-    // The step's staging on the host: tokens, targets and losses of every micro-batch (both trainers).
+    // The step's staging on the host: tokens, targets and losses of every micro-batch (both
+    // trainers allocate them once, with the trainer).
     std::size_t step_staging = 0;
     // Both trainers' grad-norm partial sums, one on the device and one on the host.
     std::size_t partials = 0;
@@ -271,7 +275,7 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
     p.of(plan_category::activations).device = in.activations;
     p.of(plan_category::staging).host = in.step_staging;
     // The grad norm's per-group partial sums: on the device with sum_of_squares' workspace, and
-    // their copy on the host (the resident trainer keeps it, the streamed one allocates it per step).
+    // their copy on the host.
     p.device_staging_bytes = in.partials + in.norm_workspace;
     p.norm_partials_bytes = in.partials;
     p.of(plan_category::staging).device = in.partials + in.norm_workspace;
@@ -299,8 +303,8 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     p.of(plan_category::moments)[moments] = 2 * in.state;
     p.of(plan_category::slots).device = 2 * slots * in.largest_block;  // weight slots + gradient slots
     p.of(plan_category::pinned).device = 2 * in.pinned;                // weights + grads
-    // With m, v on storage the host optimizer reads a group's m and v into two host buffers,
-    // updates, writes them back and frees them, one group after the other.
+    // With m, v on storage the host optimizer reads a group's m and v into two host buffers (the
+    // largest group's size), updates and writes them back, one group after the other.
     if (moments == tier_id::storage) p.of(plan_category::staging).host += 2 * in.largest;
     return p;
 }
@@ -388,9 +392,8 @@ memory_plan plan(const plan_request& request) {
     in.pinned = in.groups.front() + in.groups.back();
     in.activations = gpt_activation_bytes<B>(request.model, request.batch, request.seq, request.checkpointing,
                                              request.element_bytes);
-    // The trainers' per-step buffers: per micro-batch host copies of tokens, targets and losses,
-    // all alive until the step ends; and the trainers' grad-norm partial sums (one double per
-    // group) on the device and on the host.
+    // The trainers' staging: per micro-batch host copies of tokens, targets and losses; and the
+    // grad-norm partial sums (one double per group) on the device and on the host.
     const std::size_t BT = request.batch * request.seq;
     in.partials = detail::charged(in.groups.size() * sizeof(double));
     std::size_t workspace = 1;  // doubles; the trainer allocates at least one

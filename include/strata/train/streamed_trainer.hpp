@@ -27,6 +27,11 @@
 // Both give bitwise the same weights and moments as the resident trainer (tests/stream/). One
 // difference: after a clipped step the host gradients (download(grads)) are the accumulated
 // gradients before the clip, where the resident trainer's are scaled in place.
+//
+// Host staging is allocated once, in the constructor, as in the resident trainer: tokens, targets
+// and losses per micro-batch, the norm's partials, and with moments on storage the optimizer's m
+// and v buffers (the largest group's size; each group uses their front). No pinned allocation,
+// hence no implicit synchronization, happens inside a step.
 #pragma once
 
 #include <strata/backend/backend.hpp>            // Backend
@@ -68,7 +73,8 @@ public:
           m_engine(backend, largest_block(model)),
           m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
-          m_norm_workspace(backend, shape{norm_workspace(model)}, "grad_norm.workspace") {
+          m_norm_workspace(backend, shape{norm_workspace(model)}, "grad_norm.workspace"),
+          m_norm_partials_host(backend, shape{model.groups().size()}, "grad_norm.partials.host") {
         const auto& groups = model.groups();
         for (std::size_t g = 0; g < groups.size(); ++g) {
             const std::string n = "g" + std::to_string(g);
@@ -85,6 +91,18 @@ public:
             }
         }
         m_last_d2h.resize(groups.size());
+        const std::size_t BT = m_options.batch * m_options.seq;
+        for (std::size_t k = 0; k < std::max<std::size_t>(m_options.accum, 1); ++k) {
+            m_staged_tokens.emplace_back(backend, shape{BT}, "tokens.host");
+            m_staged_tokens.emplace_back(backend, shape{BT}, "targets.host");
+            m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
+        }
+        if constexpr (std::is_same_v<MomentsTier, storage_tier>) {
+            std::size_t largest = 0;
+            for (const auto& g : groups) largest = std::max(largest, g.numel());
+            m_moments_staging.emplace_back(backend, shape{largest}, "adam_m.staging");
+            m_moments_staging.emplace_back(backend, shape{largest}, "adam_v.staging");
+        }
         zero_moments();
     }
 
@@ -123,17 +141,14 @@ public:
         const std::size_t BT = m_options.batch * m_options.seq;
 
         upload_pinned();
-        std::vector<tiered_tensor<std::int32_t, host_tier, B>> staged;
-        std::vector<tiered_tensor<R, host_tier, B>> losses;
         for (std::size_t k = 0; k < micro.size(); ++k) {
-            stage_tokens(micro[k], staged);
+            stage_tokens(micro[k], k);
             m_engine.begin(make_pass(/*backward=*/true, k == 0));
             binder bind{*this, /*last_micro=*/k + 1 == micro.size()};
             m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
                                      m_compute);
             m_engine.end();
-            losses.emplace_back(m_backend, shape{BT}, "losses.host");
-            copy_async(m_backend, losses.back().view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
+            copy_async(m_backend, m_staged_losses[k].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
         }
         download_pinned_grads();  // also the pinned groups' sums of squares
 
@@ -145,11 +160,10 @@ public:
         if (m_options.clip == 0) schedule_overlapped_adamw(r.lr, update);
         // The per-group partials follow the losses on the compute stream: one wait for both, while
         // the last gradient copies may still be landing.
-        tiered_tensor<double, host_tier, B> partials(m_backend, m_norm_partials.shape(), "grad_norm.partials.host");
-        partials.copy_from(m_norm_partials, m_compute).wait();  // named: grad norm (and the losses)
-        r.grad_norm = grad_norm(partials);
-        for (const auto& l : losses)
-            for (R x : l.span()) r.loss += static_cast<double>(x);
+        m_norm_partials_host.copy_from(m_norm_partials, m_compute).wait();  // named: grad norm (and the losses)
+        r.grad_norm = grad_norm(m_norm_partials_host);
+        for (std::size_t k = 0; k < micro.size(); ++k)
+            for (R x : m_staged_losses[k].span()) r.loss += static_cast<double>(x);
         r.loss /= static_cast<double>(counted);
         try {
             detail::check_finite(r, update);
@@ -175,17 +189,16 @@ public:
         double total = 0;
         std::size_t counted = 0;
         for (const auto& b : batches) {
-            std::vector<tiered_tensor<std::int32_t, host_tier, B>> staged;
-            stage_tokens(b, staged);
             detail::check_token_ids(b, m_model.config().vocab_size);
+            stage_tokens(b, 0);
             for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
             m_engine.begin(make_pass(/*backward=*/false, true));
             binder bind{*this, /*last_micro=*/false};
             m_model.forward(bind, m_act, m_options.batch, m_options.seq, m_compute);
             m_engine.end();
-            tiered_tensor<R, host_tier, B> losses(m_backend, shape{BT}, "eval.losses");
-            copy_async(m_backend, losses.view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute).wait();
-            for (R x : losses.span()) total += static_cast<double>(x);
+            copy_async(m_backend, m_staged_losses[0].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute)
+                .wait();  // named: evaluation losses (the staging is reused by the next batch)
+            for (R x : m_staged_losses[0].span()) total += static_cast<double>(x);
         }
         return counted ? total / static_cast<double>(counted) : 0.0;
     }
@@ -254,12 +267,10 @@ private:
         return p;
     }
 
-    void stage_tokens(const data::batch& b, std::vector<tiered_tensor<std::int32_t, host_tier, B>>& staged) {
-        const std::size_t BT = m_options.batch * m_options.seq;
-        staged.emplace_back(m_backend, shape{BT}, "tokens.host");
-        staged.emplace_back(m_backend, shape{BT}, "targets.host");
-        auto& tok = staged[staged.size() - 2];
-        auto& tgt = staged.back();
+    // Micro-batch k's tokens and targets into their staging, and on to the device (asynchronous).
+    void stage_tokens(const data::batch& b, std::size_t k) {
+        auto& tok = m_staged_tokens[2 * k];
+        auto& tgt = m_staged_tokens[2 * k + 1];
         std::copy(b.inputs.begin(), b.inputs.end(), tok.span().begin());
         std::copy(b.targets.begin(), b.targets.end(), tgt.span().begin());
         m_act.tokens_tensor().copy_from(tok, m_compute);
@@ -338,17 +349,18 @@ private:
         if constexpr (std::is_same_v<MomentsTier, host_tier>) {
             run(m_m[g].data(), m_v[g].data());
         } else {
-            tiered_tensor<R, host_tier, B> m(m_backend, m_m[g].shape(), "adam_m.staging"), v(m_backend, m_v[g].shape(), "adam_v.staging");
+            auto m = m_moments_staging[0].view().flat(0, m_m[g].shape());
+            auto v = m_moments_staging[1].view().flat(0, m_v[g].shape());
             // The storage counters are only touched here, on the optimizer thread (the other
             // counters on the host thread: separate fields), and read after the step's named wait.
             auto& counted = m_engine.counters();
-            m.copy_from(m_m[g], m_io);
-            v.copy_from(m_v[g], m_io).wait();  // named: moments read from storage
-            counted.storage_read_bytes += m.bytes() + v.bytes();
+            copy_async(m_backend, m, m_m[g].view(), m_io);
+            copy_async(m_backend, v, m_v[g].view(), m_io).wait();  // named: moments read from storage
+            counted.storage_read_bytes += m_m[g].bytes() + m_v[g].bytes();
             run(m.data(), v.data());
-            m_m[g].copy_from(m, m_io);
-            m_v[g].copy_from(v, m_io).wait();  // named: moments written back before the staging is freed
-            counted.storage_write_bytes += m.bytes() + v.bytes();
+            copy_async(m_backend, m_m[g].view(), m, m_io);
+            copy_async(m_backend, m_v[g].view(), v, m_io).wait();  // named: moments written back before the staging is reused
+            counted.storage_write_bytes += m_m[g].bytes() + m_v[g].bytes();
         }
     }
 
@@ -378,13 +390,14 @@ private:
             else
                 std::copy(buf.begin(), buf.end(), t.span().begin());
         } else {
-            tiered_tensor<R, host_tier, B> staging(m_backend, t.shape(), "moments.staging");
+            // between steps: the optimizer's staging is free
+            auto staging = m_moments_staging[0].view().flat(0, t.shape());
             if (to_host) {
-                staging.copy_from(t, m_io).wait();  // named: checkpoint I/O
-                std::copy(staging.span().begin(), staging.span().end(), buf.begin());
+                copy_async(m_backend, staging, t.view(), m_io).wait();  // named: checkpoint I/O
+                std::copy(staging.data(), staging.data() + staging.numel(), buf.begin());
             } else {
-                std::copy(buf.begin(), buf.end(), staging.span().begin());
-                t.copy_from(staging, m_io).wait();  // named: checkpoint I/O
+                std::copy(buf.begin(), buf.end(), staging.data());
+                copy_async(m_backend, t.view(), staging, m_io).wait();  // named: checkpoint I/O
             }
         }
     }
@@ -403,6 +416,10 @@ private:
     std::vector<tiered_tensor<R, device_tier, B>> m_pinned_params, m_pinned_grads;
     tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
     tiered_tensor<double, device_tier, B> m_norm_workspace;  // sum_of_squares' workspace
+    tiered_tensor<double, host_tier, B> m_norm_partials_host;  // their copy on the host
+    std::vector<tiered_tensor<std::int32_t, host_tier, B>> m_staged_tokens;  // (accum x 2) tokens, targets
+    std::vector<tiered_tensor<R, host_tier, B>> m_staged_losses;             // (accum) per-token losses
+    std::vector<tiered_tensor<R, host_tier, B>> m_moments_staging;           // moments on storage: m, v of one group
     std::vector<event> m_last_d2h;
     long m_step = 0;
 };

@@ -8,6 +8,10 @@
 //
 // Named host waits per step: (1) "grad norm": the partial sums of squares reach the host, which
 // computes the clip coefficient; (2) "step end": the losses, for the metrics.
+//
+// Host staging (pinned with CUDA: copies from it are asynchronous) is allocated once, here: per
+// micro-batch a tokens, a targets and a losses buffer, and the norm's partial sums. Allocating
+// pinned memory inside a step would be an implicit synchronization (cudaHostAlloc/cudaFreeHost).
 #pragma once
 
 #include <strata/backend/backend.hpp>       // Backend
@@ -127,6 +131,12 @@ public:
         for (const auto& g : groups) workspace = std::max(workspace, op::sum_of_squares_workspace(g.numel()));
         m_norm_workspace.emplace_back(backend, shape{workspace}, "grad_norm.workspace");
         m_norm_partials_host.emplace_back(backend, shape{groups.size()}, "grad_norm.partials.host");
+        const std::size_t BT = m_options.batch * m_options.seq;
+        for (std::size_t k = 0; k < std::max<std::size_t>(m_options.accum, 1); ++k) {
+            m_staged_tokens.emplace_back(backend, shape{BT}, "tokens.host");
+            m_staged_tokens.emplace_back(backend, shape{BT}, "targets.host");
+            m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
+        }
         for (auto* set : {&m_m, &m_v, &m_grads})
             for (auto& t : *set) op::zero(m_compute, t.device_data().get(), t.numel());
         m_compute.synchronize();  // named: the state is ready before the first step
@@ -178,21 +188,12 @@ public:
         const std::size_t BT = m_options.batch * m_options.seq;
 
         for (auto& g : m_grads) op::zero(m_compute, g.device_data().get(), g.numel());
-        // Token buffers stay alive until the step's end: the copies read them asynchronously.
-        std::vector<tiered_tensor<std::int32_t, host_tier, B>> staged;
-        std::vector<tiered_tensor<R, host_tier, B>> losses;
         resident_binder bind{*this};
-        for (const auto& b : micro) {
-            staged.emplace_back(m_backend, shape{BT}, "tokens.host");
-            staged.emplace_back(m_backend, shape{BT}, "targets.host");
-            std::copy(b.inputs.begin(), b.inputs.end(), staged[staged.size() - 2].span().begin());
-            std::copy(b.targets.begin(), b.targets.end(), staged.back().span().begin());
-            m_act.tokens_tensor().copy_from(staged[staged.size() - 2], m_compute);
-            m_act.targets_tensor().copy_from(staged.back(), m_compute);
+        for (std::size_t k = 0; k < micro.size(); ++k) {
+            stage_tokens(micro[k], k);
             m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
                                      m_compute);
-            losses.emplace_back(m_backend, shape{BT}, "losses.host");
-            copy_async(m_backend, losses.back().view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
+            copy_async(m_backend, m_staged_losses[k].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
         }
 
         step_result r;
@@ -200,8 +201,8 @@ public:
         r.tokens = BT * micro.size();
         r.counted = counted;
         r.grad_norm = grad_norm();  // named wait inside
-        for (const auto& l : losses)
-            for (R x : l.span()) r.loss += static_cast<double>(x);
+        for (std::size_t k = 0; k < micro.size(); ++k)  // the losses precede the norm's partials on the stream
+            for (R x : m_staged_losses[k].span()) r.loss += static_cast<double>(x);
         r.loss /= static_cast<double>(counted);
         detail::check_finite(r, update);
 
@@ -217,7 +218,7 @@ public:
                           m_v[g].device_data().get() + o, n, m_options.adamw, r.lr, update, slot.spec.decay);
             }
         }
-        m_compute.synchronize();  // named: step end (host buffers above are released next)
+        m_compute.synchronize();  // named: step end (the staging is reused by the next step)
         m_step = update;
         return r;
     }
@@ -229,17 +230,13 @@ public:
         std::size_t counted = 0;
         resident_binder bind{*this};
         for (const auto& b : batches) {
-            tiered_tensor<std::int32_t, host_tier, B> tok(m_backend, shape{BT}, "eval.tokens"), tgt(m_backend, shape{BT}, "eval.targets");
-            std::copy(b.inputs.begin(), b.inputs.end(), tok.span().begin());
-            std::copy(b.targets.begin(), b.targets.end(), tgt.span().begin());
             detail::check_token_ids(b, m_model.config().vocab_size);
             for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
-            m_act.tokens_tensor().copy_from(tok, m_compute);
-            m_act.targets_tensor().copy_from(tgt, m_compute);
+            stage_tokens(b, 0);
             m_model.forward(bind, m_act, m_options.batch, m_options.seq, m_compute);
-            tiered_tensor<R, host_tier, B> losses(m_backend, shape{BT}, "eval.losses");
-            copy_async(m_backend, losses.view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute).wait();
-            for (R x : losses.span()) total += static_cast<double>(x);
+            copy_async(m_backend, m_staged_losses[0].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute)
+                .wait();  // named: evaluation losses (the staging is reused by the next batch)
+            for (R x : m_staged_losses[0].span()) total += static_cast<double>(x);
         }
         return counted ? total / static_cast<double>(counted) : 0.0;
     }
@@ -251,6 +248,16 @@ private:
         R* grads(std::size_t g, stream&) { return t.m_grads[g].device_data().get(); }
         void done(std::size_t, stream&, group_use) {}
     };
+
+    // Micro-batch k's tokens and targets into their staging, and on to the device (asynchronous).
+    void stage_tokens(const data::batch& b, std::size_t k) {
+        auto& tok = m_staged_tokens[2 * k];
+        auto& tgt = m_staged_tokens[2 * k + 1];
+        std::copy(b.inputs.begin(), b.inputs.end(), tok.span().begin());
+        std::copy(b.targets.begin(), b.targets.end(), tgt.span().begin());
+        m_act.tokens_tensor().copy_from(tok, m_compute);
+        m_act.targets_tensor().copy_from(tgt, m_compute);
+    }
 
     std::vector<tiered_tensor<R, device_tier, B>>& pick(state_kind k) {
         switch (k) {
@@ -281,6 +288,8 @@ private:
     std::vector<tiered_tensor<R, device_tier, B>> m_params, m_grads, m_m, m_v;
     std::vector<tiered_tensor<double, device_tier, B>> m_norm_partials_dev, m_norm_workspace;
     std::vector<tiered_tensor<double, host_tier, B>> m_norm_partials_host;
+    std::vector<tiered_tensor<std::int32_t, host_tier, B>> m_staged_tokens;  // (accum x 2) tokens, targets
+    std::vector<tiered_tensor<R, host_tier, B>> m_staged_losses;             // (accum) per-token losses
     long m_step = 0;
 };
 
