@@ -39,6 +39,10 @@
 //   same bits, so checkpointed and plain backward agree bitwise.
 // - backward ACCUMULATES: dparams += d loss / d params, dinp += d loss / d inp. dinp may be null
 //   (the first layer's input gradient is not wanted); the parameter gradients must not change.
+// - Trainable and frozen parameters (param_spec::trainable): dparams holds only the layout's
+//   trainable prefix (param_layout::trainable_numel() elements; the trainable tensors are laid
+//   out first, so `dparams + slot.offset` addresses a trainable slot's gradient). A layer never
+//   writes a gradient of a frozen tensor; dparams may be null when the whole layer is frozen.
 // - `workspace` holds garbage on entry and may be left with garbage; `acts` is read-only in
 //   backward. forward and backward of one micro-batch get the same B and T.
 // - flops counts forward floating-point operations (2 per multiply-add). By convention a backward
@@ -159,7 +163,8 @@ consteval bool check_layer() {
 
 // The sizes a caller allocates for one layer and a B x T micro-batch, in elements of R.
 struct layer_sizes {
-    std::size_t params = 0;       // the parameter block (and the gradient block), page padding included
+    std::size_t params = 0;       // the parameter block, page padding included
+    std::size_t grads = 0;        // the gradient block: the trainable prefix of the parameter block
     std::size_t input = 0;        // B * T * in_features
     std::size_t output = 0;       // B * T * out_features
     std::size_t activations = 0;  // activation_floats
@@ -169,7 +174,9 @@ struct layer_sizes {
 template <Layer L>
 layer_sizes sizes_of(const typename L::config_type& c, std::size_t B, std::size_t T) {
     using R = typename L::value_type;
-    return {.params = param_layout::of<R>(L::params(c)).numel(),
+    const param_layout layout = param_layout::of<R>(L::params(c));
+    return {.params = layout.numel(),
+            .grads = layout.trainable_numel(),
             .input = B * T * L::in_features(c),
             .output = B * T * L::out_features(c),
             .activations = L::activation_floats(c, B, T),
