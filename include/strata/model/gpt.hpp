@@ -76,6 +76,9 @@ public:
     std::size_t group_count() const { return m_groups.size(); }
     std::size_t block_group(std::size_t layer) const { return 1 + layer; }
     std::size_t final_group() const { return m_config.n_layer + 1; }
+    std::size_t block_count() const { return m_config.n_layer; }
+    std::size_t vocab_size() const { return m_config.vocab_size; }
+    std::size_t max_seq() const { return m_config.max_seq; }
 
     // Hugging Face GPT2LMHeadModel name of a parameter ("transformer.h.3.attn.c_attn.weight").
     std::string hf_name(std::size_t group, const param_slot& slot) const {
@@ -131,6 +134,9 @@ public:
             m_rest.push_back(make(2 * BT * C, "dx"));  // two ping-pong buffers
             m_rest.push_back(make(block_grad_floats(c, batch, seq), "dblock"));
         }
+        // The trainers' form (as decoder_model::activations).
+        activations(B& backend, const gpt_model& model, std::size_t batch, std::size_t seq, bool checkpointing)
+            : activations(backend, model.config(), batch, seq, checkpointing) {}
 
         std::size_t batch() const { return m_batch; }
         std::size_t seq() const { return m_seq; }

@@ -16,6 +16,8 @@
 // Gradient accumulation is exact and bitwise equal to the resident trainer: a block's gradient
 // slot starts from zero in the first micro-batch and from the host's accumulated gradients in
 // the next ones, so the same kernels add the same numbers in the same order.
+// Frozen tensors: a block's gradients are its trainable prefix (grad_bytes); a wholly frozen block
+// streams host -> device only, with no gradient slot and no copy back.
 #pragma once
 
 #include <strata/backend/backend.hpp>       // Backend
@@ -56,11 +58,13 @@ public:
     using op = ops<B>;
     static constexpr std::size_t slot_count = prefetch_pipeline<Depth>::slots;
 
-    pipeline_engine(B& backend, std::size_t block_numel)
+    // block_numel: elements of the largest streamed block; grad_numel: of the largest trainable
+    // prefix of one (0: every streamed block is frozen, no gradient slots).
+    pipeline_engine(B& backend, std::size_t block_numel, std::size_t grad_numel)
         : m_backend(backend), m_h2d(backend.make_stream("h2d")), m_d2h(backend.make_stream("d2h")) {
         for (std::size_t k = 0; k < slot_count; ++k) {
             m_param_slots.emplace_back(backend, shape{block_numel}, "slot.params." + std::to_string(k));
-            m_grad_slots.emplace_back(backend, shape{block_numel}, "slot.grads." + std::to_string(k));
+            if (grad_numel > 0) m_grad_slots.emplace_back(backend, shape{grad_numel}, "slot.grads." + std::to_string(k));
         }
         m_param_ready.resize(slot_count);
         m_param_free.resize(slot_count);
@@ -80,6 +84,7 @@ public:
         std::vector<R*> host_params;  // by group; null for groups that do not stream
         std::vector<R*> host_grads;   // by group
         std::vector<std::size_t> bytes;  // by group: its block's bytes (at most a slot's)
+        std::vector<std::size_t> grad_bytes;  // by group: its gradients' bytes (0: frozen)
         std::vector<event>* last_d2h; // by group: the newest gradient copy to the host
         bool first_micro = true;
     };
@@ -103,6 +108,7 @@ public:
         const std::size_t k = slot_of(m_used);
         if (m_pass.order[m_used].first != g || m_pass.order[m_used].second != group_use::backward)
             throw error("prefetch_pipeline: gradients of group " + std::to_string(g) + " asked for outside its backward");
+        if (m_pass.grad_bytes[g] == 0) return nullptr;  // frozen
         compute.wait(m_grad_ready[k]);
         return m_grad_slots[k].device_data().get();
     }
@@ -112,6 +118,7 @@ public:
     R* grads_in_use() {
         if (m_used >= m_pass.order.size() || m_pass.order[m_used].second != group_use::backward)
             throw error("prefetch_pipeline: no backward use in progress (use " + std::to_string(m_used) + ")");
+        if (m_pass.grad_bytes[m_pass.order[m_used].first] == 0) return nullptr;  // frozen
         return m_grad_slots[slot_of(m_used)].device_data().get();
     }
 
@@ -119,9 +126,9 @@ public:
         const std::size_t k = slot_of(m_used);
         event finished = compute.record();
         m_param_free[k] = finished;
-        if (u == group_use::backward) {
+        if (u == group_use::backward && m_pass.grad_bytes[g] > 0) {
             m_d2h.wait(finished);
-            const std::size_t bytes = m_pass.bytes[g];
+            const std::size_t bytes = m_pass.grad_bytes[g];
             (*m_pass.last_d2h)[g] =
                 m_backend.copy(m_pass.host_grads[g], tier_id::host, m_grad_slots[k].device_data().get(), tier_id::device,
                                bytes, m_d2h);
@@ -150,15 +157,15 @@ private:
         m_backend.copy(m_param_slots[k].device_data().get(), tier_id::device, m_pass.host_params[g], tier_id::host,
                        bytes, m_h2d);
         m_counters.h2d_bytes += bytes;
-        if (u == group_use::backward) {
+        if (u == group_use::backward && m_pass.grad_bytes[g] > 0) {
             m_h2d.wait(m_grad_free[k]);  // the slot's previous gradients have reached the host
             R* slot = m_grad_slots[k].device_data().get();
             if (m_pass.first_micro) {
                 op::zero(m_h2d, slot, m_grad_slots[k].numel());
             } else {
                 m_h2d.wait((*m_pass.last_d2h)[g]);  // the previous micro-batch's gradients are home
-                m_backend.copy(slot, tier_id::device, m_pass.host_grads[g], tier_id::host, bytes, m_h2d);
-                m_counters.h2d_bytes += bytes;
+                m_backend.copy(slot, tier_id::device, m_pass.host_grads[g], tier_id::host, m_pass.grad_bytes[g], m_h2d);
+                m_counters.h2d_bytes += m_pass.grad_bytes[g];
             }
             m_grad_ready[k] = m_h2d.record();
         }

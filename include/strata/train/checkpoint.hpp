@@ -145,12 +145,16 @@ loaded_model<R> load_model_files(const std::filesystem::path& dir) {
     return out;
 }
 
+// One host block per group: the weights' whole blocks, or for gradients and moments the
+// trainable prefixes (empty for a frozen group).
 template <class Trainer, class R = typename Trainer::model_type::value_type>
 host_blocks<R> download_blocks(Trainer& t, typename Trainer::state_kind kind) {
     host_blocks<R> blocks;
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
-        blocks.emplace_back(t.model().groups()[g].numel());
-        t.download(kind, g, blocks.back());
+        const auto& layout = t.model().groups()[g];
+        const bool whole = kind == Trainer::state_kind::params;
+        blocks.emplace_back(whole ? layout.numel() : layout.trainable_numel());
+        if (whole || !layout.frozen()) t.download(kind, g, blocks.back());
     }
     return blocks;
 }
@@ -174,6 +178,7 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
         const auto v = download_blocks(t, kind::adam_v);
         for (std::size_t g = 0; g < t.model().group_count(); ++g)
             for (const auto& slot : t.model().groups()[g].slots()) {
+                if (!slot.spec.trainable) continue;  // frozen: no moments
                 const std::size_t n = slot.spec.shape.numel();
                 opt.add("m." + t.model().hf_name(g, slot), slot.spec.shape.extents(),
                         std::span<const R>(m[g].data() + slot.offset, n));
@@ -213,8 +218,10 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
     for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);
     const auto opt = safetensors_file::open(dir / "optimizer.safetensors");
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
-        std::vector<R> m(t.model().groups()[g].numel(), R(0)), v(m.size(), R(0));
+        if (t.model().groups()[g].frozen()) continue;
+        std::vector<R> m(t.model().groups()[g].trainable_numel(), R(0)), v(m.size(), R(0));
         for (const auto& slot : t.model().groups()[g].slots()) {
+            if (!slot.spec.trainable) continue;
             const std::size_t n = slot.spec.shape.numel();
             opt.copy_to<R>("m." + t.model().hf_name(g, slot), std::span<R>(m.data() + slot.offset, n),
                            slot.spec.shape.extents());

@@ -1,5 +1,8 @@
 // streamed_trainer: the trainer of trainer.hpp with the model's state in the host (and storage)
 // tier, and the transformer blocks streamed through device slots by prefetch_pipeline<Depth>.
+// Model: gpt_model (default) or a decoder_model of Layers, as for the resident trainer; frozen
+// tensors have no gradients and no moments, and a frozen block's weights stream to the device
+// but nothing comes back.
 //
 // Homes: weights and gradients of every group in pinned host memory; AdamW moments in the host
 // tier or, with MomentsTier = storage_tier, in files on the storage tier (read and written back
@@ -45,22 +48,23 @@
 
 #include <cmath>        // std::sqrt, std::isfinite
 #include <memory>       // std::unique_ptr
+#include <optional>     // std::optional
 #include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
 
 namespace strata {
 
-template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier>
+template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier, class Model = gpt_model<R, B>>
 class streamed_trainer {
     static_assert(std::is_same_v<MomentsTier, host_tier> || std::is_same_v<MomentsTier, storage_tier>,
                   "AdamW moments of a streamed trainer live in the host or the storage tier");
 
 public:
-    using model_type = gpt_model<R, B>;
+    using model_type = Model;
     using stream = typename B::stream;
     using event = typename B::event;
     using op = ops<B>;
-    using state_kind = typename trainer<R, B>::state_kind;
+    using state_kind = typename trainer<R, B, Model>::state_kind;
 
     streamed_trainer(B& backend, const model_type& model, train_options options)
         : m_backend(backend),
@@ -70,24 +74,31 @@ public:
           m_optimizer("optimizer"),
           m_io(backend.make_stream("storage I/O")),
           m_adamw(m_options.adamw),
-          m_engine(backend, largest_block(model)),
-          m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing),
+          m_engine(backend, largest_block(model, false), largest_block(model, true)),
+          m_act(backend, model, m_options.batch, m_options.seq, m_options.checkpointing),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
-          m_norm_workspace(backend, shape{norm_workspace(model)}, "grad_norm.workspace"),
+          m_norm_workspace(backend, shape{detail::norm_workspace_doubles<B>(model.groups())}, "grad_norm.workspace"),
           m_norm_partials_host(backend, shape{model.groups().size()}, "grad_norm.partials.host") {
         const auto& groups = model.groups();
         for (std::size_t g = 0; g < groups.size(); ++g) {
             const std::string n = "g" + std::to_string(g);
-            const shape s{groups[g].numel()};
+            const shape s{groups[g].numel()}, ts{groups[g].trainable_numel()};
+            const bool trains = !groups[g].frozen();
             m_params.emplace_back(backend, s, "params." + n);
-            m_grads.emplace_back(backend, s, "grads." + n);
-            m_m.emplace_back(backend, s, "adam_m." + n);
-            m_v.emplace_back(backend, s, "adam_v." + n);
             std::fill(m_params.back().span().begin(), m_params.back().span().end(), R(0));
-            std::fill(m_grads.back().span().begin(), m_grads.back().span().end(), R(0));
+            m_grads.emplace_back();
+            m_m.emplace_back();
+            m_v.emplace_back();
+            if (trains) {
+                m_grads.back().emplace(backend, ts, "grads." + n);
+                m_m.back().emplace(backend, ts, "adam_m." + n);
+                m_v.back().emplace(backend, ts, "adam_v." + n);
+                std::fill(m_grads.back()->span().begin(), m_grads.back()->span().end(), R(0));
+            }
             if (pinned(g)) {
                 m_pinned_params.emplace_back(backend, s, "pinned.params." + n);
-                m_pinned_grads.emplace_back(backend, s, "pinned.grads." + n);
+                m_pinned_grads.emplace_back();
+                if (trains) m_pinned_grads.back().emplace(backend, ts, "pinned.grads." + n);
             }
         }
         m_last_d2h.resize(groups.size());
@@ -99,7 +110,7 @@ public:
         }
         if constexpr (std::is_same_v<MomentsTier, storage_tier>) {
             std::size_t largest = 0;
-            for (const auto& g : groups) largest = std::max(largest, g.numel());
+            for (const auto& g : groups) largest = std::max(largest, g.trainable_numel());
             m_moments_staging.emplace_back(backend, shape{largest}, "adam_m.staging");
             m_moments_staging.emplace_back(backend, shape{largest}, "adam_v.staging");
         }
@@ -136,7 +147,7 @@ public:
     }
 
     step_result step(std::span<const data::batch> micro) {
-        const std::size_t counted = detail::check_micro_batches(micro, m_options, m_step + 1, m_model.config().vocab_size);
+        const std::size_t counted = detail::check_micro_batches(micro, m_options, m_step + 1, m_model.vocab_size());
         const long update = m_step + 1;
         const std::size_t BT = m_options.batch * m_options.seq;
 
@@ -189,7 +200,7 @@ public:
         double total = 0;
         std::size_t counted = 0;
         for (const auto& b : batches) {
-            detail::check_token_ids(b, m_model.config().vocab_size);
+            detail::check_token_ids(b, m_model.vocab_size());
             stage_tokens(b, 0);
             for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
             m_engine.begin(make_pass(/*backward=*/false, true));
@@ -208,23 +219,22 @@ private:
     bool pinned(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
     std::size_t pinned_index(std::size_t g) const { return g == 0 ? 0 : 1; }
 
-    static std::size_t largest_block(const model_type& model) {
+    // Elements of the largest transformer block (trainable: of its trainable prefix).
+    static std::size_t largest_block(const model_type& model, bool trainable) {
         std::size_t n = 0;
-        for (std::size_t l = 0; l < model.config().n_layer; ++l) n = std::max(n, model.groups()[model.block_group(l)].numel());
-        return n;
-    }
-    // Doubles of sum_of_squares workspace for the largest group (the pinned embeddings included),
-    // at least one, as the resident trainer allocates.
-    static std::size_t norm_workspace(const model_type& model) {
-        std::size_t n = 1;
-        for (const auto& g : model.groups()) n = std::max(n, op::sum_of_squares_workspace(g.numel()));
+        for (std::size_t l = 0; l < model.block_count(); ++l) {
+            const auto& layout = model.groups()[model.block_group(l)];
+            n = std::max(n, trainable ? layout.trainable_numel() : layout.numel());
+        }
         return n;
     }
 
-    // group g's sum of squares into its partial, on the compute stream, from its device gradients.
+    // group g's sum of squares into its partial, on the compute stream, from its device gradients
+    // (none for a frozen group).
     void sum_of_squares(std::size_t g, const R* grads) {
+        if (!m_grads[g]) return;
         op::sum_of_squares(m_compute, m_norm_partials.device_data().get() + g, m_norm_workspace.device_data().get(), grads,
-                           m_grads[g].numel());
+                           m_grads[g]->numel());
     }
 
     struct binder {
@@ -235,7 +245,10 @@ private:
             return t.m_engine.params(g, s, u);
         }
         R* grads(std::size_t g, stream& s) {
-            if (t.pinned(g)) return t.m_pinned_grads[t.pinned_index(g)].device_data().get();
+            if (t.pinned(g)) {
+                auto& grads = t.m_pinned_grads[t.pinned_index(g)];
+                return grads ? grads->device_data().get() : nullptr;
+            }
             return t.m_engine.grads(g, s);
         }
         void done(std::size_t g, stream& s, group_use u) {
@@ -249,18 +262,22 @@ private:
 
     typename pipeline_engine<R, B, Depth>::pass make_pass(bool backward, bool first_micro) {
         typename pipeline_engine<R, B, Depth>::pass p;
-        const std::size_t L = m_model.config().n_layer;
+        const std::size_t L = m_model.block_count();
         for (std::size_t l = 0; l < L; ++l) p.order.push_back({m_model.block_group(l), group_use::forward});
         if (backward)
             for (std::size_t l = L; l-- > 0;) p.order.push_back({m_model.block_group(l), group_use::backward});
         p.host_params.assign(m_params.size(), nullptr);
         p.host_grads.assign(m_params.size(), nullptr);
         p.bytes.assign(m_params.size(), 0);
+        p.grad_bytes.assign(m_params.size(), 0);
         for (std::size_t g = 0; g < m_params.size(); ++g)
             if (!pinned(g)) {
                 p.host_params[g] = m_params[g].data();
-                p.host_grads[g] = m_grads[g].data();
                 p.bytes[g] = m_params[g].bytes();
+                if (m_grads[g]) {
+                    p.host_grads[g] = m_grads[g]->data();
+                    p.grad_bytes[g] = m_grads[g]->bytes();
+                }
             }
         p.last_d2h = &m_last_d2h;
         p.first_micro = first_micro;
@@ -283,16 +300,18 @@ private:
             auto& dev = m_pinned_params[pinned_index(g)];
             m_compute.wait(dev.copy_from(m_params[g], m_engine.h2d()));
             m_engine.counters().h2d_bytes += dev.bytes();
-            op::zero(m_compute, m_pinned_grads[pinned_index(g)].device_data().get(), dev.numel());
+            if (auto& grads = m_pinned_grads[pinned_index(g)]) op::zero(m_compute, grads->device_data().get(), grads->numel());
         }
     }
     void download_pinned_grads() {
         for (std::size_t g : {std::size_t{0}, m_model.final_group()})
-            sum_of_squares(g, m_pinned_grads[pinned_index(g)].device_data().get());
+            if (auto& grads = m_pinned_grads[pinned_index(g)]) sum_of_squares(g, grads->device_data().get());
         for (std::size_t g : {std::size_t{0}, m_model.final_group()}) {
+            auto& grads = m_pinned_grads[pinned_index(g)];
+            if (!grads) continue;  // frozen: nothing comes back
             m_engine.d2h().wait(m_compute.record());
-            m_last_d2h[g] = m_grads[g].copy_from(m_pinned_grads[pinned_index(g)], m_engine.d2h());
-            m_engine.counters().d2h_bytes += m_grads[g].bytes();
+            m_last_d2h[g] = m_grads[g]->copy_from(*grads, m_engine.d2h());
+            m_engine.counters().d2h_bytes += m_grads[g]->bytes();
         }
     }
     void wait_gradients() {
@@ -302,10 +321,8 @@ private:
 
     // Exact global norm: the device's per-group partials summed in group order on the host, then
     // sqrt: the resident trainer's grad_norm(), bit for bit.
-    static double grad_norm(const tiered_tensor<double, host_tier, B>& partials) {
-        double sum = 0;
-        for (double x : partials.span()) sum += x;
-        return std::sqrt(sum);
+    double grad_norm(const tiered_tensor<double, host_tier, B>& partials) const {
+        return detail::global_norm(m_model.groups(), partials.span());
     }
 
     // clip == 0: each block's AdamW waits only for its own gradients of the last micro-batch.
@@ -321,6 +338,7 @@ private:
         for (std::size_t g : {std::size_t{0}, m_model.final_group()}) enqueue_adamw(g, lr, update, grad_scale);
     }
     void enqueue_adamw(std::size_t g, double lr, long update, R grad_scale) {
+        if (!m_grads[g]) return;  // frozen
         event landed = m_last_d2h[g];
         m_optimizer.enqueue(
             [this, landed, g, lr, update, grad_scale] {
@@ -334,9 +352,10 @@ private:
     // grad_scale (1: none); moments read from and written back to the storage tier when they live there.
     void adamw_group(std::size_t g, double lr, long update, R grad_scale) {
         R* p = m_params[g].data();
-        R* grad = m_grads[g].data();
+        R* grad = m_grads[g]->data();
         auto run = [&](R* m, R* v) {
             for (const auto& slot : m_model.groups()[g].slots()) {
+                if (!slot.spec.trainable) continue;
                 const std::size_t o = slot.offset, n = slot.spec.shape.numel();
                 if constexpr (std::is_same_v<R, float>)
                     m_adamw.step_block({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, lr, update, slot.spec.decay,
@@ -346,35 +365,42 @@ private:
                                     slot.spec.decay, grad_scale);
             }
         };
+        auto& mg = *m_m[g];
+        auto& vg = *m_v[g];
         if constexpr (std::is_same_v<MomentsTier, host_tier>) {
-            run(m_m[g].data(), m_v[g].data());
+            run(mg.data(), vg.data());
         } else {
-            auto m = m_moments_staging[0].view().flat(0, m_m[g].shape());
-            auto v = m_moments_staging[1].view().flat(0, m_v[g].shape());
+            auto m = m_moments_staging[0].view().flat(0, mg.shape());
+            auto v = m_moments_staging[1].view().flat(0, vg.shape());
             // The storage counters are only touched here, on the optimizer thread (the other
             // counters on the host thread: separate fields), and read after the step's named wait.
             auto& counted = m_engine.counters();
-            copy_async(m_backend, m, m_m[g].view(), m_io);
-            copy_async(m_backend, v, m_v[g].view(), m_io).wait();  // named: moments read from storage
-            counted.storage_read_bytes += m_m[g].bytes() + m_v[g].bytes();
+            copy_async(m_backend, m, mg.view(), m_io);
+            copy_async(m_backend, v, vg.view(), m_io).wait();  // named: moments read from storage
+            counted.storage_read_bytes += mg.bytes() + vg.bytes();
             run(m.data(), v.data());
-            copy_async(m_backend, m_m[g].view(), m, m_io);
-            copy_async(m_backend, m_v[g].view(), v, m_io).wait();  // named: moments written back before the staging is reused
-            counted.storage_write_bytes += m_m[g].bytes() + m_v[g].bytes();
+            copy_async(m_backend, mg.view(), m, m_io);
+            copy_async(m_backend, vg.view(), v, m_io).wait();  // named: moments written back before the staging is reused
+            counted.storage_write_bytes += mg.bytes() + vg.bytes();
         }
     }
 
     void zero_moments() {
         for (std::size_t g = 0; g < m_m.size(); ++g) {
-            std::vector<R> zeros(m_m[g].numel(), R(0));
+            if (!m_m[g]) continue;  // frozen
+            std::vector<R> zeros(m_m[g]->numel(), R(0));
             upload(state_kind::adam_m, g, zeros);
             upload(state_kind::adam_v, g, zeros);
         }
     }
 
     void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
+        auto frozen = [&] {
+            return error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
+        };
         if (k == state_kind::params || k == state_kind::grads) {
-            auto& t = k == state_kind::params ? m_params[g] : m_grads[g];
+            if (k == state_kind::grads && !m_grads[g]) throw frozen();
+            auto& t = k == state_kind::params ? m_params[g] : *m_grads[g];
             if (buf.size() != t.numel()) throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
             if (to_host)
                 std::copy(t.span().begin(), t.span().end(), buf.begin());
@@ -382,7 +408,8 @@ private:
                 std::copy(buf.begin(), buf.end(), t.span().begin());
             return;
         }
-        auto& t = k == state_kind::adam_m ? m_m[g] : m_v[g];
+        if (!m_m[g]) throw frozen();
+        auto& t = k == state_kind::adam_m ? *m_m[g] : *m_v[g];
         if (buf.size() != t.numel()) throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
         if constexpr (std::is_same_v<MomentsTier, host_tier>) {
             if (to_host)
@@ -411,9 +438,11 @@ private:
     offloaded_adamw m_adamw;
     pipeline_engine<R, B, Depth> m_engine;
     typename model_type::activations m_act;
-    std::vector<tiered_tensor<R, host_tier, B>> m_params, m_grads;
-    std::vector<tiered_tensor<R, MomentsTier, B>> m_m, m_v;
-    std::vector<tiered_tensor<R, device_tier, B>> m_pinned_params, m_pinned_grads;
+    std::vector<tiered_tensor<R, host_tier, B>> m_params;
+    std::vector<std::optional<tiered_tensor<R, host_tier, B>>> m_grads;  // empty: a frozen group
+    std::vector<std::optional<tiered_tensor<R, MomentsTier, B>>> m_m, m_v;
+    std::vector<tiered_tensor<R, device_tier, B>> m_pinned_params;
+    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_pinned_grads;
     tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
     tiered_tensor<double, device_tier, B> m_norm_workspace;  // sum_of_squares' workspace
     tiered_tensor<double, host_tier, B> m_norm_partials_host;  // their copy on the host
@@ -427,8 +456,8 @@ private:
 }  // namespace strata
 
 namespace strata {
-template <class R, Backend B, std::size_t Depth, Tier M>
-struct select_trainer<R, B, prefetch_pipeline<Depth>, moments_in<M>> {
-    using type = streamed_trainer<R, B, Depth, M>;
+template <class R, Backend B, std::size_t Depth, Tier M, class Model>
+struct select_trainer<R, B, prefetch_pipeline<Depth>, moments_in<M>, Model> {
+    using type = streamed_trainer<R, B, Depth, M, Model>;
 };
 }  // namespace strata

@@ -1,5 +1,10 @@
-// trainer<R, Backend>: one optimizer step of the example GPT = forward/backward over the
-// micro-batches of gradient accumulation, the exact global gradient norm, clipping, AdamW.
+// trainer<R, Backend, Model>: one optimizer step = forward/backward over the micro-batches of
+// gradient accumulation, the exact global gradient norm, clipping, AdamW. Model is the example
+// GPT (gpt_model, the default) or any decoder_model assembled from Layers (model/decoder.hpp).
+//
+// Frozen tensors (param_spec::trainable = false) have no gradients and no AdamW moments: each
+// group's gradient and moment blocks hold its trainable prefix (param_layout::trainable_numel),
+// and a wholly frozen group has none (its binder gradients are null).
 //
 // This is the resident configuration: weights, gradients and both AdamW moments of every layer
 // group live in the device tier, one page-aligned block per group and per kind, and AdamW runs
@@ -29,6 +34,7 @@
 #include <algorithm>  // std::max
 #include <cmath>    // std::sqrt, std::isfinite
 #include <cstddef>  // std::size_t
+#include <optional> // std::optional
 #include <span>     // std::span
 #include <string>   // std::string
 #include <vector>   // std::vector
@@ -90,6 +96,15 @@ inline std::size_t check_micro_batches(std::span<const data::batch> micro, const
     return counted;
 }
 
+// sqrt of the per-group sums of squares added in group order, frozen groups skipped: both trainers.
+template <class Groups>
+double global_norm(const Groups& groups, std::span<const double> partials) {
+    double sum = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g)
+        if (!groups[g].frozen()) sum += partials[g];
+    return std::sqrt(sum);
+}
+
 // A NaN loss or gradient norm stops training before the update can destroy the weights.
 inline void check_finite(const step_result& r, long update) {
     if (!std::isfinite(r.loss))
@@ -99,10 +114,22 @@ inline void check_finite(const step_result& r, long update) {
 }
 }  // namespace detail
 
-template <class R, Backend B>
+namespace detail {
+// Doubles of sum_of_squares workspace for the largest trainable block of any group (at least one):
+// what both trainers allocate and the planner counts.
+template <Backend B, class Groups>
+std::size_t norm_workspace_doubles(const Groups& groups) {
+    std::size_t n = 1;
+    for (const auto& g : groups)
+        if (!g.frozen()) n = std::max(n, ops<B>::sum_of_squares_workspace(g.trainable_numel()));
+    return n;
+}
+}  // namespace detail
+
+template <class R, Backend B, class Model = gpt_model<R, B>>
 class trainer {
 public:
-    using model_type = gpt_model<R, B>;
+    using model_type = Model;
     using stream = typename B::stream;
     using op = ops<B>;
 
@@ -111,25 +138,27 @@ public:
           m_model(model),
           m_options(std::move(options)),
           m_compute(backend.make_stream("compute")),
-          m_act(backend, model.config(), m_options.batch, m_options.seq, m_options.checkpointing) {
+          m_act(backend, model, m_options.batch, m_options.seq, m_options.checkpointing) {
         validate(m_options.adamw);
-        if (m_options.seq > model.config().max_seq)
+        if (m_options.seq > model.max_seq())
             throw error("sequence length " + std::to_string(m_options.seq) + " exceeds the model's context " +
-                            std::to_string(model.config().max_seq),
+                            std::to_string(model.max_seq()),
                         "lower --seq-len or build the model with a longer context");
         const auto& groups = model.groups();
         for (std::size_t g = 0; g < groups.size(); ++g) {
             const std::string n = "g" + std::to_string(g);
-            const shape s{groups[g].numel()};
-            m_params.emplace_back(backend, s, "params." + n);
-            m_grads.emplace_back(backend, s, "grads." + n);
-            m_m.emplace_back(backend, s, "adam_m." + n);
-            m_v.emplace_back(backend, s, "adam_v." + n);
+            m_params.emplace_back(backend, shape{groups[g].numel()}, "params." + n);
+            m_grads.emplace_back();
+            m_m.emplace_back();
+            m_v.emplace_back();
+            if (groups[g].frozen()) continue;
+            const shape s{groups[g].trainable_numel()};
+            m_grads.back().emplace(backend, s, "grads." + n);
+            m_m.back().emplace(backend, s, "adam_m." + n);
+            m_v.back().emplace(backend, s, "adam_v." + n);
         }
         m_norm_partials_dev.emplace_back(backend, shape{groups.size()}, "grad_norm.partials");
-        std::size_t workspace = 1;
-        for (const auto& g : groups) workspace = std::max(workspace, op::sum_of_squares_workspace(g.numel()));
-        m_norm_workspace.emplace_back(backend, shape{workspace}, "grad_norm.workspace");
+        m_norm_workspace.emplace_back(backend, shape{detail::norm_workspace_doubles<B>(groups)}, "grad_norm.workspace");
         m_norm_partials_host.emplace_back(backend, shape{groups.size()}, "grad_norm.partials.host");
         const std::size_t BT = m_options.batch * m_options.seq;
         for (std::size_t k = 0; k < std::max<std::size_t>(m_options.accum, 1); ++k) {
@@ -138,7 +167,8 @@ public:
             m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
         }
         for (auto* set : {&m_m, &m_v, &m_grads})
-            for (auto& t : *set) op::zero(m_compute, t.device_data().get(), t.numel());
+            for (auto& t : *set)
+                if (t) op::zero(m_compute, t->device_data().get(), t->numel());
         m_compute.synchronize();  // named: the state is ready before the first step
     }
 
@@ -165,15 +195,16 @@ public:
     }
 
     // ---- state, for checkpoints: one group's block of weights / m / v, to and from the host ----
+    // (weights: the whole block; gradients, m, v: the trainable prefix, nothing for a frozen group)
     enum class state_kind { params, adam_m, adam_v, grads };
     void download(state_kind k, std::size_t g, std::span<R> out) {
-        auto& t = pick(k)[g];
+        auto& t = pick(k, g);
         tiered_tensor<R, host_tier, B> host(m_backend, t.shape(), "download.host");
         host.copy_from(t, m_compute).wait();  // named: checkpoint I/O
         std::copy(host.span().begin(), host.span().end(), out.begin());
     }
     void upload(state_kind k, std::size_t g, std::span<const R> in) {
-        auto& t = pick(k)[g];
+        auto& t = pick(k, g);
         if (in.size() != t.numel()) throw error("upload: block size mismatch for group " + std::to_string(g));
         tiered_tensor<R, host_tier, B> host(m_backend, t.shape(), "upload.host");
         std::copy(in.begin(), in.end(), host.span().begin());
@@ -184,10 +215,11 @@ public:
     // One optimizer step over `micro` (accum micro-batches of B x T tokens each).
     step_result step(std::span<const data::batch> micro) {
         const long update = m_step + 1;
-        const std::size_t counted = detail::check_micro_batches(micro, m_options, update, m_model.config().vocab_size);
+        const std::size_t counted = detail::check_micro_batches(micro, m_options, update, m_model.vocab_size());
         const std::size_t BT = m_options.batch * m_options.seq;
 
-        for (auto& g : m_grads) op::zero(m_compute, g.device_data().get(), g.numel());
+        for (auto& g : m_grads)
+            if (g) op::zero(m_compute, g->device_data().get(), g->numel());
         resident_binder bind{*this};
         for (std::size_t k = 0; k < micro.size(); ++k) {
             stage_tokens(micro[k], k);
@@ -210,12 +242,14 @@ public:
         const double coefficient = m_options.clip > 0 ? clip_coefficient(r.grad_norm, m_options.clip, update) : 1.0;
         const auto& groups = m_model.groups();
         for (std::size_t g = 0; g < groups.size(); ++g) {
-            R* grad = m_grads[g].device_data().get();
-            if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].numel());
+            if (groups[g].frozen()) continue;
+            R* grad = m_grads[g]->device_data().get();
+            if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
             for (const auto& slot : groups[g].slots()) {
+                if (!slot.spec.trainable) continue;
                 const std::size_t o = slot.offset, n = slot.spec.shape.numel();
-                op::adamw(m_compute, m_params[g].device_data().get() + o, grad + o, m_m[g].device_data().get() + o,
-                          m_v[g].device_data().get() + o, n, m_options.adamw, r.lr, update, slot.spec.decay);
+                op::adamw(m_compute, m_params[g].device_data().get() + o, grad + o, m_m[g]->device_data().get() + o,
+                          m_v[g]->device_data().get() + o, n, m_options.adamw, r.lr, update, slot.spec.decay);
             }
         }
         m_compute.synchronize();  // named: step end (the staging is reused by the next step)
@@ -230,7 +264,7 @@ public:
         std::size_t counted = 0;
         resident_binder bind{*this};
         for (const auto& b : batches) {
-            detail::check_token_ids(b, m_model.config().vocab_size);
+            detail::check_token_ids(b, m_model.vocab_size());
             for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
             stage_tokens(b, 0);
             m_model.forward(bind, m_act, m_options.batch, m_options.seq, m_compute);
@@ -245,7 +279,7 @@ private:
     struct resident_binder {
         trainer& t;
         const R* params(std::size_t g, stream&, group_use) { return t.m_params[g].device_data().get(); }
-        R* grads(std::size_t g, stream&) { return t.m_grads[g].device_data().get(); }
+        R* grads(std::size_t g, stream&) { return t.m_grads[g] ? t.m_grads[g]->device_data().get() : nullptr; }
         void done(std::size_t, stream&, group_use) {}
     };
 
@@ -259,25 +293,23 @@ private:
         m_act.targets_tensor().copy_from(tgt, m_compute);
     }
 
-    std::vector<tiered_tensor<R, device_tier, B>>& pick(state_kind k) {
-        switch (k) {
-            case state_kind::params: return m_params;
-            case state_kind::adam_m: return m_m;
-            case state_kind::adam_v: return m_v;
-            default: return m_grads;
-        }
+    tiered_tensor<R, device_tier, B>& pick(state_kind k, std::size_t g) {
+        if (k == state_kind::params) return m_params[g];
+        auto& t = k == state_kind::adam_m ? m_m[g] : k == state_kind::adam_v ? m_v[g] : m_grads[g];
+        if (!t) throw error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
+        return *t;
     }
 
-    // Exact global L2 norm: per-group sums of squares in double, summed on the host in group order.
+    // Exact global L2 norm: per-group sums of squares in double, summed on the host in group order
+    // (frozen groups have none).
     double grad_norm() {
         double* partials = m_norm_partials_dev[0].device_data().get();
         for (std::size_t g = 0; g < m_grads.size(); ++g)
-            op::sum_of_squares(m_compute, partials + g, m_norm_workspace[0].device_data().get(),
-                               m_grads[g].device_data().get(), m_grads[g].numel());
+            if (m_grads[g])
+                op::sum_of_squares(m_compute, partials + g, m_norm_workspace[0].device_data().get(),
+                                   m_grads[g]->device_data().get(), m_grads[g]->numel());
         m_norm_partials_host[0].copy_from(m_norm_partials_dev[0], m_compute).wait();  // named: grad norm
-        double sum = 0;
-        for (double x : m_norm_partials_host[0].span()) sum += x;
-        return std::sqrt(sum);
+        return detail::global_norm(m_model.groups(), m_norm_partials_host[0].span());
     }
 
     B& m_backend;
@@ -285,7 +317,8 @@ private:
     train_options m_options;
     stream m_compute;
     typename model_type::activations m_act;
-    std::vector<tiered_tensor<R, device_tier, B>> m_params, m_grads, m_m, m_v;
+    std::vector<tiered_tensor<R, device_tier, B>> m_params;
+    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_grads, m_m, m_v;  // empty: a frozen group
     std::vector<tiered_tensor<double, device_tier, B>> m_norm_partials_dev, m_norm_workspace;
     std::vector<tiered_tensor<double, host_tier, B>> m_norm_partials_host;
     std::vector<tiered_tensor<std::int32_t, host_tier, B>> m_staged_tokens;  // (accum x 2) tokens, targets
@@ -307,18 +340,20 @@ struct moments_in {
     using tier = Home;
 };
 
-template <class R, Backend B, class Placement, class Moments>
+template <class R, Backend B, class Placement, class Moments, class Model = gpt_model<R, B>>
 struct select_trainer {
     static_assert(sizeof(Placement) == 0,
                   "no trainer for this Placement/Moments pair: use resident_placement with moments_in<device_tier>, "
                   "or prefetch_pipeline<N> with moments_in<host_tier> or moments_in<storage_tier>");
 };
-template <class R, Backend B>
-struct select_trainer<R, B, resident_placement, moments_in<device_tier>> {
-    using type = trainer<R, B>;
+template <class R, Backend B, class Model>
+struct select_trainer<R, B, resident_placement, moments_in<device_tier>, Model> {
+    using type = trainer<R, B, Model>;
 };
 
-template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>>
-using trainer_t = typename select_trainer<R, B, Placement, Moments>::type;
+// Model: gpt_model<R, B> (default) or a decoder_model of Layers.
+template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>,
+          class Model = gpt_model<R, B>>
+using trainer_t = typename select_trainer<R, B, Placement, Moments, Model>::type;
 
 }  // namespace strata

@@ -38,7 +38,7 @@ template <std::floating_point Real>
 void embedding_forward(Real* out,                   // (B, T, C)
                        const std::int32_t* tokens,  // (B, T)
                        const Real* wte,             // (V, C)
-                       const Real* wpe,             // (maxT, C)
+                       const Real* wpe,             // (maxT, C), or null: no learned positions (RoPE models)
                        std::size_t B, std::size_t T, std::size_t C, std::size_t V,
                        std::size_t maxT) {
     detail::check_embedding_sizes(tokens, B, T, V, maxT);
@@ -46,6 +46,10 @@ void embedding_forward(Real* out,                   // (B, T, C)
         for (std::size_t t = 0; t < T; ++t) {
             Real* out_bt = out + (b * T + t) * C;
             const Real* wte_row = wte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+            if (!wpe) {
+                for (std::size_t c = 0; c < C; ++c) out_bt[c] = wte_row[c];
+                continue;
+            }
             const Real* wpe_row = wpe + t * C;
             for (std::size_t c = 0; c < C; ++c) {
                 out_bt[c] = wte_row[c] + wpe_row[c];
@@ -57,7 +61,7 @@ void embedding_forward(Real* out,                   // (B, T, C)
 // Accumulates: with a tied LM head, dwte already holds the head's gradient when this runs.
 template <std::floating_point Real>
 void embedding_backward(Real* dwte,                  // (V, C)
-                        Real* dwpe,                  // (maxT, C)
+                        Real* dwpe,                  // (maxT, C), or null (no learned positions)
                         const Real* dout,            // (B, T, C)
                         const std::int32_t* tokens,  // (B, T)
                         std::size_t B, std::size_t T, std::size_t C, std::size_t V,
@@ -67,11 +71,10 @@ void embedding_backward(Real* dwte,                  // (V, C)
         for (std::size_t t = 0; t < T; ++t) {
             const Real* dout_bt = dout + (b * T + t) * C;
             Real* dwte_row = dwte + static_cast<std::size_t>(tokens[b * T + t]) * C;
+            for (std::size_t c = 0; c < C; ++c) dwte_row[c] += dout_bt[c];
+            if (!dwpe) continue;
             Real* dwpe_row = dwpe + t * C;
-            for (std::size_t c = 0; c < C; ++c) {
-                dwte_row[c] += dout_bt[c];
-                dwpe_row[c] += dout_bt[c];
-            }
+            for (std::size_t c = 0; c < C; ++c) dwpe_row[c] += dout_bt[c];
         }
     }
 }

@@ -73,7 +73,7 @@ template <class Real, int Width>
 __global__ void embedding_forward_kernel(Real* out,                   // (B, T, C)
                                          const std::int32_t* tokens,  // (B, T)
                                          const Real* wte,             // (V, C)
-                                         const Real* wpe,             // (maxT, C)
+                                         const Real* wpe,             // (maxT, C), or null (no learned positions)
                                          std::size_t T, std::size_t C, std::size_t V) {
     const std::size_t bt = blockIdx.x;
     const std::size_t t = bt % T;
@@ -84,11 +84,13 @@ __global__ void embedding_forward_kernel(Real* out,                   // (B, T, 
         return;
     }
     const Real* wte_row = wte + static_cast<std::size_t>(token) * C;
-    const Real* wpe_row = wpe + t * C;
+    const Real* wpe_row = wpe ? wpe + t * C : nullptr;
     for (std::size_t i = threadIdx.x; i < C / Width; i += blockDim.x) {
         auto a = detail::load_pack<Width>(wte_row + i * Width);
-        const auto b = detail::load_pack<Width>(wpe_row + i * Width);
-        for (int j = 0; j < Width; ++j) a.v[j] += b.v[j];
+        if (wpe_row) {
+            const auto b = detail::load_pack<Width>(wpe_row + i * Width);
+            for (int j = 0; j < Width; ++j) a.v[j] += b.v[j];
+        }
         detail::store_pack<Width>(out_bt + i * Width, a);
     }
 }
@@ -260,7 +262,9 @@ void embedding_backward(Real* dwte,                  // (V, C)
     if (B * T == 0 || C == 0) return;
     const bool vectorized = C % 4 == 0 && detail::aligned16(dwte, dwpe, dout);
     const unsigned position_blocks = static_cast<unsigned>(T);
-    if (vectorized)
+    if (!dwpe) {
+        // no learned positions: only dwte
+    } else if (vectorized)
         embedding_backward_dwpe_kernel<Real, 4>
             <<<position_blocks, detail::embedding_threads, 0, stream>>>(dwpe, dout, B, T, C);
     else

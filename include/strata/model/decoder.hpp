@@ -1,0 +1,342 @@
+// decoder_model<Block, Norm>: a decoder-only language model assembled from Layers
+// (nn/layer.hpp): token embedding (+ learned positions, optional), n_layer Blocks, a final Norm,
+// an LM head tied to the token embedding, softmax cross-entropy. Both trainers (train/trainer.hpp,
+// train/streamed_trainer.hpp) train it resident or streamed exactly as they train gpt_model: it
+// has the same groups and binder protocol.
+//
+//   using llama = decoder_model<llama_block<float, B>, rmsnorm_layer<float, B>>;
+//   llama model({.vocab_size = 257, .max_seq = 256, .n_layer = 4, .n_embd = 128,
+//                .learned_positions = false}, block_config, norm_config);
+//
+// Groups: 0 = embeddings ("wte.weight" (V, C), "wpe.weight" (max_seq, C) if learned_positions),
+// 1..L = the blocks (Block::params), L+1 = the final norm (Norm::params). Both Layers map
+// (B, T, C) -> (B, T, C), C = n_embd. A frozen group (every tensor trainable = false) has no
+// gradients and no moments; with freeze_embeddings, the embeddings (and so the tied head) are
+// frozen: the LoRA setting, where only adapters inside the blocks train.
+//
+// Activation checkpointing (default): forward keeps each block's input; backward recomputes the
+// block's forward from it, then runs its backward (the Layer contract makes that bitwise exact).
+//
+// Initialization: a Layer may declare
+//   static void initialize(const config_type&, const param_layout&, std::span<R> block, rng&);
+// otherwise each tensor with weight decay is drawn from N(0, 0.02), tensors without decay are
+// ones when their name ends in "weight" (norm gains) and zeros otherwise (biases).
+#pragma once
+
+#include <strata/backend/backend.hpp>       // Backend
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/model/gpt.hpp>             // GroupBinder, group_use
+#include <strata/model/param_layout.hpp>    // param_layout, param_spec
+#include <strata/nn/layer.hpp>              // Layer
+#include <strata/nn/ops.hpp>                // ops
+#include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
+#include <strata/train/rng.hpp>             // rng
+
+#include <algorithm>    // std::fill, std::max
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::int32_t
+#include <span>         // std::span
+#include <string>       // std::string
+#include <type_traits>  // std::is_same_v
+#include <vector>       // std::vector
+
+namespace strata {
+
+struct decoder_config {
+    std::size_t vocab_size = 257;
+    std::size_t max_seq = 256;
+    std::size_t n_layer = 4;
+    std::size_t n_embd = 128;
+    bool learned_positions = true;   // a "wpe" table added to the token embedding (GPT-2); false: RoPE & co.
+    bool freeze_embeddings = false;  // wte (the tied head) and wpe frozen
+    // Parameter names in checkpoints: root + "wte.weight", root + block_prefix + "<l>." + name,
+    // root + final_prefix + name. GPT-2 (Hugging Face) by default.
+    std::string root = "transformer.";
+    std::string block_prefix = "h.";
+    std::string final_prefix = "ln_f.";
+    std::string token_embedding = "wte.weight";
+    std::string position_embedding = "wpe.weight";
+
+    void validate() const {
+        if (vocab_size == 0 || max_seq == 0 || n_layer == 0 || n_embd == 0)
+            throw error("decoder config: vocab_size, max_seq, n_layer and n_embd must be positive");
+    }
+};
+
+namespace detail {
+template <class L>
+concept initializes_itself = requires(const typename L::config_type& c, const param_layout& layout,
+                                      std::span<typename L::value_type> block, rng& gen) {
+    L::initialize(c, layout, block, gen);
+};
+
+template <class R>
+void default_initialize(const param_layout& layout, std::span<R> block, rng& gen) {
+    for (const auto& slot : layout.slots()) {
+        R* p = block.data() + slot.offset;
+        const std::size_t n = slot.spec.shape.numel();
+        if (slot.spec.decay)
+            for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<R>(gen.normal(0.0, 0.02));
+        else
+            std::fill(p, p + n, slot.spec.name.ends_with("weight") ? R(1) : R(0));
+    }
+}
+}  // namespace detail
+
+template <Layer Block, Layer Norm>
+class decoder_model {
+    static_assert(std::is_same_v<typename Block::value_type, typename Norm::value_type> &&
+                      std::is_same_v<typename Block::backend_type, typename Norm::backend_type>,
+                  "decoder_model: Block and Norm must have the same value_type and backend_type");
+
+public:
+    using value_type = typename Block::value_type;
+    using backend_type = typename Block::backend_type;
+    using block_type = Block;
+    using norm_type = Norm;
+    using block_config = typename Block::config_type;
+    using norm_config = typename Norm::config_type;
+    using R = value_type;
+    using stream = typename backend_type::stream;
+    using op = ops<backend_type>;
+
+    decoder_model(decoder_config config, block_config block, norm_config norm)
+        : m_config(std::move(config)), m_block_config(block), m_norm_config(norm), m_block(block), m_norm(norm) {
+        m_config.validate();
+        const std::size_t C = m_config.n_embd;
+        if (Block::in_features(block) != C || Block::out_features(block) != C)
+            throw error("decoder_model: the block maps " + std::to_string(Block::in_features(block)) + " -> " +
+                            std::to_string(Block::out_features(block)) + " channels, the model has n_embd " +
+                            std::to_string(C),
+                        "build the block's config with the model's n_embd");
+        if (Norm::in_features(norm) != C || Norm::out_features(norm) != C)
+            throw error("decoder_model: the final norm does not map n_embd " + std::to_string(C) + " -> " +
+                        std::to_string(C));
+        const bool train = !m_config.freeze_embeddings;
+        std::vector<param_spec> embeddings{{m_config.token_embedding, {m_config.vocab_size, C}, true, train}};
+        if (m_config.learned_positions)
+            embeddings.push_back({m_config.position_embedding, {m_config.max_seq, C}, true, train});
+        m_groups.push_back(param_layout::of<R>(std::move(embeddings)));
+        for (std::size_t l = 0; l < m_config.n_layer; ++l) m_groups.push_back(param_layout::of<R>(Block::params(block)));
+        m_groups.push_back(param_layout::of<R>(Norm::params(norm)));
+    }
+
+    const decoder_config& config() const { return m_config; }
+    const block_config& block_layer_config() const { return m_block_config; }
+    const norm_config& norm_layer_config() const { return m_norm_config; }
+    const std::vector<param_layout>& groups() const { return m_groups; }
+    std::size_t group_count() const { return m_groups.size(); }
+    std::size_t block_count() const { return m_config.n_layer; }
+    std::size_t block_group(std::size_t layer) const { return 1 + layer; }
+    std::size_t final_group() const { return m_config.n_layer + 1; }
+    std::size_t vocab_size() const { return m_config.vocab_size; }
+    std::size_t max_seq() const { return m_config.max_seq; }
+
+    // The checkpoint name of a parameter ("transformer.h.3.attn.c_attn.weight" with the defaults).
+    std::string hf_name(std::size_t group, const param_slot& slot) const {
+        if (group == 0) return m_config.root + slot.spec.name;
+        if (group == final_group()) return m_config.root + m_config.final_prefix + slot.spec.name;
+        return m_config.root + m_config.block_prefix + std::to_string(group - 1) + "." + slot.spec.name;
+    }
+
+    // Group by group from one generator (a seed fixes the model).
+    void initialize(std::size_t group, std::span<R> host_block, rng& gen) const {
+        std::fill(host_block.begin(), host_block.end(), R(0));
+        const param_layout& layout = m_groups[group];
+        if (group == 0) {
+            detail::default_initialize(layout, host_block, gen);
+        } else if (group == final_group()) {
+            if constexpr (detail::initializes_itself<Norm>)
+                Norm::initialize(m_norm_config, layout, host_block, gen);
+            else
+                detail::default_initialize(layout, host_block, gen);
+        } else {
+            if constexpr (detail::initializes_itself<Block>)
+                Block::initialize(m_block_config, layout, host_block, gen);
+            else
+                detail::default_initialize(layout, host_block, gen);
+        }
+    }
+
+    // Forward FLOPs of one B x T micro-batch (blocks, norm, tied head).
+    double flops(std::size_t batch, std::size_t seq) const {
+        return static_cast<double>(m_config.n_layer) * Block::flops(m_block_config, batch, seq) +
+               Norm::flops(m_norm_config, batch, seq) +
+               2.0 * static_cast<double>(batch * seq * m_config.n_embd * m_config.vocab_size);
+    }
+
+    // ---- activations: device-tier buffers for micro-batches up to B x T ----
+    class activations {
+    public:
+        activations(backend_type& backend, const decoder_model& m, std::size_t batch, std::size_t seq,
+                    bool checkpointing)
+            : m_batch(batch), m_seq(seq), m_checkpointing(checkpointing) {
+            const std::size_t BT = batch * seq, C = m.m_config.n_embd, V = m.m_config.vocab_size;
+            const std::size_t L = m.m_config.n_layer;
+            auto make = [&](std::size_t n, const std::string& name) {
+                m_buffers.emplace_back(backend, shape{std::max<std::size_t>(n, 1)}, "act." + name);
+            };
+            m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
+            m_tokens.emplace_back(backend, shape{BT}, "act.targets");
+            m_block_floats = Block::activation_floats(m.m_block_config, batch, seq);
+            make((L + 1) * BT * C, "block_inputs");                         // 0
+            make((checkpointing ? 1 : L) * m_block_floats, "block");        // 1
+            make(std::max(Block::workspace_floats(m.m_block_config, batch, seq),
+                          Norm::workspace_floats(m.m_norm_config, batch, seq)),
+                 "workspace");                                              // 2
+            make(BT * C, "norm_out");                                       // 3
+            make(Norm::activation_floats(m.m_norm_config, batch, seq), "norm");  // 4
+            make(BT * V, "logits");                                         // 5
+            make(BT, "losses");                                             // 6
+            make(BT, "lse");                                                // 7
+            make(BT * V, "dlogits");                                        // 8
+            make(BT * C, "dnorm_out");                                      // 9
+            make(2 * BT * C, "dx");                                         // 10: two ping-pong buffers
+        }
+
+        std::size_t batch() const { return m_batch; }
+        std::size_t seq() const { return m_seq; }
+        bool checkpointing() const { return m_checkpointing; }
+        std::int32_t* tokens() { return m_tokens[0].device_data().get(); }
+        std::int32_t* targets() { return m_tokens[1].device_data().get(); }
+        tiered_tensor<std::int32_t, device_tier, backend_type>& tokens_tensor() { return m_tokens[0]; }
+        tiered_tensor<std::int32_t, device_tier, backend_type>& targets_tensor() { return m_tokens[1]; }
+        tiered_tensor<R, device_tier, backend_type>& losses_tensor() { return m_buffers[6]; }
+
+        R* block_input(std::size_t layer, std::size_t BTC) { return data(0) + layer * BTC; }
+        R* block(std::size_t layer) { return data(1) + (m_checkpointing ? 0 : layer * m_block_floats); }
+        R* workspace() { return data(2); }
+        R* norm_out() { return data(3); }
+        R* norm() { return data(4); }
+        R* logits() { return data(5); }
+        R* losses() { return data(6); }
+        R* lse() { return data(7); }
+        R* dlogits() { return data(8); }
+        R* dnorm_out() { return data(9); }
+        R* dx(std::size_t which, std::size_t BTC) { return data(10) + which * BTC; }
+
+    private:
+        R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
+        std::size_t m_batch, m_seq, m_block_floats = 0;
+        bool m_checkpointing;
+        std::vector<tiered_tensor<std::int32_t, device_tier, backend_type>> m_tokens;
+        std::vector<tiered_tensor<R, device_tier, backend_type>> m_buffers;
+    };
+
+    // Enqueues the forward pass on `s`; the per-token losses end in act.losses().
+    template <GroupBinder<R, stream> Binder>
+    void forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
+        check_size(act, batch, seq);
+        const std::size_t C = m_config.n_embd, BTC = batch * seq * C;
+        {
+            const R* p = bind.params(0, s, group_use::forward);
+            op::embedding_forward(s, act.block_input(0, BTC), act.tokens(), wte(p), wpe(p), batch, seq, C,
+                                  m_config.vocab_size, m_config.max_seq);
+            bind.done(0, s, group_use::forward);
+        }
+        for (std::size_t l = 0; l < m_config.n_layer; ++l) {
+            const std::size_t g = block_group(l);
+            const R* p = bind.params(g, s, group_use::forward);
+            block_forward(s, p, act, l, batch, seq);
+            bind.done(g, s, group_use::forward);
+        }
+        const std::size_t fg = final_group();
+        const R* pf = bind.params(fg, s, group_use::forward);
+        const R* p0 = bind.params(0, s, group_use::forward);
+        m_norm.forward(s, pf, act.norm_out(), act.norm(), act.block_input(m_config.n_layer, BTC), act.workspace(), batch,
+                       seq);
+        op::lm_head_forward(s, act.logits(), act.norm_out(), wte(p0), batch, seq, C, m_config.vocab_size);
+        op::cross_entropy_forward(s, act.losses(), act.lse(), act.logits(), act.targets(), batch, seq,
+                                  m_config.vocab_size);
+        bind.done(0, s, group_use::forward);
+        bind.done(fg, s, group_use::forward);
+    }
+
+    // Enqueues forward + backward on `s`; gradients of the trainable tensors accumulate into the
+    // binder's gradient buffers (frozen groups: the binder hands out null), dloss scaled by loss_scale.
+    template <GroupBinder<R, stream> Binder>
+    void forward_backward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, double loss_scale,
+                          stream& s) const {
+        forward(bind, act, batch, seq, s);
+        const std::size_t BT = batch * seq, C = m_config.n_embd, BTC = BT * C, V = m_config.vocab_size;
+        const std::size_t L = m_config.n_layer;
+        {
+            const std::size_t fg = final_group();
+            const R* pf = bind.params(fg, s, group_use::backward);
+            const R* p0 = bind.params(0, s, group_use::backward);
+            R* g0 = bind.grads(0, s);
+            R* gf = bind.grads(fg, s);
+            op::zero(s, act.dlogits(), BT * V);
+            op::cross_entropy_backward(s, act.dlogits(), act.lse(), act.logits(), act.targets(), loss_scale, batch, seq,
+                                       V);
+            op::zero(s, act.dnorm_out(), BTC);
+            op::lm_head_backward(s, act.dnorm_out(), g0 ? wte(g0) : static_cast<R*>(nullptr), act.dlogits(),
+                                 act.norm_out(), wte(p0), batch, seq, C, V);
+            R* dx = act.dx(L % 2, BTC);
+            op::zero(s, dx, BTC);
+            m_norm.backward(s, pf, gf, dx, act.dnorm_out(), act.norm(), act.block_input(L, BTC), act.workspace(), batch,
+                            seq);
+            bind.done(fg, s, group_use::backward);
+            bind.done(0, s, group_use::backward);
+        }
+        const bool embeddings_train = !m_groups[0].frozen();
+        for (std::size_t l = L; l-- > 0;) {
+            const std::size_t g = block_group(l);
+            const R* p = bind.params(g, s, group_use::backward);
+            R* grad = bind.grads(g, s);
+            if (act.checkpointing()) block_forward(s, p, act, l, batch, seq);  // recompute from the saved input
+            // the block's output gradient is dx((l + 1) % 2); its input gradient goes to dx(l % 2),
+            // except for the first block when nothing upstream trains
+            R* dinp = nullptr;
+            if (l > 0 || embeddings_train) {
+                dinp = act.dx(l % 2, BTC);
+                op::zero(s, dinp, BTC);
+            }
+            m_block.backward(s, p, grad, dinp, act.dx((l + 1) % 2, BTC), act.block(l), act.block_input(l, BTC),
+                             act.workspace(), batch, seq);
+            bind.done(g, s, group_use::backward);
+        }
+        {
+            const R* p0 = bind.params(0, s, group_use::backward);
+            (void)p0;
+            R* g0 = bind.grads(0, s);
+            if (embeddings_train)
+                op::embedding_backward(s, wte(g0), m_config.learned_positions ? wpe(g0) : static_cast<R*>(nullptr),
+                                       act.dx(0, BTC), act.tokens(), batch, seq, C, m_config.vocab_size,
+                                       m_config.max_seq);
+            bind.done(0, s, group_use::backward);
+        }
+    }
+
+private:
+    template <class P>
+    P* wte(P* group0) const {
+        return group0 + m_groups[0].slots()[0].offset;
+    }
+    template <class P>
+    P* wpe(P* group0) const {
+        return m_config.learned_positions ? group0 + m_groups[0].slots()[1].offset : static_cast<P*>(nullptr);
+    }
+
+    void check_size(const activations& act, std::size_t batch, std::size_t seq) const {
+        if (batch > act.batch() || seq > act.seq() || seq > m_config.max_seq)
+            throw error("micro-batch " + std::to_string(batch) + " x " + std::to_string(seq) +
+                        " is larger than the activations (" + std::to_string(act.batch()) + " x " +
+                        std::to_string(act.seq()) + ") or the model's context " + std::to_string(m_config.max_seq));
+    }
+
+    void block_forward(stream& s, const R* p, activations& act, std::size_t l, std::size_t batch, std::size_t seq) const {
+        const std::size_t BTC = batch * seq * m_config.n_embd;
+        m_block.forward(s, p, act.block_input(l + 1, BTC), act.block(l), act.block_input(l, BTC), act.workspace(), batch,
+                        seq);
+    }
+
+    decoder_config m_config;
+    block_config m_block_config;
+    norm_config m_norm_config;
+    Block m_block;
+    Norm m_norm;
+    std::vector<param_layout> m_groups;
+};
+
+}  // namespace strata
