@@ -1,4 +1,4 @@
-// layernorm_layer<R, B>: LayerNorm (with gain and bias) over the channels as a strata Layer, e.g.
+// layernorm_layer<R, Backend>: LayerNorm (with gain and bias) over the channels as a strata Layer, e.g.
 // the final norm of a decoder_model (GPT-2's ln_f). Parameters "weight" (C) and "bias" (C), both
 // without weight decay; frozen when config.trainable is false (its backward then only computes
 // the input gradient).
@@ -18,14 +18,14 @@ struct layernorm_config {
     bool trainable = true;
 };
 
-template <class R, Backend B>
+template <class R, Backend Bk>
 class layernorm_layer {
 public:
     using config_type = layernorm_config;
     using value_type = R;
-    using backend_type = B;
-    using stream = typename B::stream;
-    using op = ops<B>;
+    using backend_type = Bk;
+    using stream = typename Bk::stream;
+    using op = ops<Bk>;
 
     explicit layernorm_layer(const config_type& c) : m_config(c), m_layout(param_layout::of<R>(params(c))) {}
 
