@@ -9,6 +9,9 @@
 // layout of strata's attention: qkv is (B, T, 3C), q = channels [0, C), k = [C, 2C), v = [2C, 3C),
 // head h owns channels [h*HS, (h+1)*HS) of each.
 //
+// Backends: cpu_backend (any R) with this header alone; cuda_backend (float) where
+// llama_ops_cuda.hpp is included too and strata_llama_cuda_ops is linked.
+//
 // Glossary: B batch, T time, C channels, NH heads, HS head size, H hidden size of the MLP.
 #pragma once
 

@@ -1,7 +1,7 @@
 // llama_ops<Backend>: the Llama block's own kernels as asynchronous launches on a backend stream,
 // the same pattern as strata's ops<Backend>: the block is written once against this interface,
 // and each backend supplies a specialization. Here: the CPU (each op is a task on a cpu::stream).
-// A CUDA specialization would declare the same functions and define them in a .cu file.
+// The CUDA one is declared in llama_ops_cuda.hpp and defined in llama_ops_cuda.cu.
 //
 // Glossary: B batch, T time, C channels, NH heads, N number of elements. Backward ops accumulate.
 #pragma once

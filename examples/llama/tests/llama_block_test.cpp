@@ -1,12 +1,16 @@
 // The Llama block against the layer contract, through strata's layer harness: FP64 finite
-// differences for every parameter and the input, checkpointed == plain bitwise, and CPU vs CUDA
-// parity (skipped, visibly, where there is no GPU or the CUDA kernels are not built).
+// differences for every parameter and the input, checkpointed == plain bitwise on every backend
+// of the build, and CPU vs CUDA parity (skipped, visibly, where there is no GPU or no CUDA build).
 #include "../llama_block.hpp"  // llama::llama_block
+#ifdef STRATA_TESTS_WITH_CUDA
+#include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
+#endif
+#include "support/backends.hpp"  // STRATA_TEST_BACKENDS, STRATA_TESTS_WITH_CUDA
 
 #include <strata/nn/layer.hpp>                // strata::check_layer
 #include <strata/testing/layer_harness.hpp>  // strata::testing::check_*
 
-#include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE, MESSAGE
+#include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE, MESSAGE
 
 #include <cstddef>  // std::size_t
 
@@ -18,6 +22,9 @@ namespace st = strata::testing;
 
 static_assert(strata::check_layer<llama_block<float, strata::cpu_backend>>());
 static_assert(strata::check_layer<llama_block<double, strata::cpu_backend>>());
+#ifdef STRATA_TESTS_WITH_CUDA
+static_assert(strata::check_layer<llama_block<float, strata::cuda_backend>>());
+#endif
 
 // C = 8, 2 heads of 4 (two rotary pairs each), hidden 12: every parameter tensor is small enough
 // for finite differences of every element; T = 5 so rotation angles and causal masks vary.
@@ -40,15 +47,20 @@ TEST_CASE("llama block: eps 1e-6 and another rope theta also match central diffe
     CHECK_MESSAGE(report.ok(), report.describe());
 }
 
-TEST_CASE("llama block: recomputed forward + backward equals plain backward bitwise (float and double)") {
-    const auto f = st::check_checkpointing<llama_block, float>(tiny, B, T);
+TEST_CASE_TEMPLATE("llama block: recomputed forward + backward equals plain backward bitwise (float)", Bk,
+                   STRATA_TEST_BACKENDS) {
+    const auto f = st::check_checkpointing<llama_block, float, Bk>(tiny, B, T);
+    if (f.skipped) MESSAGE(f.describe());
     CHECK_MESSAGE(f.ok(), f.describe());
+}
+
+TEST_CASE("llama block: recomputed forward + backward equals plain backward bitwise (double)") {
     const auto d = st::check_checkpointing<llama_block, double>(tiny, B, T);
     CHECK_MESSAGE(d.ok(), d.describe());
 }
 
-TEST_CASE("llama block: a bad shape is refused with a hint") {
-    using block = llama_block<float, strata::cpu_backend>;
+TEST_CASE_TEMPLATE("llama block: a bad shape is refused with a hint", Bk, STRATA_TEST_BACKENDS) {
+    using block = llama_block<float, Bk>;  // checked by the constructor, before any backend is touched
     CHECK_THROWS_WITH_AS(block({.n_embd = 12, .n_head = 4, .hidden = 8}), doctest::Contains("heads of an even size"),
                          strata::error);
 }
@@ -59,15 +71,26 @@ TEST_CASE("llama block: FLOPs are the five GEMMs and attention's two T x T produ
     CHECK(llama_block<float, strata::cpu_backend>::flops(tiny, B, T) == gemms + 4.0 * B * T * T * C);
 }
 
-#ifdef LLAMA_WITH_CUDA
+#ifdef STRATA_TESTS_WITH_CUDA
+// The harness's NMSE tolerance (1e-8): FP32 GEMMs and the block's kernels summing in another order
+// differ by ~1e-14 per op; a wrong kernel by ~1.
 TEST_CASE("llama block: CUDA matches the CPU (normalized squared error)") {
     const auto report = st::check_backend_parity<llama_block, strata::cuda_backend>(tiny, B, T);
     if (report.skipped) MESSAGE(report.describe());
     CHECK_MESSAGE(report.ok(), report.describe());
 }
+
+TEST_CASE("llama block: CUDA matches the CPU at a wider shape, eps 1e-6 and Llama 3's rope theta") {
+    // C = 80 (5 heads of 16): rows longer than a warp, a partial 32-channel tile in rmsnorm's
+    // dweight; B * T = 74 rows: several row blocks, 2+ rows per row phase.
+    const llama_block_config wide{.n_embd = 80, .n_head = 5, .hidden = 216, .norm_eps = 1e-6, .rope_theta = 500000.0};
+    const auto report = st::check_backend_parity<llama_block, strata::cuda_backend>(wide, 2, 37);
+    if (report.skipped) MESSAGE(report.describe());
+    CHECK_MESSAGE(report.ok(), report.describe());
+}
 #else
 TEST_CASE("llama block: CUDA parity") {
-    MESSAGE("SKIPPED: this build has no CUDA kernels for the Llama block (examples/llama has CPU kernels only)");
+    MESSAGE("SKIPPED: this build has no CUDA backend (configure with STRATA_ENABLE_CUDA=ON)");
 }
 #endif
 
