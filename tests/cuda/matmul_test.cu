@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ double normalized_error(const std::vector<float>& got, const std::vector<float>&
         scale = std::max(scale, std::abs(static_cast<double>(want[i])));
     }
     return diff / scale;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // STRATA_TEST_QUICK=1 (under compute-sanitizer, which slows every GEMM down by orders of
@@ -118,6 +123,13 @@ TEST_CASE("cuda matmul (Conv1D layout) forward and backward match the CPU kernel
         s.synchronize();
         CHECK(normalized_error(g_out.get(), out_nb) < strict_tolerance);
         CHECK(normalized_error(g_dw_nb.get(), dw_nb) < strict_tolerance);
+
+        // a frozen weight (dw = null): the GEMM for it is skipped, dinp and dbias are the same bits
+        device_buffer g_dinp_frozen(dinp0), g_db_frozen(db0);
+        op::matmul_backward(s, g_dinp_frozen.p, nullptr, g_db_frozen.p, g_dout.p, g_inp.p, g_w.p, d.B, d.T, d.C, d.OC);
+        s.synchronize();
+        CHECK(same_bits(g_dinp_frozen.get(), g_dinp.get()));
+        CHECK(same_bits(g_db_frozen.get(), g_db.get()));
     }
 }
 

@@ -1,6 +1,7 @@
 // matmul (Conv1D layout) and the tied LM head: forward against naive loops, every gradient
 // against finite differences, float against double.
 #include <cstddef>                                // std::size_t
+#include <cstring>                                // std::memcmp
 #include <numeric>                                // std::inner_product
 #include <type_traits>                            // std::is_same_v
 #include <vector>                                 // std::vector
@@ -119,6 +120,18 @@ TEST_CASE("matmul backward without dinp and without bias still accumulates dweig
     const auto dweight = compare(p.dweight, full.dweight);
     CHECK_MESSAGE(dweight.error < 1e-14, dweight.describe("dweight"));
     CHECK(p.dinp == linear_problem<double>{}.dinp);  // untouched
+}
+
+TEST_CASE_TEMPLATE("matmul backward with a null dweight (a frozen weight) gives the same dinp and dbias bits",
+                   Real, float, double) {
+    linear_problem<Real> full;
+    full.backward();
+    linear_problem<Real> p;
+    matmul_backward(p.dinp.data(), nullptr, p.dbias.data(), p.dout.data(), p.inp.data(), p.weight.data(), B, T,
+                    C, OC);
+    CHECK(std::memcmp(p.dinp.data(), full.dinp.data(), p.dinp.size() * sizeof(Real)) == 0);
+    CHECK(std::memcmp(p.dbias.data(), full.dbias.data(), p.dbias.size() * sizeof(Real)) == 0);
+    CHECK(p.dweight == linear_problem<Real>{}.dweight);  // untouched
 }
 
 TEST_CASE_TEMPLATE("lm_head forward is inp @ wte^T with wte (V, C)", Real, float, double) {

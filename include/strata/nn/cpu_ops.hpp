@@ -70,9 +70,11 @@ struct ops<cpu_backend> {
                                size T, size C, size OC) {
         s.enqueue([=] { kernels::cpu::matmul_forward(out, inp, w, bias, B, T, C, OC); }, "matmul_forward");
     }
+    // dinp, dw and dbias may be null (no input gradient wanted; a frozen weight; a layer without
+    // bias or with a frozen one).
     template <class R>
-    // dinp and dbias may be null (no input gradient wanted; a layer without bias).
-    static void matmul_backward(stream& s, std::type_identity_t<R>* dinp, R* dw, std::type_identity_t<R>* dbias,
+    static void matmul_backward(stream& s, std::type_identity_t<R>* dinp, std::type_identity_t<R>* dw,
+                                std::type_identity_t<R>* dbias,
                                 const R* dout, const R* inp, const R* w, size B, size T, size C, size OC) {
         s.enqueue([=] { kernels::cpu::matmul_backward(dinp, dw, dbias, dout, inp, w, B, T, C, OC); }, "matmul_backward");
     }

@@ -49,6 +49,7 @@ struct ops<cuda_backend> {
 
     static void matmul_forward(stream& s, float* out, const float* inp, const float* w, const float* bias, size B,
                                size T, size C, size OC);
+    // dinp, dw and dbias may be null (no input gradient wanted; a frozen weight; no or a frozen bias).
     static void matmul_backward(stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                 const float* w, size B, size T, size C, size OC);
     static void lm_head_forward(stream& s, float* logits, const float* inp, const float* wte, size B, size T, size C,

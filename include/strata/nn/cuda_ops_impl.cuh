@@ -145,12 +145,13 @@ void ops<cuda_backend>::matmul_forward(stream& s, float* out, const float* inp, 
     }
 }
 // dinp (BT, C) += dout (BT, OC) @ w^T; dw (C, OC) += inp^T @ dout; dbias += column sums of dout.
+// Each of dinp, dw (a frozen weight) and dbias may be null: its work is skipped.
 void ops<cuda_backend>::matmul_backward(stream& s, float* dinp, float* dw, float* dbias, const float* dout,
                                         const float* inp, const float* w, size B, size T, size C, size OC) {
     cuda::trace_span span(s, "matmul_backward");
     const size BT = B * T;
     if (dinp) detail::cuda_ops::sgemm(s.native(), true, false, C, BT, OC, w, OC, dout, OC, 1.0f, dinp, C);
-    detail::cuda_ops::sgemm(s.native(), false, true, OC, C, BT, dout, OC, inp, C, 1.0f, dw, OC);
+    if (dw) detail::cuda_ops::sgemm(s.native(), false, true, OC, C, BT, dout, OC, inp, C, 1.0f, dw, OC);
     if (dbias) kernels::cuda::column_sum_accumulate(dbias, dout, BT, OC, s.native());
 }
 // logits (BT, V) = inp (BT, C) @ wte^T, wte (V, C).

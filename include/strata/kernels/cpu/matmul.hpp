@@ -32,21 +32,24 @@ void matmul_forward(Real* out,                               // (B, T, OC)
 }
 
 // dinp += dout @ weight^T, dweight += inp^T @ dout, dbias += sum over rows of dout.
-// dinp may be null (its gradient is not wanted); dbias must be null exactly when the layer has no
-// bias.
+// dinp may be null (its gradient is not wanted); dweight may be null (a frozen weight, e.g. LoRA's
+// base: no gradient, and that GEMM is skipped); dbias must be null exactly when the layer has no
+// bias or its bias is frozen.
 template <std::floating_point Real>
-void matmul_backward(std::type_identity_t<Real>* dinp,   // (B, T, C) or null
-                     Real* dweight,                      // (C, OC)
-                     std::type_identity_t<Real>* dbias,  // (OC) or null
-                     const Real* dout,                   // (B, T, OC)
-                     const Real* inp,                    // (B, T, C)
-                     const Real* weight,                 // (C, OC)
+void matmul_backward(std::type_identity_t<Real>* dinp,     // (B, T, C) or null
+                     std::type_identity_t<Real>* dweight,  // (C, OC) or null
+                     std::type_identity_t<Real>* dbias,    // (OC) or null
+                     const Real* dout,                     // (B, T, OC)
+                     const Real* inp,                      // (B, T, C)
+                     const Real* weight,                   // (C, OC)
                      std::size_t B, std::size_t T, std::size_t C, std::size_t OC) {
     const auto dout_m = view(dout, B * T, OC);
     if (dinp != nullptr) {
         view(dinp, B * T, C).noalias() += dout_m * view(weight, C, OC).transpose();
     }
-    view(dweight, C, OC).noalias() += view(inp, B * T, C).transpose() * dout_m;
+    if (dweight != nullptr) {
+        view(dweight, C, OC).noalias() += view(inp, B * T, C).transpose() * dout_m;
+    }
     if (dbias != nullptr) {
         view(dbias, 1, OC).row(0) += dout_m.colwise().sum();
     }
