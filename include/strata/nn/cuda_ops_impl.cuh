@@ -166,7 +166,7 @@ void ops<cuda_backend>::lm_head_backward(stream& s, float* dinp, float* dwte, co
     cuda::trace_span span(s, "lm_head_backward");
     const size BT = B * T;
     detail::cuda_ops::sgemm(s.native(), false, false, C, BT, V, wte, C, dlogits, V, 1.0f, dinp, C);
-    detail::cuda_ops::sgemm(s.native(), false, true, C, V, BT, inp, C, dlogits, V, 1.0f, dwte, C);
+    if (dwte) detail::cuda_ops::sgemm(s.native(), false, true, C, V, BT, inp, C, dlogits, V, 1.0f, dwte, C);  // null: frozen
 }
 
 void ops<cuda_backend>::attention_forward(stream& s, float* out, float* saved, const float* qkv, size B, size T,

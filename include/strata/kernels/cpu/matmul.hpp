@@ -66,14 +66,14 @@ void lm_head_forward(Real* logits,     // (B, T, V)
 // dinp += dlogits @ wte, dwte += dlogits^T @ inp (dwte is shared with the embedding's gradient).
 template <std::floating_point Real>
 void lm_head_backward(Real* dinp,           // (B, T, C)
-                      Real* dwte,           // (V, C)
+                      Real* dwte,           // (V, C), or null: a frozen embedding
                       const Real* dlogits,  // (B, T, V)
                       const Real* inp,      // (B, T, C)
                       const Real* wte,      // (V, C)
                       std::size_t B, std::size_t T, std::size_t C, std::size_t V) {
     const auto dlogits_m = view(dlogits, B * T, V);
     view(dinp, B * T, C).noalias() += dlogits_m * view(wte, V, C);
-    view(dwte, V, C).noalias() += dlogits_m.transpose() * view(inp, B * T, C);
+    if (dwte) view(dwte, V, C).noalias() += dlogits_m.transpose() * view(inp, B * T, C);
 }
 
 }  // namespace strata::kernels::cpu
