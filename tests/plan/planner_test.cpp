@@ -224,7 +224,8 @@ TEST_CASE("two slots when three do not fit; the least device budget is exactly t
     CHECK(message.find(std::to_string(minimum) + " B") != std::string::npos);      // needed
     CHECK(message.find(std::to_string(minimum - 1) + " B") != std::string::npos);  // available
     CHECK(message.find("over by 1 B") != std::string::npos);
-    CHECK(message.find("2 slots x largest block " + format_bytes(2 * any.largest_block_bytes)) != std::string::npos);
+    CHECK(message.find("2 slots x (largest block's weights " + format_bytes(any.largest_block_bytes) + " + grads " +
+                       format_bytes(any.largest_block_grad_bytes) + ")") != std::string::npos);
     CHECK(message.find("pinned groups " + format_bytes(2 * any.pinned_group_bytes)) != std::string::npos);
     CHECK(message.find(std::to_string(any.activation_bytes) + " B") != std::string::npos);
     CHECK(message.find("grad-norm staging " + format_bytes(any.device_staging_bytes)) != std::string::npos);

@@ -165,33 +165,45 @@ public:
                2.0 * static_cast<double>(batch * seq * m_config.n_embd * m_config.vocab_size);
     }
 
+    // The activations' device buffers of R for a B x T micro-batch, in elements (each is one
+    // allocation, at least one element); besides them, two int32 buffers of B x T (tokens,
+    // targets). The planner counts exactly these.
+    std::vector<std::size_t> activation_buffers(std::size_t batch, std::size_t seq, bool checkpointing) const {
+        const std::size_t BT = batch * seq, C = m_config.n_embd, V = m_config.vocab_size, L = m_config.n_layer;
+        const std::size_t block = Block::activation_floats(m_block_config, batch, seq);
+        std::vector<std::size_t> n{
+            (L + 1) * BT * C,                        // 0 block inputs (the checkpoints)
+            (checkpointing ? 1 : L) * block,         // 1 blocks' saved activations
+            std::max(Block::workspace_floats(m_block_config, batch, seq),
+                     Norm::workspace_floats(m_norm_config, batch, seq)),  // 2 workspace
+            BT * C,                                  // 3 norm output
+            Norm::activation_floats(m_norm_config, batch, seq),  // 4 norm's saved activations
+            BT * V,                                  // 5 logits
+            BT,                                      // 6 losses
+            BT,                                      // 7 lse
+            BT * V,                                  // 8 dlogits
+            BT * C,                                  // 9 dnorm_out
+            2 * BT * C};                             // 10 dx, two ping-pong buffers
+        for (auto& x : n) x = std::max<std::size_t>(x, 1);
+        return n;
+    }
+
     // ---- activations: device-tier buffers for micro-batches up to B x T ----
     class activations {
     public:
         activations(backend_type& backend, const decoder_model& m, std::size_t batch, std::size_t seq,
                     bool checkpointing)
             : m_batch(batch), m_seq(seq), m_checkpointing(checkpointing) {
-            const std::size_t BT = batch * seq, C = m.m_config.n_embd, V = m.m_config.vocab_size;
-            const std::size_t L = m.m_config.n_layer;
-            auto make = [&](std::size_t n, const std::string& name) {
-                m_buffers.emplace_back(backend, shape{std::max<std::size_t>(n, 1)}, "act." + name);
-            };
+            const std::size_t BT = batch * seq;
             m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
             m_tokens.emplace_back(backend, shape{BT}, "act.targets");
             m_block_floats = Block::activation_floats(m.m_block_config, batch, seq);
-            make((L + 1) * BT * C, "block_inputs");                         // 0
-            make((checkpointing ? 1 : L) * m_block_floats, "block");        // 1
-            make(std::max(Block::workspace_floats(m.m_block_config, batch, seq),
-                          Norm::workspace_floats(m.m_norm_config, batch, seq)),
-                 "workspace");                                              // 2
-            make(BT * C, "norm_out");                                       // 3
-            make(Norm::activation_floats(m.m_norm_config, batch, seq), "norm");  // 4
-            make(BT * V, "logits");                                         // 5
-            make(BT, "losses");                                             // 6
-            make(BT, "lse");                                                // 7
-            make(BT * V, "dlogits");                                        // 8
-            make(BT * C, "dnorm_out");                                      // 9
-            make(2 * BT * C, "dx");                                         // 10: two ping-pong buffers
+            static constexpr const char* names[] = {"block_inputs", "block",  "workspace", "norm_out",
+                                                    "norm",         "logits", "losses",    "lse",
+                                                    "dlogits",      "dnorm_out", "dx"};
+            const auto sizes = m.activation_buffers(batch, seq, checkpointing);
+            for (std::size_t i = 0; i < sizes.size(); ++i)
+                m_buffers.emplace_back(backend, shape{sizes[i]}, std::string("act.") + names[i]);
         }
 
         std::size_t batch() const { return m_batch; }

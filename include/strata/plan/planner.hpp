@@ -1,11 +1,14 @@
-// The memory planner: given a GPT config, the micro-batch, and each tier's byte budget, decide
+// The memory planner: given a model (a GPT config, or the footprint of any decoder_model), the
+// micro-batch, and each tier's byte budget, decide
 // where the training state lives (resident on the device, or streamed through device slots from
 // the host and storage), account for every byte per tier, print it as a table, and refuse with
 // the numbers BEFORE anything is allocated when nothing fits.
 //
 // The arithmetic is the model's own, not an estimate: parameter blocks come from the same
-// param_layout (page-padded groups), activations from gpt_model::activations' list of device
-// tensors with each allocation padded to whole pages, as every backend charges its budget.
+// param_layout (page-padded groups), activations from the model's list of device tensors
+// (gpt_model::activations, decoder_model::activation_buffers) with each allocation padded to whole
+// pages, as every backend charges its budget. Frozen tensors (param_spec::trainable = false) count
+// as weights only: no gradients, no AdamW moments, no gradient slots (model_footprint).
 //
 // Placements:
 // - resident: weights, grads, AdamW m and v of every group, the activations and the step's
@@ -38,6 +41,7 @@
 #include <strata/model/gpt.hpp>           // gpt_model (activations' block sizes), gpt_*_params
 #include <strata/model/gpt_config.hpp>    // gpt_config
 #include <strata/model/param_layout.hpp>  // param_layout
+#include <strata/train/trainer.hpp>       // detail::norm_workspace_doubles
 #include <strata/tier/resources.hpp>      // physical_memory_bytes, free_disk_bytes
 #include <strata/tier/tier.hpp>           // tier_id, name_of
 
@@ -96,8 +100,21 @@ inline tier_bytes default_budgets(std::size_t device_bytes, const std::filesyste
             .storage = free_disk_bytes(storage_dir.empty() ? std::filesystem::temp_directory_path() : storage_dir)};
 }
 
+// What the planner needs to know of a model: the bytes of its groups and of its activations. Made
+// by footprint_of<B>(model, batch, seq, checkpointing) from the model itself.
+struct model_footprint {
+    std::size_t max_seq = 0;
+    std::size_t parameters = 0, trainable_parameters = 0;
+    std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
+    std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
+    std::size_t activation_bytes = 0;          // every activation allocation, page-padded
+    std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
+    // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
+};
+
 struct plan_request {
-    gpt_config model;
+    gpt_config model;                          // the GPT to plan, unless `footprint` is set
+    std::optional<model_footprint> footprint;  // any other model (decoder_model): footprint_of<B>
     std::size_t batch = 4;       // micro-batch B
     std::size_t seq = 128;       // T
     std::size_t accum = 1;       // micro-batches per optimizer step
@@ -141,16 +158,20 @@ struct memory_plan {
     std::size_t slots = 0;
 
     std::size_t parameters = 0;           // real parameters of the model
+    std::size_t trainable_parameters = 0; // of them, the trainable ones (the rest is frozen)
+    std::size_t trainable_state_bytes = 0;  // one kind of gradient/moment blocks (the trainable prefixes)
     std::size_t group_count = 0;          // layer groups (embeddings, blocks, final layernorm)
     std::size_t state_bytes = 0;          // one kind (e.g. the weights) of every group, page-padded
-    std::size_t largest_group_bytes = 0;  // one kind of the largest group of any kind (m, v staging)
-    std::size_t largest_block_bytes = 0;  // one kind of the largest transformer block: one slot
-    std::size_t pinned_group_bytes = 0;   // one kind of the pinned groups (embeddings + final layernorm)
+    std::size_t largest_group_bytes = 0;  // the largest trainable prefix of any group (m, v staging)
+    std::size_t largest_block_bytes = 0;  // weights of the largest transformer block: one weight slot
+    std::size_t largest_block_grad_bytes = 0;  // its largest trainable prefix: one gradient slot
+    std::size_t pinned_group_bytes = 0;   // weights of the pinned groups (embeddings + final norm)
+    std::size_t pinned_grad_bytes = 0;    // their gradients (0 when frozen)
     std::size_t activation_bytes = 0;     // gpt_model::activations on the device
     std::size_t device_staging_bytes = 0;  // the grad-norm partial sums and workspace (both placements)
     std::size_t norm_partials_bytes = 0;   // the grad-norm partial sums (on the device and the host)
-    // The least device memory any streamed plan needs: 2 slots x the largest block (weights +
-    // grads) + the pinned groups (weights + grads) + activations + the grad norm's staging.
+    // The least device memory any streamed plan needs: 2 slots x (the largest block's weights +
+    // gradients) + the pinned groups (weights + grads) + activations + the grad norm's staging.
     std::size_t min_streamed_device_bytes = 0;
 
     tier_bytes budgets;
@@ -246,11 +267,35 @@ std::size_t gpt_activation_bytes(const gpt_config& c, std::size_t batch, std::si
     });
 }
 
+// The footprint of a model for B x T micro-batches: Model is gpt_model or a decoder_model.
+template <Backend B, class Model>
+model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq, bool checkpointing) {
+    using R = typename Model::value_type;
+    model_footprint f;
+    f.max_seq = model.max_seq();
+    for (const auto& g : model.groups()) {
+        f.parameters += g.parameter_count();
+        f.trainable_parameters += g.trainable_parameter_count();
+        f.group_bytes.push_back(g.bytes());
+        f.trainable_bytes.push_back(g.trainable_bytes());
+    }
+    if constexpr (requires { model.activation_buffers(batch, seq, checkpointing); }) {
+        f.activation_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
+        for (std::size_t n : model.activation_buffers(batch, seq, checkpointing))
+            f.activation_bytes += detail::charged(n * sizeof(R));
+    } else {
+        f.activation_bytes = gpt_activation_bytes<B>(model.config(), batch, seq, checkpointing, sizeof(R));
+    }
+    f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
+    return f;
+}
+
 namespace detail {
 
 struct plan_inputs {
-    std::vector<std::size_t> groups;
-    std::size_t state = 0, largest = 0, largest_block = 0, pinned = 0, activations = 0;
+    model_footprint model;
+    std::size_t state = 0, trainable_state = 0, largest = 0, largest_block = 0, largest_block_grads = 0;
+    std::size_t pinned = 0, pinned_grads = 0, activations = 0;
     // The step's staging on the host: tokens, targets and losses of every micro-batch (both
     // trainers allocate them once, with the trainer).
     std::size_t step_staging = 0;
@@ -262,15 +307,19 @@ struct plan_inputs {
 
 inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
     memory_plan p;
-    p.parameters = r.model.parameter_count();
-    p.group_count = in.groups.size();
+    p.parameters = in.model.parameters;
+    p.trainable_parameters = in.model.trainable_parameters;
+    p.group_count = in.model.group_bytes.size();
     p.state_bytes = in.state;
+    p.trainable_state_bytes = in.trainable_state;
     p.largest_group_bytes = in.largest;
     p.largest_block_bytes = in.largest_block;
+    p.largest_block_grad_bytes = in.largest_block_grads;
     p.pinned_group_bytes = in.pinned;
+    p.pinned_grad_bytes = in.pinned_grads;
     p.activation_bytes = in.activations;
-    p.min_streamed_device_bytes =
-        2 * 2 * in.largest_block + 2 * in.pinned + in.activations + in.partials + in.norm_workspace;
+    p.min_streamed_device_bytes = 2 * (in.largest_block + in.largest_block_grads) + in.pinned + in.pinned_grads +
+                                  in.activations + in.partials + in.norm_workspace;
     p.budgets = r.budgets;
     p.of(plan_category::activations).device = in.activations;
     p.of(plan_category::staging).host = in.step_staging;
@@ -287,8 +336,8 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in) {
     memory_plan p = base_plan(r, in);
     p.where = placement::resident;
     p.of(plan_category::weights).device = in.state;
-    p.of(plan_category::grads).device = in.state;
-    p.of(plan_category::moments).device = 2 * in.state;
+    p.of(plan_category::grads).device = in.trainable_state;
+    p.of(plan_category::moments).device = 2 * in.trainable_state;
     return p;
 }
 
@@ -299,10 +348,10 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     p.weights_home = p.grads_home = tier_id::host;
     p.m_home = p.v_home = moments;
     p.of(plan_category::weights).host = in.state;
-    p.of(plan_category::grads).host = in.state;
-    p.of(plan_category::moments)[moments] = 2 * in.state;
-    p.of(plan_category::slots).device = 2 * slots * in.largest_block;  // weight slots + gradient slots
-    p.of(plan_category::pinned).device = 2 * in.pinned;                // weights + grads
+    p.of(plan_category::grads).host = in.trainable_state;
+    p.of(plan_category::moments)[moments] = 2 * in.trainable_state;
+    p.of(plan_category::slots).device = slots * (in.largest_block + in.largest_block_grads);  // weight + gradient slots
+    p.of(plan_category::pinned).device = in.pinned + in.pinned_grads;                        // weights + grads
     // With m, v on storage the host optimizer reads a group's m and v into two host buffers (the
     // largest group's size), updates and writes them back, one group after the other.
     if (moments == tier_id::storage) p.of(plan_category::staging).host += 2 * in.largest;
@@ -323,8 +372,9 @@ inline std::string needs_vs_budgets(const memory_plan& p) {
 
 inline std::string streaming_minimum(const memory_plan& p) {
     return "streaming needs at least " + format_bytes(p.min_streamed_device_bytes) +
-           " on the device = 2 slots x largest block " + format_bytes(2 * p.largest_block_bytes) +
-           " (weights + grads) + pinned groups " + format_bytes(2 * p.pinned_group_bytes) +
+           " on the device = 2 slots x (largest block's weights " + format_bytes(p.largest_block_bytes) + " + grads " +
+           format_bytes(p.largest_block_grad_bytes) + ") + pinned groups " +
+           format_bytes(p.pinned_group_bytes + p.pinned_grad_bytes) +
            " (embeddings and final layernorm, weights + grads) + activations " + format_bytes(p.activation_bytes) +
            " + grad-norm staging " + format_bytes(p.device_staging_bytes);
 }
@@ -350,17 +400,16 @@ inline std::string plan_hint(const plan_request& r, const memory_plan& p) {
     throw error("memory plan: " + why + ": " + needs_vs_budgets(p) + "; " + streaming_minimum(p), plan_hint(r, p));
 }
 
-inline void validate(const plan_request& r) {
-    r.model.validate();
+inline void validate(const plan_request& r, const model_footprint& model) {
     auto positive = [](std::size_t v, const char* name) {
         if (v == 0) throw error(std::string("memory plan: ") + name + " must be positive");
     };
     positive(r.batch, "the micro-batch");
     positive(r.seq, "the sequence length");
     positive(r.accum, "accum");
-    if (r.seq > r.model.max_seq)
+    if (r.seq > model.max_seq)
         throw error("memory plan: sequence length " + std::to_string(r.seq) + " exceeds the model's context " +
-                        std::to_string(r.model.max_seq),
+                        std::to_string(model.max_seq),
                     "lower --seq-len or build the model with a longer context");
     if (r.slots && *r.slots < 2)
         throw error("memory plan: " + std::to_string(*r.slots) + " device slot(s) asked for; streaming needs at least 2",
@@ -380,26 +429,38 @@ inline void validate(const plan_request& r) {
 // moments_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
 template <Backend B>
 memory_plan plan(const plan_request& request) {
-    detail::validate(request);
     detail::plan_inputs in;
-    in.groups = gpt_group_bytes(request.model, request.element_bytes);
-    for (std::size_t g : in.groups) {
-        in.state += g;
-        in.largest = std::max(in.largest, g);
+    if (request.footprint) {
+        in.model = *request.footprint;
+    } else {
+        request.model.validate();
+        in.model = detail::with_element_type(request.element_bytes, [&]<class R>(R) {
+            return footprint_of<B>(gpt_model<R, B>(request.model), request.batch, request.seq, request.checkpointing);
+        });
     }
-    // groups: embeddings, n_layer blocks, final layernorm (gpt_group_bytes' order)
-    for (std::size_t g = 1; g + 1 < in.groups.size(); ++g) in.largest_block = std::max(in.largest_block, in.groups[g]);
-    in.pinned = in.groups.front() + in.groups.back();
-    in.activations = gpt_activation_bytes<B>(request.model, request.batch, request.seq, request.checkpointing,
-                                             request.element_bytes);
+    detail::validate(request, in.model);
+    const auto& groups = in.model.group_bytes;
+    const auto& trainable = in.model.trainable_bytes;
+    if (groups.size() < 3 || trainable.size() != groups.size())
+        throw error("memory plan: a model footprint needs the embeddings, at least one block and the final norm");
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+        in.state += groups[g];
+        in.trainable_state += trainable[g];
+        in.largest = std::max(in.largest, trainable[g]);
+    }
+    // groups: embeddings, the blocks, the final norm
+    for (std::size_t g = 1; g + 1 < groups.size(); ++g) {
+        in.largest_block = std::max(in.largest_block, groups[g]);
+        in.largest_block_grads = std::max(in.largest_block_grads, trainable[g]);
+    }
+    in.pinned = groups.front() + groups.back();
+    in.pinned_grads = trainable.front() + trainable.back();
+    in.activations = in.model.activation_bytes;
     // The trainers' staging: per micro-batch host copies of tokens, targets and losses; and the
     // grad-norm partial sums (one double per group) on the device and on the host.
     const std::size_t BT = request.batch * request.seq;
-    in.partials = detail::charged(in.groups.size() * sizeof(double));
-    std::size_t workspace = 1;  // doubles; the trainer allocates at least one
-    for (std::size_t g : in.groups)
-        workspace = std::max(workspace, ops<B>::sum_of_squares_workspace(g / request.element_bytes));
-    in.norm_workspace = detail::charged(workspace * sizeof(double));
+    in.partials = detail::charged(groups.size() * sizeof(double));
+    in.norm_workspace = in.model.norm_workspace_bytes;
     in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
                                        detail::charged(BT * request.element_bytes));
 
@@ -408,7 +469,7 @@ memory_plan plan(const plan_request& request) {
         if (resident.fits()) return resident;
         if (request.where == placement::resident)
             detail::refuse(request, resident, "resident placement does not fit (weights, grads, m, v: " +
-                                                  format_bytes(4 * in.state) + ", activations " +
+                                                  format_bytes(in.state + 3 * in.trainable_state) + ", activations " +
                                                   format_bytes(in.activations) + ")");
     }
 
@@ -448,7 +509,16 @@ inline std::string memory_plan::to_table() const {
         std::snprintf(params, sizeof params, "%.2f B", n / 1e9);
     else
         std::snprintf(params, sizeof params, "%.2f M", n / 1e6);
-    out += ", " + std::string(params) + " parameters in " + std::to_string(group_count) + " groups\n";
+    out += ", " + std::string(params) + " parameters";
+    if (trainable_parameters != parameters) {
+        const double t = static_cast<double>(trainable_parameters);
+        if (t >= 1e9)
+            std::snprintf(params, sizeof params, "%.2f B", t / 1e9);
+        else
+            std::snprintf(params, sizeof params, "%.2f M", t / 1e6);
+        out += " (" + std::string(params) + " trainable, the rest frozen)";
+    }
+    out += " in " + std::to_string(group_count) + " groups\n";
     out += "homes: weights " + std::string(name_of(weights_home)) + ", grads " + std::string(name_of(grads_home)) +
            ", m " + std::string(name_of(m_home)) + ", v " + std::string(name_of(v_home)) +
            ", activation checkpoints " + std::string(name_of(activations_home)) + "\n";
