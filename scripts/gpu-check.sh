@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (sm_90): build strata with the CUDA backend and run, by stage,
-#   tests      every doctest suite that has CUDA instantiations, and the CUDA kernel suite
+#   tests      every doctest suite that has CUDA instantiations, the CUDA kernel suite, and the
+#              examples' suites (Llama block and model, LoRA) with theirs
 #   sanitize   compute-sanitizer memcheck and racecheck on the CUDA kernel suite
 #   bench      strata_bench_gpt_step (resident / streamed) next to bench/torch_gpt2_step.py
 #   newuser    a GPT-2 directory made by transformers: strata-gpt train --init-from it on the GPU,
@@ -23,7 +24,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 log "configure + build"
 [[ -n ${STRATA_GPU_BIN:-} ]] || cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSTRATA_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DSTRATA_BUILD_BENCH=ON > "$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-targets=(strata_test_cuda strata_test_model strata_test_stream strata_test_hf strata_test_tier)
+targets=(strata_test_cuda strata_test_model strata_test_stream strata_test_hf strata_test_tier strata_test_layers
+         strata_test_llama strata_test_lora)
 (has bench || has newuser) && targets+=(strata_bench_gpt_step strata-gpt)
 if [[ -n ${STRATA_GPU_BIN:-} ]] && "$STRATA_GPU_BIN/tests/strata_test_cuda" -ltc > /dev/null 2>&1; then
   log "using the binaries of $STRATA_GPU_BIN"
@@ -34,10 +36,13 @@ fi
 
 status=0
 if has tests; then
-  for t in cuda model stream hf tier; do
-    log "strata_test_$t"
-    "$BUILD/tests/strata_test_$t" > "$OUT/test_$t.log" 2>&1 || status=1
-    grep -E "SKIPPED|ERROR|FAILED|test cases:|assertions:" "$OUT/test_$t.log" | grep -v "^$" | sort | uniq -c | head -20
+  for t in cuda model stream hf tier layers examples/llama examples/lora; do
+    bin="$BUILD/tests/strata_test_$t"
+    [[ $t == examples/* ]] && bin=$(find "$BUILD/examples" -type f -name "strata_test_${t#examples/}" | head -1)
+    [[ -x $bin ]] || { echo "missing $bin"; status=1; continue; }
+    log "$(basename "$bin")"
+    "$bin" > "$OUT/test_${t#examples/}.log" 2>&1 || status=1
+    grep -E "SKIPPED|ERROR|FAILED|test cases:|assertions:" "$OUT/test_${t#examples/}.log" | grep -v "^$" | sort | uniq -c | head -20
   done
   grep -h "MESSAGE\|CUDA vs CPU\|TFLOP\|ms" "$OUT"/test_cuda.log "$OUT"/test_model.log | head -30
 fi
