@@ -1,6 +1,7 @@
 // The layer harness checks itself: a correct layer passes every check, and each way of breaking
 // the contract (a wrong gradient, overwriting instead of accumulating, backward reading scratch
-// that forward left behind, touching dinp when it is null) fails the check meant to catch it.
+// that forward left behind, touching dinp when it is null, writing a frozen tensor's gradient) fails
+// the check meant to catch it.
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, STRATA_TESTS_WITH_CUDA
 
 #include <strata/nn/cpu_ops.hpp>             // ops<cpu_backend>
@@ -149,6 +150,89 @@ TEST_CASE("layer harness: dropping a gradient when dinp is null fails check_chec
     const auto c = testing::check_checkpointing<null_dinp_linear>(config, 2, 3);
     CHECK_FALSE(c.ok());
     CHECK(c.describe().find("!! dbias (dinp = null vs plain)") != std::string::npos);
+}
+
+// A linear layer with a frozen weight (and a trainable bias unless the whole layer is frozen): the
+// gradient block is the bias alone, or nothing. The flawed one writes the frozen weight's gradient.
+struct frozen_linear_config {
+    std::size_t in = 0, out = 0;
+    bool bias_trainable = true;
+};
+
+template <bool WritesFrozen>
+struct frozen_linear {
+    template <class R, Backend B>
+    class layer {
+    public:
+        using config_type = frozen_linear_config;
+        using value_type = R;
+        using backend_type = B;
+        using size = std::size_t;
+
+        static std::vector<param_spec> params(const config_type& c) {
+            return {{"weight", {c.in, c.out}, true, false}, {"bias", {c.out}, false, c.bias_trainable}};
+        }
+        static size in_features(const config_type& c) { return c.in; }
+        static size out_features(const config_type& c) { return c.out; }
+        static size activation_floats(const config_type&, size, size) { return 0; }
+        static size workspace_floats(const config_type&, size, size) { return 0; }
+        static double flops(const config_type& c, size Bn, size T) { return 2.0 * Bn * T * c.in * c.out; }
+
+        explicit layer(const config_type& c) : m_c(c), m_layout(param_layout::of<R>(params(c))) {}
+
+        void forward(typename B::stream& s, const R* p, R* out, R*, const R* inp, R*, size Bn, size T) const {
+            op::matmul_forward(s, out, inp, p + m_layout.find("weight").offset, p + m_layout.find("bias").offset, Bn,
+                               T, m_c.in, m_c.out);
+        }
+        void backward(typename B::stream& s, const R* p, R* g, R* dinp, const R* dout, const R*, const R* inp, R*,
+                      size Bn, size T) const {
+            R* dw = WritesFrozen ? g + m_layout.find("weight").offset : nullptr;
+            R* db = m_c.bias_trainable ? g + m_layout.find("bias").offset : nullptr;
+            if (dinp == nullptr && dw == nullptr && db == nullptr) return;
+            op::matmul_backward(s, dinp, dw, db, dout, inp, p + m_layout.find("weight").offset, Bn, T, m_c.in,
+                                m_c.out);
+        }
+
+    private:
+        using op = ops<B>;
+        frozen_linear_config m_c;
+        param_layout m_layout;
+    };
+};
+
+template <class R, class B>
+using frozen_weight_linear = frozen_linear<false>::layer<R, B>;
+template <class R, class B>
+using frozen_writing_linear = frozen_linear<true>::layer<R, B>;
+
+TEST_CASE("layer harness: frozen tensors are skipped by finite differences and must stay unwritten") {
+    const frozen_linear_config c{.in = 5, .out = 3};
+    const auto g = testing::check_gradients<frozen_weight_linear>(c, 2, 3);
+    CHECK_MESSAGE(g.ok(), g.describe());
+    CHECK(g.tensors.size() == 3);  // weight (skipped), bias, input
+    CHECK(g.tensors[0].skipped);
+    CHECK(g.describe().find("dweight: skipped (frozen") != std::string::npos);
+    CHECK(g.invariants.size() == 1);
+    const auto k = testing::check_checkpointing<frozen_weight_linear>(c, 2, 3);
+    CHECK_MESSAGE(k.ok(), k.describe());
+    const auto p = testing::check_backend_parity<frozen_weight_linear, cpu_backend>(c, 2, 3);
+    CHECK_MESSAGE(p.ok(), p.describe());
+
+    // Writing the frozen weight's gradient is caught by every check, naming the tensor.
+    const auto bad_g = testing::check_gradients<frozen_writing_linear>(c, 2, 3);
+    CHECK_FALSE(bad_g.ok());
+    CHECK(bad_g.describe().find("frozen tensor 'weight'") != std::string::npos);
+    CHECK_FALSE(testing::check_checkpointing<frozen_writing_linear>(c, 2, 3).ok());
+    CHECK_FALSE(testing::check_backend_parity<frozen_writing_linear, cpu_backend>(c, 2, 3).ok());
+}
+
+TEST_CASE("layer harness: a wholly frozen layer passes, also with dparams = null") {
+    const frozen_linear_config c{.in = 5, .out = 3, .bias_trainable = false};
+    const auto g = testing::check_gradients<frozen_weight_linear>(c, 2, 3);
+    CHECK_MESSAGE(g.ok(), g.describe());
+    const auto k = testing::check_checkpointing<frozen_weight_linear>(c, 2, 3);
+    CHECK_MESSAGE(k.ok(), k.describe());
+    CHECK(k.describe().find("dinp with dparams = null") != std::string::npos);
 }
 
 TEST_CASE("layer harness: reports say SKIPPED where the other backend has no hardware") {

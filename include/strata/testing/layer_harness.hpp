@@ -6,9 +6,10 @@
 //   CHECK_MESSAGE(r.ok(), r.describe());
 //
 // - check_gradients: FP64 central finite differences of loss = sum(out * w) (w random, so every
-//   output counts) against backward, for every parameter tensor and the input, on cpu_backend with
-//   R = double. Gradient buffers start random, so a backward that overwrites instead of
-//   accumulating fails.
+//   output counts) against backward, for every trainable parameter tensor and the input, on
+//   cpu_backend with R = double. Gradient buffers start random, so a backward that overwrites
+//   instead of accumulating fails. Frozen tensors (param_spec::trainable = false) have no gradient:
+//   they are listed as skipped.
 // - check_checkpointing: recomputing forward from the saved input (activations and workspace
 //   overwritten with NaN in between) and then running backward gives bitwise the gradients of the
 //   plain forward + backward; backward with dinp = null gives bitwise the same parameter
@@ -18,6 +19,14 @@
 // - check_backend_parity: the same float problem on cpu_backend and on another backend, every
 //   tensor compared by normalized mean squared error (ggml's NMSE). Skips, saying so, when the
 //   other backend has no hardware here.
+// - forward_output: one forward from given parameters and input, for comparisons with a reference.
+//
+// Frozen parameters: the layer gets a gradient block whose trainable prefix (trainable_numel()
+// elements) is what the contract gives it; the harness allocates the whole parameter block's size
+// behind the same pointer and fills everything outside the trainable tensors (frozen tensors'
+// places, alignment gaps, padding, everything past the prefix) with a sentinel. Every check then
+// verifies, bitwise, that backward left all of it alone (layer_report::invariants). When the whole
+// layer is frozen, check_checkpointing also runs backward with dparams = null.
 //
 // The config type of a layer must not depend on R or Backend: the harness builds the layer for
 // several of them from one config.
@@ -55,7 +64,8 @@ struct tensor_result {
     std::string name;  // "dinp", "d<param name>", "out"
     double error = 0.0;
     bool ok = false;
-    std::string detail;  // the worst element, or the first differing bit pattern
+    std::string detail;    // the worst element, or the first differing bit pattern; why it was skipped
+    bool skipped = false;  // not compared (a frozen tensor has no gradient); ok stays true
 };
 
 struct layer_report {
@@ -63,15 +73,20 @@ struct layer_report {
     double tolerance = 0.0;
     bool skipped = false;
     std::string skip_reason;
-    std::vector<tensor_result> tensors;
+    std::vector<tensor_result> tensors;     // one per tensor compared (frozen ones marked skipped)
+    std::vector<tensor_result> invariants;  // whole-block rules: gradients outside the trainable tensors untouched
 
-    // Within tolerance on every tensor (a skipped check is ok: print describe() to show it).
+    // Within tolerance on every tensor and every invariant kept (a skipped check is ok: print
+    // describe() to show it).
     bool ok() const {
-        return skipped || std::all_of(tensors.begin(), tensors.end(), [](const tensor_result& t) { return t.ok; });
+        const auto good = [](const tensor_result& t) { return t.ok; };
+        return skipped || (std::all_of(tensors.begin(), tensors.end(), good) &&
+                           std::all_of(invariants.begin(), invariants.end(), good));
     }
     double worst_error() const {
         double w = 0.0;
         for (const auto& t : tensors) w = std::max(w, t.error);
+        for (const auto& t : invariants) w = std::max(w, t.error);
         return w;
     }
     // One line per tensor, failures marked; readable as a test failure message.
@@ -83,9 +98,14 @@ struct layer_report {
             return text.str();
         }
         text << " (tolerance " << tolerance << "): " << (ok() ? "ok" : "FAILED");
-        for (const auto& t : tensors)
-            text << "\n  " << (t.ok ? "   " : "!! ") << t.name << ": error " << t.error << (t.detail.empty() ? "" : "; ")
-                 << t.detail;
+        for (const auto* list : {&tensors, &invariants})
+            for (const auto& t : *list) {
+                text << "\n  " << (t.ok ? "   " : "!! ") << t.name << ": ";
+                if (t.skipped)
+                    text << "skipped (" << t.detail << ")";
+                else
+                    text << "error " << t.error << (t.detail.empty() ? "" : "; ") << t.detail;
+            }
         return text.str();
     }
 };
@@ -166,9 +186,12 @@ struct layer_rig {
           dinp(bk, n.input, "dinp"), dout(bk, n.output, "dout") {}
 
     void forward() { layer.forward(s, params.get(), out.get(), acts.get(), inp.get(), workspace.get(), B, T); }
-    void backward(bool want_dinp = true) {
-        layer.backward(s, params.get(), grads.get(), want_dinp ? dinp.get() : nullptr, dout.get(), acts.get(),
-                       inp.get(), workspace.get(), B, T);
+    // grads holds the whole parameter block's size (see gradient_sentinel); the layer is told
+    // nothing of that and owns only the trainable prefix. null_dparams: the caller of a wholly
+    // frozen layer may pass no gradient block at all.
+    void backward(bool want_dinp = true, bool null_dparams = false) {
+        layer.backward(s, params.get(), null_dparams ? nullptr : grads.get(), want_dinp ? dinp.get() : nullptr,
+                       dout.get(), acts.get(), inp.get(), workspace.get(), B, T);
     }
     // Garbage in what the layer must write before it reads: activations, workspace, output.
     void poison() {
@@ -191,6 +214,78 @@ std::vector<R> random_params(const param_layout& layout, std::uint32_t seed, dou
     return block;
 }
 
+// What the gradient block holds wherever the layer must not write: frozen tensors' places,
+// alignment gaps, page padding, and everything past trainable_numel() (the harness allocates the
+// parameter block's size so that a write past the prefix lands where it can be seen). -0.0:
+// accumulating anything but -0 into it (-0 + x == x bitwise) or zero-filling it (+0) changes its
+// bits, which a NaN would not show (NaN + x is the same NaN).
+template <class R>
+inline constexpr R gradient_sentinel = -R(0);
+
+// A gradient block of the parameter block's size: trainable tensors random in [-1, 1) (seeded) or
+// zero (no seed), the sentinel everywhere else.
+template <class R>
+std::vector<R> initial_grads(const param_layout& layout, std::optional<std::uint32_t> seed) {
+    std::vector<R> block(layout.numel(), gradient_sentinel<R>);
+    std::uint32_t k = 0;
+    for (const auto& slot : layout.slots()) {
+        ++k;  // counted over every slot: an all-trainable layer sees the values random_params gives
+        if (!slot.spec.trainable) continue;
+        const std::size_t n = slot.spec.shape.numel();
+        const auto first = block.begin() + static_cast<std::ptrdiff_t>(slot.offset);
+        if (seed) {
+            const auto values = kernels::cpu::random_vector<R>(n, *seed + 101 * k, -1.0, 1.0);
+            std::copy(values.begin(), values.end(), first);
+        } else {
+            std::fill(first, first + static_cast<std::ptrdiff_t>(n), R(0));
+        }
+    }
+    return block;
+}
+
+// Invariant: backward wrote nothing of the gradient block outside the trainable tensors (bitwise
+// against what the block held before), naming where the first write landed.
+template <class R>
+tensor_result untouched_outside_trainable(const std::string& when, const param_layout& layout,
+                                          const std::vector<R>& grads, const std::vector<R>& before) {
+    std::vector<bool> trainable(grads.size(), false);
+    std::string frozen_names;
+    std::size_t frozen = 0;
+    for (const auto& slot : layout.slots()) {
+        if (!slot.spec.trainable) {
+            frozen_names += (frozen++ ? ", " : "") + slot.spec.name;
+            continue;
+        }
+        std::fill_n(trainable.begin() + static_cast<std::ptrdiff_t>(slot.offset), slot.spec.shape.numel(), true);
+    }
+    const std::string name = "gradients outside the trainable tensors untouched (" + when + "; frozen: " +
+                             (frozen == 0 ? std::string("none")
+                              : frozen <= 3 ? frozen_names
+                                            : std::to_string(frozen) + " tensors") +
+                             ")";
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+        if (trainable[i] || std::memcmp(&grads[i], &before[i], sizeof(R)) == 0) continue;
+        std::string where = i < layout.trainable_numel() ? "alignment gap or padding of the gradient block"
+                                                         : "past the gradient block (trainable_numel() = " +
+                                                               std::to_string(layout.trainable_numel()) + ")";
+        for (const auto& slot : layout.slots())
+            if (!slot.spec.trainable && i >= slot.offset && i < slot.offset + slot.spec.shape.numel())
+                where = "the gradient of frozen tensor '" + slot.spec.name + "' (element " +
+                        std::to_string(i - slot.offset) + ")";
+        std::ostringstream text;
+        text.precision(17);
+        text << "written at [" << i << "], " << where << ": " << grads[i] << " (was " << before[i]
+             << "); a layer never writes gradients of frozen tensors, nor outside its trainable prefix";
+        return {name, 1.0, false, text.str()};
+    }
+    return {name, 0.0, true, {}};
+}
+
+// The report line of a frozen tensor: no gradient, nothing to compare.
+inline tensor_result frozen_tensor(const param_slot& slot) {
+    return {"d" + slot.spec.name, 0.0, true, "frozen: trainable = false, no gradient", true};
+}
+
 // The inputs every check draws from the same seeds, so precisions and backends see the same
 // problem (rounded to R).
 template <class R>
@@ -198,7 +293,7 @@ struct layer_problem {
     std::vector<R> params, grads0, inp, dinp0, dout;
     layer_problem(const param_layout& layout, const layer_sizes& n, const layer_check_options& o)
         : params(random_params<R>(layout, o.seed, o.param_range)),
-          grads0(random_params<R>(layout, o.seed + 7, 1.0)),
+          grads0(initial_grads<R>(layout, o.seed + 7)),
           inp(kernels::cpu::random_vector<R>(n.input, o.seed + 1, -o.input_range, o.input_range)),
           dinp0(kernels::cpu::random_vector<R>(n.input, o.seed + 2)),
           dout(kernels::cpu::random_vector<R>(n.output, o.seed + 3)) {}
@@ -229,7 +324,9 @@ std::vector<R> slice(const std::vector<R>& block, const param_slot& slot) {
 
 }  // namespace detail
 
-// FP64 finite differences against backward, for every parameter tensor and the input.
+// FP64 finite differences against backward, for every trainable parameter tensor and the input
+// (frozen tensors are listed as skipped), and the gradient block outside the trainable tensors
+// untouched.
 // Tolerance: per element |analytic - numeric| / max(1e-3, |analytic| + |numeric|); central
 // differences in double agree to ~1e-9 on small layers, a wrong term is off by O(1).
 template <template <class, class> class LayerT>
@@ -240,7 +337,7 @@ layer_report check_gradients(const typename LayerT<double, cpu_backend>::config_
     cpu_backend backend(detail::harness_tiers<L>(config, B, T));
     detail::layer_rig<L> rig(backend, config, B, T);
     detail::layer_problem<double> p(rig.layout, rig.n, o);
-    layer_report report{"check_gradients (FP64 central differences, cpu_backend)", tolerance, false, {}, {}};
+    layer_report report{"check_gradients (FP64 central differences, cpu_backend)", tolerance, false, {}, {}, {}};
 
     // Analytic: what backward adds to gradients that start random.
     rig.params.upload(p.params, rig.s);
@@ -251,6 +348,7 @@ layer_report check_gradients(const typename LayerT<double, cpu_backend>::config_
     rig.forward();
     rig.backward();
     std::vector<double> dparams = rig.grads.download(rig.s), dinp = rig.dinp.download(rig.s);
+    report.invariants.push_back(detail::untouched_outside_trainable("backward", rig.layout, dparams, p.grads0));
     for (std::size_t i = 0; i < dparams.size(); ++i) dparams[i] -= p.grads0[i];
     for (std::size_t i = 0; i < dinp.size(); ++i) dinp[i] -= p.dinp0[i];
 
@@ -283,15 +381,44 @@ layer_report check_gradients(const typename LayerT<double, cpu_backend>::config_
         report.tensors.push_back({name, worst.error, worst.error <= tolerance,
                                   worst.describe("analytic vs numeric (index in the checked sample)")});
     };
-    for (const auto& slot : rig.layout.slots())
-        check_tensor("d" + slot.spec.name, params, slot.offset, slot.spec.shape.numel(), dparams);
+    for (const auto& slot : rig.layout.slots()) {
+        if (slot.spec.trainable)
+            check_tensor("d" + slot.spec.name, params, slot.offset, slot.spec.shape.numel(), dparams);
+        else
+            report.tensors.push_back(detail::frozen_tensor(slot));
+    }
     check_tensor("dinp", inp, 0, inp.size(), dinp);
     return report;
 }
 
+// The output of one forward of LayerT<R, Bk> from a given parameter block (sizes_of(...).params
+// elements, laid out by param_layout::of<R>(params(config))) and input: to compare a layer against
+// a reference, e.g. a variant of a block against the block it extends. Activations, workspace and
+// output start as NaN, as in the checks.
+template <template <class, class> class LayerT, class R = float, class Bk = cpu_backend>
+std::vector<R> forward_output(const typename LayerT<R, Bk>::config_type& config, std::span<const R> params,
+                              std::span<const R> inp, std::size_t B, std::size_t T) {
+    using L = LayerT<R, Bk>;
+    static_assert(check_layer<L>());
+    if constexpr (requires { Bk::available(); }) {
+        if (!Bk::available())
+            throw error("forward_output: no " + std::string(Bk::name) + " device on this machine",
+                        "check Backend::available() first");
+    }
+    Bk backend(detail::harness_tiers<L>(config, B, T));
+    detail::layer_rig<L> rig(backend, config, B, T);
+    rig.params.upload(params, rig.s);
+    rig.inp.upload(inp, rig.s);
+    rig.poison();
+    rig.forward();
+    return rig.out.download(rig.s);
+}
+
 // Checkpointed == plain, bitwise: forward, backward (plain) against forward, NaN over activations
 // and workspace, forward again from the same input, backward (checkpointed). Also backward with
-// dinp = null gives bitwise the same parameter gradients. R and Backend as the layer runs them.
+// dinp = null gives bitwise the same parameter gradients; none of the runs writes the gradient
+// block outside the trainable tensors; a wholly frozen layer runs with dparams = null too. R and
+// Backend as the layer runs them.
 template <template <class, class> class LayerT, class R = float, class Bk = cpu_backend>
 layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& config, std::size_t B, std::size_t T,
                                  const layer_check_options& o = {}) {
@@ -299,7 +426,7 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
     static_assert(check_layer<L>());
     layer_report report{"check_checkpointing (recomputed forward + backward == plain, bitwise, on " +
                             std::string(Bk::name) + ")",
-                        0.0, false, {}, {}};
+                        0.0, false, {}, {}, {}};
     if constexpr (requires { Bk::available(); }) {
         if (!Bk::available()) {
             report.skipped = true;
@@ -314,7 +441,7 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
     rig.inp.upload(p.inp, rig.s);
     rig.dout.upload(p.dout, rig.s);
 
-    auto run = [&](int forwards, bool want_dinp) {
+    auto run = [&](int forwards, bool want_dinp, bool null_dparams = false) {
         rig.grads.upload(p.grads0, rig.s);
         rig.dinp.upload(p.dinp0, rig.s);
         rig.poison();
@@ -328,21 +455,37 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
         }
         const auto out = rig.out.download(rig.s);
         rig.workspace.fill(std::numeric_limits<R>::quiet_NaN(), rig.s);  // scratch is not kept between calls
-        rig.backward(want_dinp);
+        rig.backward(want_dinp, null_dparams);
         return std::tuple{out, rig.grads.download(rig.s), rig.dinp.download(rig.s)};
     };
     const auto [out_plain, grads_plain, dinp_plain] = run(1, true);
     const auto [out_ckpt, grads_ckpt, dinp_ckpt] = run(2, true);
     const auto [out_nodinp, grads_nodinp, dinp_untouched] = run(1, false);
     report.tensors.push_back(detail::bitwise("out (recomputed vs plain)", out_ckpt, out_plain));
-    for (const auto& slot : rig.layout.slots())
-        report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (checkpointed vs plain)",
-                                                 detail::slice(grads_ckpt, slot), detail::slice(grads_plain, slot)));
+    for (const auto& slot : rig.layout.slots()) {
+        if (slot.spec.trainable)
+            report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (checkpointed vs plain)",
+                                                     detail::slice(grads_ckpt, slot), detail::slice(grads_plain, slot)));
+        else
+            report.tensors.push_back(detail::frozen_tensor(slot));
+    }
     report.tensors.push_back(detail::bitwise("dinp (checkpointed vs plain)", dinp_ckpt, dinp_plain));
     for (const auto& slot : rig.layout.slots())
-        report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (dinp = null vs plain)",
-                                                 detail::slice(grads_nodinp, slot), detail::slice(grads_plain, slot)));
+        if (slot.spec.trainable)
+            report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (dinp = null vs plain)",
+                                                     detail::slice(grads_nodinp, slot),
+                                                     detail::slice(grads_plain, slot)));
     report.tensors.push_back(detail::bitwise("dinp left alone when null", dinp_untouched, p.dinp0));
+    report.invariants.push_back(detail::untouched_outside_trainable("plain", rig.layout, grads_plain, p.grads0));
+    report.invariants.push_back(detail::untouched_outside_trainable("checkpointed", rig.layout, grads_ckpt, p.grads0));
+    report.invariants.push_back(detail::untouched_outside_trainable("dinp = null", rig.layout, grads_nodinp, p.grads0));
+    if (rig.layout.frozen()) {  // the caller of a wholly frozen layer may pass no gradient block
+        const auto [out_nograds, grads_nograds, dinp_nograds] = run(1, true, true);
+        report.tensors.push_back(detail::bitwise("dinp with dparams = null (wholly frozen) vs plain", dinp_nograds,
+                                                 dinp_plain));
+        report.invariants.push_back(
+            detail::untouched_outside_trainable("dparams = null", rig.layout, grads_nograds, p.grads0));
+    }
     return report;
 }
 
@@ -356,7 +499,7 @@ layer_report check_backend_parity(const typename LayerT<float, cpu_backend>::con
     using Lother = LayerT<float, Other>;
     static_assert(check_layer<Lcpu>() && check_layer<Lother>());
     layer_report report{"check_backend_parity (NMSE of " + std::string(Other::name) + " against cpu, float)", tolerance,
-                        false, {}, {}};
+                        false, {}, {}, {}};
     if constexpr (requires { Other::available(); }) {
         if (!Other::available()) {
             report.skipped = true;
@@ -370,12 +513,16 @@ layer_report check_backend_parity(const typename LayerT<float, cpu_backend>::con
         rig.params.upload(p.params, rig.s);
         rig.inp.upload(p.inp, rig.s);
         rig.dout.upload(p.dout, rig.s);
-        rig.grads.fill(0.0f, rig.s);
+        const auto grads0 = detail::initial_grads<float>(rig.layout, std::nullopt);
+        rig.grads.upload(grads0, rig.s);
         rig.dinp.fill(0.0f, rig.s);
         rig.forward();
         const auto out = rig.out.download(rig.s);
         rig.backward();
-        return std::tuple{rig.layout, out, rig.grads.download(rig.s), rig.dinp.download(rig.s)};
+        const auto grads = rig.grads.download(rig.s);
+        report.invariants.push_back(detail::untouched_outside_trainable(
+            "on " + std::string(L::backend_type::name), rig.layout, grads, grads0));
+        return std::tuple{rig.layout, out, grads, rig.dinp.download(rig.s)};
     };
     cpu_backend cpu(detail::harness_tiers<Lcpu>(config, B, T));
     Other other(detail::harness_tiers<Lother>(config, B, T));
@@ -397,8 +544,12 @@ layer_report check_backend_parity(const typename LayerT<float, cpu_backend>::con
         report.tensors.push_back({name, error, error <= tolerance, text.str()});
     };
     nmse("out", out, out_ref);
-    for (const auto& slot : layout.slots())
-        nmse("d" + slot.spec.name, detail::slice(grads, slot), detail::slice(grads_ref, slot));
+    for (const auto& slot : layout.slots()) {
+        if (slot.spec.trainable)
+            nmse("d" + slot.spec.name, detail::slice(grads, slot), detail::slice(grads_ref, slot));
+        else
+            report.tensors.push_back(detail::frozen_tensor(slot));
+    }
     nmse("dinp", dinp, dinp_ref);
     return report;
 }
