@@ -1,6 +1,8 @@
 // strata-gpt: train a GPT-2-architecture model with strata, and sample from it.
 //
 //   strata-gpt train --data FILE [options]      (strata-gpt train --help)
+//   strata-gpt train --init-from CKPT --lora-rank R --data FILE    (LoRA: only adapters train)
+//   strata-gpt export --adapters DIR --out DIR  (a LoRA run's adapters merged into its base)
 //   strata-gpt sample --checkpoint DIR --prompt TEXT [options]
 #include <strata/data/loader.hpp>
 #include <strata/data/records.hpp>
@@ -23,6 +25,8 @@
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
 #endif
+
+#include "../lora/lora_model.hpp"  // LoRA: gpt2_lora_model, adapters, merging
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
@@ -78,7 +82,27 @@ struct train_args {
     int threads = 0;
     bool no_checkpointing = false;
     bool tf32 = false;
+    std::size_t lora_rank = 0;  // 0: full fine-tuning / pre-training; > 0: LoRA adapters only
+    double lora_alpha = 0;      // 0: 2 x rank
+    std::string lora_targets = "attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj";
 };
+
+// "a,b,c" -> {"a", "b", "c"}
+std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        const std::size_t end = std::min(text.find(',', start), text.size());
+        if (end > start) out.push_back(text.substr(start, end - start));
+        start = end + 1;
+    }
+    return out;
+}
+
+lora::gpt2_lora_config lora_config_of(const train_args& a) {
+    return {.rank = a.lora_rank, .alpha = a.lora_alpha > 0 ? a.lora_alpha : 2.0 * static_cast<double>(a.lora_rank),
+            .targets = split_list(a.lora_targets)};
+}
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
@@ -118,15 +142,26 @@ struct run_context {
     token_id eot;
     std::optional<trace_recorder> trace;  // per-step recorder: transfer time hidden under compute
     host_blocks<float> init_blocks;       // --init-from: weights to start from (empty: random init)
+    gpt_config init_config;               // --init-from: its shape
     std::string tokenizer;                // "byte" or "gpt2:DIR", as used
 };
 
-template <class Trainer, class B>
-int train_loop(B& backend, const gpt_model<float, B>& model, const train_options& o, run_context& ctx) {
+// strata-gpt trains two models: the GPT (gpt_model) and, with --lora-rank, its LoRA model (a
+// decoder_model of gpt2_lora_blocks).
+template <class Model>
+constexpr bool is_lora = requires { typename Model::block_type; };
+
+template <class Trainer, class B, class Model>
+int train_loop(B& backend, const Model& model, const train_options& o, run_context& ctx) {
     const train_args& a = ctx.a;
+    using kind = typename Trainer::state_kind;
     Trainer t(backend, model, o);
     t.initialize(a.seed);
-    for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init_blocks[g]);
+    if constexpr (is_lora<Model>) {  // the base checkpoint's weights by name; the adapters as initialized
+        lora::upload_base_weights(t, model, ctx.init_config, ctx.init_blocks);
+    } else {
+        for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(kind::params, g, ctx.init_blocks[g]);
+    }
     if (ctx.trace)
         t.for_each_stream([&](std::string_view track, auto& s) {
             if constexpr (requires { s.set_tracer(cpu::stream_tracer{}); })
@@ -139,7 +174,13 @@ int train_loop(B& backend, const gpt_model<float, B>& model, const train_options
     if (!ctx.prepared.validation.empty())
         val_loader.emplace(data::make_validation_loader(ctx.prepared.validation, a.batch, ctx.eot));
     if (!a.resume.empty()) {
-        auto state = load_checkpoint(t, a.resume);
+        nlohmann::json state;
+        if constexpr (is_lora<Model>)
+            state = load_checkpoint(t, a.resume, [&](const fs::path& dir) {
+                lora::load_model_adapters(t, model, dir / "adapters.safetensors");
+            });
+        else
+            state = load_checkpoint(t, a.resume);
         train_loader.restore(state.at("data_cursor").template get<data::loader_cursor>());
         print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
     }
@@ -162,7 +203,16 @@ int train_loop(B& backend, const gpt_model<float, B>& model, const train_options
                               {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
                                {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", a.warmup},
                                {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}}}};
-        return save_checkpoint(t, a.out, state, extra_files);
+        if constexpr (is_lora<Model>) {
+            // the adapters alone (the base is --init-from's, unchanged): export merges them
+            state["lora"] = {{"rank", a.lora_rank}, {"base", fs::absolute(a.init_from).string()},
+                             {"adapters", "adapters.safetensors"}};
+            return save_checkpoint(t, a.out, state, extra_files, [&](const fs::path& dir) {
+                lora::save_model_adapters(t, model, dir / "adapters.safetensors");
+            });
+        } else {
+            return save_checkpoint(t, a.out, state, extra_files);
+        }
     };
 
     progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
@@ -225,20 +275,39 @@ int train_loop(B& backend, const gpt_model<float, B>& model, const train_options
     if (trace_written) print_line("trace of steps 2-3: " + a.trace + " (open it in ui.perfetto.dev)");
     if (!last_saved.empty())
         print_line("saved " + last_saved.string() + " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
+    if (is_lora<Model> && !last_saved.empty())
+        print_line("adapters only; a merged GPT-2 checkpoint: strata-gpt export --adapters " + last_saved.string() +
+                   " --out DIR");
     return 0;
 }
 
-// The trainer the plan asks for, on backend B.
-template <class B>
-int train_on(B& backend, const memory_plan& p, const gpt_config& config, const train_options& o, run_context& ctx) {
-    gpt_model<float, B> model(config);
-    if (p.where != placement::streamed) return train_loop<trainer_t<float, B>>(backend, model, o, ctx);
+// The trainer the plan asks for, on backend B, for the model (the GPT, or its LoRA model).
+template <class B, class Model>
+int train_model(B& backend, const memory_plan& p, const Model& model, const train_options& o, run_context& ctx) {
+    using M = Model;
+    if (p.where != placement::streamed)
+        return train_loop<trainer_t<float, B, resident_placement, moments_in<device_tier>, M>>(backend, model, o, ctx);
     const bool on_storage = p.m_home == tier_id::storage;
     if (p.slots >= 3)
-        return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, model, o, ctx)
-                          : train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, model, o, ctx);
-    return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>>>(backend, model, o, ctx)
-                      : train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, model, o, ctx);
+        return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
+                          : train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, M>>(backend, model, o, ctx);
+    return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
+                      : train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, M>>(backend, model, o, ctx);
+}
+
+template <class B>
+int train_on(B& backend, const memory_plan& p, const gpt_config& config, const train_options& o, run_context& ctx) {
+    if (ctx.a.lora_rank > 0)
+        return train_model(backend, p, lora::make_gpt2_lora_model<B>(config, lora_config_of(ctx.a)), o, ctx);
+    return train_model(backend, p, gpt_model<float, B>(config), o, ctx);
+}
+
+// The plan request's model: the GPT itself, or (LoRA) the footprint of its LoRA model on B.
+template <class B>
+void describe_model(plan_request& request, const train_args& a, const gpt_config& config) {
+    if (a.lora_rank == 0) return;
+    const auto model = lora::make_gpt2_lora_model<B>(config, lora_config_of(a));
+    request.footprint = footprint_of<B>(model, request.batch, request.seq, request.checkpointing);
 }
 
 // --device: cpu, cuda, or auto (CUDA when this build has it and a GPU is present).
@@ -266,6 +335,11 @@ int run_train(const train_args& a) {
     // and its vocab.json + merges.txt the tokenizer unless --tokenizer says otherwise.
     std::optional<loaded_model<float>> init;
     std::string tokenizer_spec = a.tokenizer;
+    if (a.lora_rank > 0 && a.init_from.empty())
+        throw error("--lora-rank fine-tunes adapters on a trained model, and no model was given",
+                    "pass --init-from CKPT (a strata-gpt checkpoint or a Hugging Face GPT-2 directory)");
+    if (a.lora_rank == 0 && (a.lora_alpha > 0))
+        throw error("--lora-alpha without --lora-rank", "add --lora-rank R (e.g. 8), or drop --lora-alpha");
     if (!a.init_from.empty()) {
         init = load_model_files<float>(a.init_from);
         if (!a.tokenizer_given) tokenizer_spec = tokenizer_of_checkpoint(a.init_from);
@@ -317,18 +391,28 @@ int run_train(const train_args& a) {
                          .checkpointing = o.checkpointing, .element_bytes = sizeof(float), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
 #ifdef STRATA_WITH_CUDA
+    if (cuda)
+        describe_model<cuda_backend>(request, a, config);
+    else
+        describe_model<cpu_backend>(request, a, config);
     const memory_plan p = cuda ? plan<cuda_backend>(request) : plan<cpu_backend>(request);
 #else
+    describe_model<cpu_backend>(request, a, config);
     const memory_plan p = plan<cpu_backend>(request);
 #endif
     print_line(fmt_model(config, o, cuda ? "CUDA" : "CPU"));
+    if (a.lora_rank > 0) {
+        const auto lc = lora_config_of(a);
+        print_line("LoRA: rank " + std::to_string(lc.rank) + ", alpha " + format_loss(lc.alpha) + " on " + a.lora_targets +
+                   "; every other weight frozen (base: " + a.init_from + ")");
+    }
     if (cuda) print_line(std::string("GEMM math: ") + (a.tf32 ? "TF32 tensor cores (--tf32)" : "strict FP32"));
     print_line(p.to_table());
     if (a.plan_only) return 0;
 
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
                              .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir};
-    run_context ctx{a, prepared, eot, std::nullopt, {}, tokenizer_spec};
+    run_context ctx{a, prepared, eot, std::nullopt, {}, config, tokenizer_spec};
     if (init) ctx.init_blocks = std::move(init->blocks);
     if (p.where == placement::streamed || !a.trace.empty()) ctx.trace.emplace();
 #ifdef STRATA_WITH_CUDA
@@ -340,6 +424,48 @@ int run_train(const train_args& a) {
 #endif
     cpu_backend backend(tiers);
     return train_on(backend, p, config, o, ctx);
+}
+
+// export: a LoRA run's adapters merged into its base model, written as a plain GPT-2 checkpoint
+// (model.safetensors + config.json, loadable by strata-gpt sample, --init-from and transformers).
+struct export_args {
+    std::string adapters, base, out;
+};
+
+int run_export(const export_args& a) {
+    fs::path adapters = a.adapters;
+    std::string base = a.base;
+    if (fs::is_directory(adapters)) {  // a checkpoint directory of a LoRA run: its state names the base
+        const auto state_path = adapters / "trainer_state.json";
+        if (base.empty() && fs::exists(state_path)) {
+            const auto state = read_json_file(state_path);
+            if (state.contains("lora") && state["lora"].contains("base")) base = state["lora"]["base"].get<std::string>();
+        }
+        adapters /= "adapters.safetensors";
+    }
+    if (!fs::exists(adapters))
+        throw error("'" + adapters.string() + "' does not exist", "pass a LoRA run's checkpoint (OUT/step-N) or its adapters.safetensors");
+    if (base.empty())
+        throw error("the base model of '" + adapters.string() + "' is unknown", "pass --base DIR (the --init-from of the LoRA run)");
+    auto loaded = load_model_files<float>(base);
+    auto lc = lora::config_of(adapters);
+    lc.n_head = loaded.config.n_head;
+    const auto merged = lora::merged_blocks(loaded.config, lc, loaded.blocks, adapters);
+    const fs::path tmp = fs::path(a.out).string() + ".tmp-" + std::to_string(::getpid());
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    write_model_files(gpt_model<float, cpu_backend>(loaded.config), merged, tmp);
+    for (const char* f : {"vocab.json", "merges.txt"})
+        if (fs::exists(fs::path(base) / f)) fs::copy_file(fs::path(base) / f, tmp / f);
+    write_json_file(tmp / "trainer_state.json", nlohmann::json{{"format", "strata-gpt LoRA merge 1"},
+                                                 {"tokenizer", tokenizer_of_checkpoint(base) == "byte" ? "byte" : "gpt2"},
+                                                 {"base", fs::absolute(base).string()},
+                                                 {"adapters", fs::absolute(adapters).string()}});
+    commit_directory_atomically(tmp, a.out, {.replace_existing = true});
+    print_line("merged " + adapters.string() + " (rank " + std::to_string(lc.rank) + ", " +
+               std::to_string(lc.targets.size()) + " projections x " + std::to_string(lc.n_layer) + " layers) into " +
+               base + ": " + a.out);
+    return 0;
 }
 
 struct sample_args {
@@ -412,6 +538,15 @@ int main(int argc, char** argv) {
     train->add_flag("--tf32", t.tf32, "CUDA: let the GEMMs use TF32 tensor cores (default: strict FP32)");
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
     train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");
+    train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections of --init-from's model (0: off)")->capture_default_str();
+    train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)");
+    train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)")->capture_default_str();
+
+    export_args x;
+    auto* exporter = app.add_subcommand("export", "merge a LoRA run's adapters into its base model (a plain GPT-2 checkpoint)");
+    exporter->add_option("--adapters", x.adapters, "a LoRA run's checkpoint directory (OUT/step-N) or its adapters.safetensors")->required()->check(CLI::ExistingPath);
+    exporter->add_option("--base", x.base, "the base model (default: the --init-from the LoRA run recorded)")->check(CLI::ExistingDirectory);
+    exporter->add_option("--out", x.out, "directory to write the merged checkpoint to")->required();
 
     sample_args s;
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
@@ -426,6 +561,7 @@ int main(int argc, char** argv) {
     t.tokenizer_given = train->count("--tokenizer") > 0;
     try {
         if (train->parsed()) return run_train(t);
+        if (exporter->parsed()) return run_export(x);
         return run_sample(s);
     } catch (const std::exception& e) {
         std::cerr << "strata-gpt: error: " << e.what() << std::endl;

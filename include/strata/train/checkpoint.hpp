@@ -160,10 +160,14 @@ host_blocks<R> download_blocks(Trainer& t, typename Trainer::state_kind kind) {
 }
 
 // Saves everything a resume needs into OUT/step-<N>/ atomically; returns that directory.
-template <class Trainer>
-std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir,
-                                      nlohmann::json trainer_state,
-                                      const std::vector<std::filesystem::path>& extra_files = {}) {
+// write_weights(dir) writes the weights' files into the directory being assembled; the default
+// (the overload below) writes a GPT-2 model.safetensors + config.json. A model whose weights are
+// saved otherwise (LoRA: only the adapters) passes its own. AdamW's m and v of every trainable
+// tensor go to optimizer.safetensors, named "m." / "v." + the model's hf_name.
+template <class Trainer, class WriteWeights>
+std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
+                                      const std::vector<std::filesystem::path>& extra_files,
+                                      WriteWeights&& write_weights) {
     using kind = typename Trainer::state_kind;
     using R = typename Trainer::model_type::value_type;
     const auto final_dir = out_dir / checkpoint_dir_name(t.step_count());
@@ -171,7 +175,7 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
     std::filesystem::remove_all(tmp_dir);
     std::filesystem::create_directories(tmp_dir);
     try {
-        write_model_files(t.model(), download_blocks(t, kind::params), tmp_dir);
+        write_weights(tmp_dir);
         safetensors_writer opt;
         opt.set_metadata("format", "pt");
         const auto m = download_blocks(t, kind::adam_m);
@@ -199,9 +203,20 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
     return final_dir;
 }
 
-// Restores weights, AdamW moments and the step count; returns trainer_state.json.
 template <class Trainer>
-nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
+std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
+                                      const std::vector<std::filesystem::path>& extra_files = {}) {
+    using kind = typename Trainer::state_kind;
+    return save_checkpoint(t, out_dir, std::move(trainer_state), extra_files, [&](const std::filesystem::path& dir) {
+        write_model_files(t.model(), download_blocks(t, kind::params), dir);
+    });
+}
+
+// Restores weights, AdamW moments and the step count; returns trainer_state.json. read_weights(dir)
+// puts the weights into the trainer (the default, below: a GPT-2 model.safetensors of the same
+// shape); the moments come from optimizer.safetensors.
+template <class Trainer, class ReadWeights>
+nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, ReadWeights&& read_weights) {
     using kind = typename Trainer::state_kind;
     using R = typename Trainer::model_type::value_type;
     const auto state_path = dir / "trainer_state.json";
@@ -209,13 +224,7 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
         throw error("'" + dir.string() + "' cannot be resumed: trainer_state.json or optimizer.safetensors is missing",
                     "resume from a directory strata-gpt wrote (OUT/step-N); to start from weights only, use --init-from");
     auto state = read_json_file(state_path);
-    auto loaded = load_model_files<R>(dir);
-    const auto& c = t.model().config();
-    if (loaded.config.n_layer != c.n_layer || loaded.config.n_embd != c.n_embd || loaded.config.n_head != c.n_head ||
-        loaded.config.vocab_size != c.vocab_size || loaded.config.max_seq != c.max_seq)
-        throw error("checkpoint '" + dir.string() + "' holds a different model shape than the one being trained",
-                    "resume with the same --n-layer/--n-head/--n-embd/--seq-len and tokenizer");
-    for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);
+    read_weights(dir);
     const auto opt = safetensors_file::open(dir / "optimizer.safetensors");
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         if (t.model().groups()[g].frozen()) continue;
@@ -233,6 +242,21 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
     }
     t.set_step_count(json_field<long>(state, "step", state_path.string()));
     return state;
+}
+
+template <class Trainer>
+nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
+    using kind = typename Trainer::state_kind;
+    using R = typename Trainer::model_type::value_type;
+    return load_checkpoint(t, dir, [&](const std::filesystem::path& from) {
+        auto loaded = load_model_files<R>(from);
+        const auto& c = t.model().config();
+        if (loaded.config.n_layer != c.n_layer || loaded.config.n_embd != c.n_embd || loaded.config.n_head != c.n_head ||
+            loaded.config.vocab_size != c.vocab_size || loaded.config.max_seq != c.max_seq)
+            throw error("checkpoint '" + from.string() + "' holds a different model shape than the one being trained",
+                        "resume with the same --n-layer/--n-head/--n-embd/--seq-len and tokenizer");
+        for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);
+    });
 }
 
 }  // namespace strata

@@ -1,0 +1,173 @@
+// A LoRA fine-tune of a trained GPT through strata's own trainers (the model of lora_model.hpp):
+// - only adapters move: every base tensor is bit-identical after training, resident and streamed;
+// - streamed == resident bitwise (losses, norms, weights, the adapters' moments);
+// - the loss on a new text goes down;
+// - the merged model (W + alpha/r A B) gives the LoRA model's loss;
+// - the planner's host bytes are the full fine-tune's minus exactly the frozen tensors'
+//   gradients and moments (plus the adapters' weights and state).
+#include "../lora_model.hpp"     // lora::make_gpt2_lora_model, upload_base_weights, merged_blocks
+#include "io/scratch_dir.hpp"    // scratch_dir
+#include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+
+#include <strata/nn/cpu_ops.hpp>
+#include <strata/plan/planner.hpp>
+#include <strata/strata.hpp>
+#include <strata/train/checkpoint.hpp>
+#include <strata/train/streamed_trainer.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+using namespace strata;
+
+namespace {
+
+const gpt_config base_config{.vocab_size = 31, .max_seq = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+const lora::gpt2_lora_config adapters{.rank = 4, .alpha = 8.0,
+                                      .targets = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}};
+
+// Text "A" (the base model's) continues t -> t + 1; text "B" (the new one) t -> t + 3.
+std::vector<data::batch> text(int stride, int step, std::size_t B = 4, std::size_t T = 8) {
+    data::batch b;
+    for (std::size_t i = 0; i < B; ++i)
+        for (std::size_t t = 0; t < T; ++t) {
+            const auto token = static_cast<token_id>((i * 7 + t * stride + static_cast<std::size_t>(step) * 5) % 31);
+            b.inputs.push_back(token);
+            b.targets.push_back(static_cast<token_id>((token + stride) % 31));
+        }
+    return {b};
+}
+
+train_options options(double lr) {
+    train_options o{.batch = 4, .seq = 8, .accum = 1, .clip = 1.0};
+    o.schedule = {.kind = lr_kind::constant, .lr = lr, .min_lr = lr, .warmup_steps = 0, .total_steps = 100};
+    return o;
+}
+
+// The base model: a GPT trained a little on text A.
+template <class B>
+host_blocks<float> train_base(B& backend) {
+    const gpt_model<float, B> model(base_config);
+    trainer_t<float, B> t(backend, model, options(1e-2));
+    t.initialize(11);
+    for (int s = 0; s < 30; ++s) t.step(text(1, s));
+    return download_blocks(t, trainer_t<float, B>::state_kind::params);
+}
+
+struct finetune {
+    std::vector<double> losses, norms;
+    double before = 0, after = 0;  // loss on text B, evaluated
+    host_blocks<float> initial, params, m, v;
+};
+
+template <class Trainer, class B, class Model>
+finetune run(B& backend, const Model& model, const host_blocks<float>& base, const std::filesystem::path& save_to = {}) {
+    finetune r;
+    Trainer t(backend, model, options(3e-2));
+    t.initialize(5);
+    lora::upload_base_weights(t, model, base_config, base);
+    using kind = typename Trainer::state_kind;
+    r.initial = download_blocks(t, kind::params);
+    const auto eval = text(3, 1000);
+    r.before = t.evaluate(eval);
+    for (int s = 0; s < 40; ++s) {
+        const auto res = t.step(text(3, s));
+        r.losses.push_back(res.loss);
+        r.norms.push_back(res.grad_norm);
+    }
+    r.after = t.evaluate(eval);
+    r.params = download_blocks(t, kind::params);
+    r.m = download_blocks(t, kind::adam_m);
+    r.v = download_blocks(t, kind::adam_v);
+    if (!save_to.empty()) lora::save_model_adapters(t, model, save_to);
+    return r;
+}
+
+bool same(std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on new text, streamed == resident", B,
+                   STRATA_TEST_BACKENDS) {
+    test::scratch_dir dir;
+    auto made = test::make_backend<B>(tier_options{.storage_dir = dir.path()});
+    if (!made) return;
+    B& backend = *made;
+    const host_blocks<float> base = train_base(backend);
+    const auto model = lora::make_gpt2_lora_model<B>(base_config, adapters);
+    using M = decltype(model);
+    using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, std::remove_const_t<M>>;
+    using streamed_t = trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, std::remove_const_t<M>>;
+    const auto resident = run<resident_t>(backend, model, base, dir.path() / "adapters.safetensors");
+
+    // the fine-tune learned text B
+    MESSAGE("loss on the new text: " << resident.before << " -> " << resident.after);
+    CHECK(resident.after < 0.8 * resident.before);
+    // every frozen tensor is bit-identical; every adapter moved
+    std::size_t frozen = 0, moved = 0;
+    for (std::size_t g = 0; g < model.group_count(); ++g)
+        for (const auto& slot : model.groups()[g].slots()) {
+            const std::span<const float> before(resident.initial[g].data() + slot.offset, slot.spec.shape.numel());
+            const std::span<const float> after(resident.params[g].data() + slot.offset, slot.spec.shape.numel());
+            CAPTURE(model.hf_name(g, slot));
+            if (slot.spec.trainable) {
+                CHECK_FALSE(same(before, after));
+                ++moved;
+            } else {
+                CHECK(same(before, after));
+                ++frozen;
+            }
+        }
+    CHECK(moved == 2 * 4 * base_config.n_layer);  // A and B of 4 projections per layer
+    CHECK(frozen == 2 + 12 * base_config.n_layer + 2);
+    CHECK(resident.m[0].empty());  // frozen embeddings: no moments
+
+    // streamed (moments on the storage tier) gives the same bits
+    const auto streamed = run<streamed_t>(backend, model, base);
+    CHECK(resident.losses == streamed.losses);
+    CHECK(resident.norms == streamed.norms);
+    for (std::size_t g = 0; g < model.group_count(); ++g) {
+        CHECK(same(resident.params[g], streamed.params[g]));
+        CHECK(same(resident.m[g], streamed.m[g]));
+        CHECK(same(resident.v[g], streamed.v[g]));
+    }
+
+    // the merged plain GPT (W + alpha/r A B) computes the LoRA model's loss
+    const host_blocks<float> merged = lora::merged_blocks(base_config, lora::gpt2_lora_config(adapters), base,
+                                                          dir.path() / "adapters.safetensors");
+    const gpt_model<float, B> plain(base_config);
+    trainer_t<float, B> t(backend, plain, options(1e-3));
+    for (std::size_t g = 0; g < merged.size(); ++g) t.upload(trainer_t<float, B>::state_kind::params, g, merged[g]);
+    const double merged_loss = t.evaluate(text(3, 1000));
+    MESSAGE("merged model's loss " << merged_loss << ", LoRA model's " << resident.after);
+    CHECK(std::abs(merged_loss - resident.after) < 1e-5 * resident.after);
+}
+
+TEST_CASE("the planner: a LoRA fine-tune needs the full fine-tune's host bytes minus the frozen tensors' state") {
+    const auto model = lora::make_gpt2_lora_model<cpu_backend>(base_config, adapters);
+    const gpt_model<float, cpu_backend> full(base_config);
+    plan_request r{.batch = 4, .seq = 8, .accum = 1, .where = placement::streamed};
+    r.budgets = {.device = std::size_t(1) << 30, .host = std::size_t(1) << 30, .storage = 0};
+    r.model = base_config;
+    const memory_plan full_plan = plan<cpu_backend>(r);
+    r.footprint = footprint_of<cpu_backend>(model, r.batch, r.seq, r.checkpointing);
+    const memory_plan lora_plan = plan<cpu_backend>(r);
+    std::size_t W = 0, W_lora = 0, T_lora = 0;
+    for (const auto& g : full.groups()) W += g.bytes();
+    for (const auto& g : model.groups()) {
+        W_lora += g.bytes();
+        T_lora += g.trainable_bytes();
+    }
+    // full: weights + grads + m + v = 4 W; LoRA: its weights (base + adapters) + 3 x the adapters'
+    CHECK(full_plan.total(tier_id::host) - lora_plan.total(tier_id::host) == 4 * W - (W_lora + 3 * T_lora));
+    CHECK(lora_plan.bytes_of(plan_category::grads, tier_id::host) == T_lora);
+    CHECK(lora_plan.trainable_parameters < lora_plan.parameters / 4);
+    MESSAGE("host: full fine-tune " << full_plan.total(tier_id::host) << " B, LoRA " << lora_plan.total(tier_id::host)
+                                    << " B\n" << lora_plan.to_table());
+}
