@@ -1,0 +1,368 @@
+// llama_model<B>: a small Llama-style language model assembled from Layers, trained by strata's
+// trainers (resident and streamed) like the example GPT:
+//
+//   embed_tokens -> n_layer x llama_block -> rmsnorm -> LM head tied to embed_tokens
+//
+// It is strata::decoder_model<llama_block<float, B>, rmsnorm_layer<float, B>> without learned
+// positions (the blocks rotate q and k instead) and with Hugging Face Llama's parameter names
+// (model.embed_tokens.weight, model.layers.<l>.*, model.norm.weight). llama_config holds the
+// shape and gives the three configs decoder_model takes.
+//
+// Checkpoints in Hugging Face's format (transformers.LlamaForCausalLM.from_pretrained loads them):
+// write_model_files writes model.safetensors + config.json, load_llama_files reads them back,
+// bit for bit; save_llama_checkpoint / load_llama_checkpoint add a trainer's state (strata's
+// save_checkpoint / load_checkpoint with these files as the weights). The layouts differ from strata's in two ways:
+// - strata's matmul takes (in, out) weights; nn.Linear stores (out, in): every 2-D block weight
+//   is transposed (embed_tokens is (V, C) in both);
+// - the block fuses q|k|v into one (C, 3C) matrix: HF has q_proj, k_proj and v_proj, (C, C)
+//   each, the output columns [0, C), [C, 2C) and [2C, 3C) of the fused one.
+// Rotary embedding: the block rotates "half" pairs (i, i + HS/2) inside each head, HF Llama's
+// rotate_half convention, so q_proj and k_proj need no permutation.
+//
+// Glossary: V vocab, C channels, H hidden size of the MLP, L layers, NH heads.
+#pragma once
+
+#include "llama_block.hpp"    // llama_block, llama_block_config
+#include "rmsnorm_layer.hpp"  // rmsnorm_layer, rmsnorm_config
+
+#include <strata/backend/cpu_backend.hpp>  // strata::cpu_backend (layouts for loading)
+#include <strata/core/error.hpp>           // strata::error
+#include <strata/io/json_file.hpp>         // strata::read_json_file, strata::write_json_file
+#include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
+#include <strata/model/decoder.hpp>        // strata::decoder_model, strata::decoder_config
+#include <strata/model/param_layout.hpp>   // strata::param_slot
+#include <strata/nn/cpu_ops.hpp>           // strata::ops<cpu_backend>
+#include <strata/train/checkpoint.hpp>     // strata::save_checkpoint, load_checkpoint, download_blocks
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include <algorithm>   // std::copy, std::equal
+#include <cstddef>     // std::size_t
+#include <filesystem>  // std::filesystem::path, exists
+#include <set>         // std::set
+#include <span>        // std::span
+#include <string>      // std::string, std::to_string
+#include <vector>      // std::vector
+
+namespace llama {
+
+// The SwiGLU width Llama's rule gives for C channels: 8/3 C, rounded up to a multiple of 8
+// (Llama rounds to 256, which is too coarse for small models).
+constexpr std::size_t default_hidden(std::size_t n_embd) { return (8 * n_embd / 3 + 7) / 8 * 8; }
+
+struct llama_config {
+    std::size_t vocab = 257;    // V (bytes + end of text)
+    std::size_t max_seq = 256;  // the longest context trained or sampled (max_position_embeddings)
+    std::size_t n_layer = 4;    // L
+    std::size_t n_head = 4;     // NH; C / NH even
+    std::size_t n_embd = 128;   // C
+    std::size_t hidden = 344;   // H
+    double eps = 1e-5;          // RMSNorm, every norm of the model
+    double rope_theta = 10000.0;
+
+    bool operator==(const llama_config&) const = default;
+
+    strata::decoder_config decoder() const {
+        return {.vocab_size = vocab,
+                .max_seq = max_seq,
+                .n_layer = n_layer,
+                .n_embd = n_embd,
+                .learned_positions = false,
+                .root = "model.",
+                .block_prefix = "layers.",
+                .final_prefix = "norm.",
+                .token_embedding = "embed_tokens.weight"};
+    }
+    llama_block_config block() const {
+        return {.n_embd = n_embd, .n_head = n_head, .hidden = hidden, .norm_eps = eps, .rope_theta = rope_theta};
+    }
+    rmsnorm_config norm() const { return {.channels = n_embd, .eps = eps}; }
+
+    void validate() const {
+        decoder().validate();
+        block().validate();
+    }
+
+    // Real parameters: V C + L (2 C + 4 C^2 + 3 C H) + C (the head is tied).
+    std::size_t parameter_count() const {
+        return vocab * n_embd + n_layer * (2 * n_embd + 4 * n_embd * n_embd + 3 * n_embd * hidden) + n_embd;
+    }
+
+    // Hugging Face's LlamaConfig. bos and eos are the last id, the end-of-text token of strata's
+    // tokenizers (as the GPT's config.json says).
+    nlohmann::json to_hf_json() const {
+        return {{"architectures", {"LlamaForCausalLM"}},
+                {"model_type", "llama"},
+                {"vocab_size", vocab},
+                {"hidden_size", n_embd},
+                {"intermediate_size", hidden},
+                {"num_hidden_layers", n_layer},
+                {"num_attention_heads", n_head},
+                {"num_key_value_heads", n_head},
+                {"head_dim", n_embd / n_head},
+                {"hidden_act", "silu"},
+                {"max_position_embeddings", max_seq},
+                {"rms_norm_eps", eps},
+                {"rope_theta", rope_theta},
+                {"rope_scaling", nullptr},
+                {"attention_bias", false},
+                {"attention_dropout", 0.0},
+                {"mlp_bias", false},
+                {"pretraining_tp", 1},
+                {"initializer_range", 0.02},
+                {"tie_word_embeddings", true},
+                {"use_cache", true},
+                {"bos_token_id", vocab - 1},
+                {"eos_token_id", vocab - 1},
+                {"torch_dtype", "float32"}};
+    }
+
+    // A LlamaConfig strata can train: multi-head attention (no grouped-query), SiLU, no biases,
+    // plain rotary embedding. Anything else is refused by name.
+    static llama_config from_hf_json(const nlohmann::json& j, const std::string& source = "config.json") {
+        auto field = [&](const char* name) -> std::size_t {
+            if (!j.contains(name) || !j[name].is_number_unsigned())
+                throw strata::error(source + ": missing or non-integer field '" + name + "'",
+                                    "is this a Llama config.json?");
+            return j[name].get<std::size_t>();
+        };
+        auto refuse = [&](const std::string& what, const std::string& hint) {
+            throw strata::error(source + ": " + what + " is not supported", hint);
+        };
+        if (j.contains("model_type") && j["model_type"] != "llama")
+            refuse("model_type " + j["model_type"].dump(), "strata-llama loads Llama checkpoints (\"llama\")");
+        if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+            refuse("hidden_act " + j["hidden_act"].dump(), "the block's MLP is SwiGLU (\"silu\")");
+        if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() &&
+            j["num_key_value_heads"] != j["num_attention_heads"])
+            refuse("grouped-query attention (num_key_value_heads " + j["num_key_value_heads"].dump() + " of " +
+                       j["num_attention_heads"].dump() + " heads)",
+                   "the block has as many key/value heads as query heads");
+        for (const char* flag : {"attention_bias", "mlp_bias"})
+            if (j.value(flag, false)) refuse(std::string(flag) + " true", "the block has no biases");
+        if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+            refuse("rope_scaling " + j["rope_scaling"].dump(), "the block applies plain rotary embedding");
+        llama_config c;
+        c.vocab = field("vocab_size");
+        c.n_embd = field("hidden_size");
+        c.hidden = field("intermediate_size");
+        c.n_layer = field("num_hidden_layers");
+        c.n_head = field("num_attention_heads");
+        c.max_seq = field("max_position_embeddings");
+        c.eps = j.value("rms_norm_eps", 1e-6);  // LlamaConfig's defaults
+        c.rope_theta = j.value("rope_theta", 10000.0);
+        if (j.contains("head_dim") && !j["head_dim"].is_null() && c.n_head && j["head_dim"] != c.n_embd / c.n_head)
+            refuse("head_dim " + j["head_dim"].dump() + " other than hidden_size / num_attention_heads",
+                   "the block splits the channels evenly into heads");
+        c.validate();
+        return c;
+    }
+};
+
+// The model, and the one way to build it from a llama_config.
+template <strata::Backend B>
+using llama_model = strata::decoder_model<llama_block<float, B>, rmsnorm_layer<float, B>>;
+
+template <strata::Backend B>
+llama_model<B> make_llama_model(const llama_config& c) {
+    c.validate();
+    return llama_model<B>(c.decoder(), c.block(), c.norm());
+}
+
+// The shape of a built model.
+template <class R, strata::Backend B>
+llama_config config_of(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& m) {
+    const auto& b = m.block_layer_config();
+    return {.vocab = m.config().vocab_size,
+            .max_seq = m.config().max_seq,
+            .n_layer = m.config().n_layer,
+            .n_head = b.n_head,
+            .n_embd = m.config().n_embd,
+            .hidden = b.hidden,
+            .eps = b.norm_eps,
+            .rope_theta = b.rope_theta};
+}
+
+// ---- Hugging Face files ----
+
+// One tensor of a Hugging Face Llama file and where it lives in strata's parameter slot: the
+// whole slot, or (2-D weights) the transposed columns [column, column + shape[0]) of the
+// (in, out) slot.
+struct hf_tensor {
+    std::string name;
+    std::vector<std::size_t> shape;  // as HF stores it: nn.Linear (out, in)
+    bool transposed = false;
+    std::size_t column = 0;
+};
+
+// The HF tensors of one parameter slot of group g (see the top of this file).
+template <class Model>
+std::vector<hf_tensor> hf_tensors_of(const Model& m, std::size_t g, const strata::param_slot& slot) {
+    const std::string name = m.hf_name(g, slot);
+    const auto& e = slot.spec.shape.extents();
+    if (g == 0 || e.size() != 2) return {{name, e}};  // embed_tokens (V, C) and the norm gains as they are
+    const std::size_t in = e[0], out = e[1];
+    if (slot.spec.name != "self_attn.qkv_proj.weight") return {{name, {out, in}, true, 0}};
+    const std::string layer = name.substr(0, name.size() - slot.spec.name.size());  // "model.layers.<l>."
+    const std::size_t C = out / 3;
+    return {{layer + "self_attn.q_proj.weight", {C, in}, true, 0},
+            {layer + "self_attn.k_proj.weight", {C, in}, true, C},
+            {layer + "self_attn.v_proj.weight", {C, in}, true, 2 * C}};
+}
+
+namespace detail {
+// HF tensor (out_n, in) <- columns [column, column + out_n) of the slot's (in, out) matrix.
+template <class R>
+std::vector<R> to_hf(const R* slot, std::size_t out, const hf_tensor& t) {
+    const std::size_t rows = t.shape[0], in = t.shape[1];
+    std::vector<R> hf(rows * in);
+    for (std::size_t o = 0; o < rows; ++o)
+        for (std::size_t i = 0; i < in; ++i) hf[o * in + i] = slot[i * out + t.column + o];
+    return hf;
+}
+template <class R>
+void from_hf(R* slot, std::size_t out, const hf_tensor& t, const std::vector<R>& hf) {
+    const std::size_t rows = t.shape[0], in = t.shape[1];
+    for (std::size_t o = 0; o < rows; ++o)
+        for (std::size_t i = 0; i < in; ++i) slot[i * out + t.column + o] = hf[o * in + i];
+}
+inline std::string join(const std::vector<std::string>& names) {
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    return list;
+}
+}  // namespace detail
+
+// model.safetensors (HF names and layouts, no lm_head: tied) and config.json into `dir`.
+// blocks[g]: group g's parameter block in the model's layout (trainer download, checkpoint load).
+template <class R, strata::Backend B>
+void write_model_files(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
+                       const std::vector<std::vector<R>>& blocks, const std::filesystem::path& dir) {
+    strata::safetensors_writer w;
+    w.set_metadata("format", "pt");
+    for (std::size_t g = 0; g < model.group_count(); ++g)
+        for (const auto& slot : model.groups()[g].slots()) {
+            const R* p = blocks[g].data() + slot.offset;
+            for (const hf_tensor& t : hf_tensors_of(model, g, slot)) {
+                if (t.transposed)
+                    w.add(t.name, t.shape, detail::to_hf(p, slot.spec.shape.extents()[1], t));
+                else
+                    w.add(t.name, t.shape, std::span<const R>(p, slot.spec.shape.numel()));
+            }
+        }
+    w.write(dir / "model.safetensors");
+    strata::write_json_file(dir / "config.json", config_of(model).to_hf_json());
+}
+
+// The weights of a Llama directory in strata's group layout.
+struct loaded_llama {
+    llama_config config;
+    std::vector<std::vector<float>> blocks;
+};
+
+// Reads config.json + model.safetensors (strata-llama's checkpoints, or a Hugging Face Llama of a
+// shape strata trains: see llama_config::from_hf_json). Tensors may carry the "model." prefix or
+// not. lm_head.weight, when present, must equal embed_tokens (the head is tied); rotary inv_freq
+// buffers of older exports are skipped; any other unknown tensor, any missing one, and any dtype
+// other than float32 is an error naming it.
+inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
+    const auto config_path = dir / "config.json", model_path = dir / "model.safetensors";
+    if (!std::filesystem::exists(config_path) || !std::filesystem::exists(model_path))
+        throw strata::error("'" + dir.string() + "' is not a Llama checkpoint: config.json or model.safetensors is missing",
+                            "pass a directory written by strata-llama (OUT/step-N) or a Hugging Face Llama directory");
+    const auto json = strata::read_json_file(config_path);
+    loaded_llama out{llama_config::from_hf_json(json, config_path.string()), {}};
+    const auto model = make_llama_model<strata::cpu_backend>(out.config);
+    const auto file = strata::safetensors_file::open(model_path);
+    auto key_of = [&](const std::string& name) -> std::string {
+        if (file.contains(name)) return name;
+        if (name.starts_with("model.") && file.contains(name.substr(6))) return name.substr(6);
+        return {};
+    };
+    auto read = [&](const std::string& key, const std::vector<std::size_t>& shape) {
+        const auto dtype = file.info(key).dtype;
+        if (dtype != strata::safetensors_dtype::f32)
+            throw strata::error("'" + model_path.string() + "': tensor '" + key + "' has dtype " +
+                                    std::string(strata::to_string(dtype)) + "; strata trains in FP32",
+                                "convert the checkpoint to float32 (torch_dtype float32)");
+        std::vector<float> values(strata::shape(shape).numel());
+        file.copy_to<float>(key, std::span<float>(values), shape);
+        return values;
+    };
+    std::set<std::string> used;
+    std::vector<std::string> missing;
+    for (std::size_t g = 0; g < model.group_count(); ++g) {
+        out.blocks.emplace_back(model.groups()[g].numel(), 0.0f);
+        for (const auto& slot : model.groups()[g].slots()) {
+            float* p = out.blocks[g].data() + slot.offset;
+            for (const hf_tensor& t : hf_tensors_of(model, g, slot)) {
+                const std::string key = key_of(t.name);
+                if (key.empty()) {
+                    missing.push_back(t.name);
+                    continue;
+                }
+                used.insert(key);
+                const auto values = read(key, t.shape);
+                if (t.transposed)
+                    detail::from_hf(p, slot.spec.shape.extents()[1], t, values);
+                else
+                    std::copy(values.begin(), values.end(), p);
+            }
+        }
+    }
+    if (!missing.empty())
+        throw strata::error("'" + model_path.string() + "' lacks " + std::to_string(missing.size()) +
+                                " tensor(s): " + detail::join(missing),
+                            "the file does not match config.json (num_hidden_layers, hidden_size, vocab_size)");
+    std::vector<std::string> unknown;
+    for (const auto& name : file.names()) {
+        if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+        if (name == "lm_head.weight") {  // tied: must be a copy of embed_tokens
+            const std::string embed = key_of("model.embed_tokens.weight");
+            const auto shape = file.info(embed).shape;
+            const auto head = read(name, shape), wte = read(embed, shape);
+            if (!std::equal(head.begin(), head.end(), wte.begin()))
+                throw strata::error("'" + model_path.string() + "': lm_head.weight differs from " + embed,
+                                    "the model ties the LM head to the token embedding; untied heads are not supported");
+            continue;
+        }
+        unknown.push_back(name);
+    }
+    if (!json.value("tie_word_embeddings", false) && !file.contains("lm_head.weight"))
+        throw strata::error(config_path.string() + ": tie_word_embeddings is false but there is no lm_head.weight",
+                            "the model ties the LM head to the token embedding: set tie_word_embeddings to true");
+    if (!unknown.empty())
+        throw strata::error("'" + model_path.string() + "' has tensor(s) a Llama model of this shape does not: " +
+                                detail::join(unknown),
+                            "is this a LlamaForCausalLM checkpoint?");
+    return out;
+}
+
+// ---- trainer checkpoints ----
+
+// OUT/step-<N>/ of a trainer of a llama_model, written atomically: the HF Llama files above, AdamW's
+// moments (optimizer.safetensors) and trainer_state.json, plus extra_files (a tokenizer's).
+template <class Trainer>
+std::filesystem::path save_llama_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
+                                            const std::vector<std::filesystem::path>& extra_files = {}) {
+    using kind = typename Trainer::state_kind;
+    return strata::save_checkpoint(t, out_dir, std::move(trainer_state), extra_files, [&](const std::filesystem::path& dir) {
+        write_model_files(t.model(), strata::download_blocks(t, kind::params), dir);
+    });
+}
+
+// Restores what save_llama_checkpoint wrote (weights, moments, step count) into a trainer of the
+// same model shape; returns trainer_state.json.
+template <class Trainer>
+nlohmann::json load_llama_checkpoint(Trainer& t, const std::filesystem::path& dir) {
+    using kind = typename Trainer::state_kind;
+    return strata::load_checkpoint(t, dir, [&](const std::filesystem::path& from) {
+        auto loaded = load_llama_files(from);
+        if (!(loaded.config == config_of(t.model())))
+            throw strata::error("checkpoint '" + from.string() + "' holds a different Llama shape than the one being trained",
+                                "resume with the shape of its config.json");
+        for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);
+    });
+}
+
+}  // namespace llama

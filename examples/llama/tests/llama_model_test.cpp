@@ -1,0 +1,385 @@
+// The Llama model (llama_model.hpp): its final norm against the layer contract, training with
+// strata's trainers (loss falls; streamed == resident bit for bit: losses, gradient norms,
+// weights, AdamW m and v), its Hugging Face files (names, layouts, config; export -> load is
+// bitwise; a trainer checkpoint is such a directory), and generation with the model's forward.
+// Every backend of the build; CUDA cases skip, visibly, without a GPU.
+#include "../generate.hpp"     // llama::generator
+#include "../llama_model.hpp"  // llama::llama_model, rmsnorm_layer, write_model_files, load_llama_files
+#ifdef STRATA_TESTS_WITH_CUDA
+#include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
+#endif
+#include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+
+#include <strata/io/json_file.hpp>           // strata::read_json_file
+#include <strata/io/safetensors.hpp>         // strata::safetensors_file
+#include <strata/nn/layer.hpp>               // strata::check_layer
+#include <strata/strata.hpp>                 // tier_options, cpu_backend
+#include <strata/testing/layer_harness.hpp>  // strata::testing::check_*
+#include <strata/train/checkpoint.hpp>       // download_blocks, host_blocks
+#include <strata/train/streamed_trainer.hpp>  // trainer_t with prefetch_pipeline
+
+#include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, MESSAGE
+
+#include <unistd.h>  // getpid
+
+#include <algorithm>   // std::fill, std::max, std::max_element
+#include <cmath>       // std::exp, std::log
+#include <cstring>     // std::memcmp
+#include <filesystem>  // std::filesystem
+#include <string>      // std::string
+#include <vector>      // std::vector
+
+using namespace strata;
+using llama::llama_config;
+using llama::llama_model;
+using llama::rmsnorm_config;
+using llama::rmsnorm_layer;
+namespace fs = std::filesystem;
+namespace st = strata::testing;
+
+namespace {
+
+static_assert(check_layer<rmsnorm_layer<float, cpu_backend>>());
+static_assert(check_layer<rmsnorm_layer<double, cpu_backend>>());
+#ifdef STRATA_TESTS_WITH_CUDA
+static_assert(check_layer<rmsnorm_layer<float, cuda_backend>>());
+#endif
+
+// ---- the final norm ----
+
+TEST_CASE("rmsnorm layer: gradients of the gain and the input match FP64 central differences") {
+    const auto report = st::check_gradients<rmsnorm_layer>(rmsnorm_config{.channels = 7, .eps = 1e-6}, 2, 3);
+    MESSAGE(report.describe());
+    CHECK_MESSAGE(report.ok(), report.describe());
+    CHECK(report.tensors.size() == 2);  // dweight and dinp
+}
+
+TEST_CASE_TEMPLATE("rmsnorm layer: recomputed forward + backward equals plain backward bitwise; dinp may be null", Bk,
+                   STRATA_TEST_BACKENDS) {
+    for (bool trainable : {true, false}) {
+        INFO("trainable " << trainable);
+        const auto f = st::check_checkpointing<rmsnorm_layer, float, Bk>({.channels = 9, .trainable = trainable}, 2, 5);
+        if (f.skipped) MESSAGE(f.describe());
+        CHECK_MESSAGE(f.ok(), f.describe());
+    }
+}
+
+TEST_CASE("rmsnorm layer: a bad config is refused with a hint") {
+    using norm = rmsnorm_layer<float, cpu_backend>;
+    CHECK_THROWS_WITH_AS(norm({.channels = 0}), doctest::Contains("channels must be positive"), error);
+}
+
+#ifdef STRATA_TESTS_WITH_CUDA
+TEST_CASE("rmsnorm layer: CUDA matches the CPU (normalized squared error)") {
+    const auto report = st::check_backend_parity<rmsnorm_layer, cuda_backend>({.channels = 80}, 2, 37);
+    if (report.skipped) MESSAGE(report.describe());
+    CHECK_MESSAGE(report.ok(), report.describe());
+}
+#endif
+
+// ---- training ----
+
+// vocab 29, 3 layers, C 16, 2 heads of 8, hidden 40, context 8.
+const llama_config tiny{.vocab = 29, .max_seq = 8, .n_layer = 3, .n_head = 2, .n_embd = 16, .hidden = 40};
+
+// A learnable task: each target is a fixed function of its input token.
+std::vector<data::batch> micro_batches(int step, std::size_t accum, std::size_t B, std::size_t T) {
+    std::vector<data::batch> out;
+    rng gen(900 + step);
+    for (std::size_t k = 0; k < accum; ++k) {
+        data::batch b;
+        for (std::size_t i = 0; i < B * T; ++i) {
+            b.inputs.push_back(static_cast<token_id>(gen.next_u64() % tiny.vocab));
+            b.targets.push_back(static_cast<token_id>((b.inputs.back() * 5 + 2) % tiny.vocab));
+        }
+        out.push_back(std::move(b));
+    }
+    return out;
+}
+
+struct run_result {
+    std::vector<double> losses, norms;
+    host_blocks<float> initial, params, m, v;
+};
+
+template <class Trainer, class B>
+run_result run(B& backend, const llama_model<B>& model, const train_options& o, int steps) {
+    run_result r;
+    Trainer t(backend, model, o);
+    t.initialize(11);
+    using kind = typename Trainer::state_kind;
+    r.initial = download_blocks(t, kind::params);
+    for (int s = 0; s < steps; ++s) {
+        const auto res = t.step(micro_batches(s, o.accum, o.batch, o.seq));
+        r.losses.push_back(res.loss);
+        r.norms.push_back(res.grad_norm);
+    }
+    r.params = download_blocks(t, kind::params);
+    r.m = download_blocks(t, kind::adam_m);
+    r.v = download_blocks(t, kind::adam_v);
+    return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool same_bits(const host_blocks<float>& a, const host_blocks<float>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t g = 0; g < a.size(); ++g)
+        if (!same_bits(a[g], b[g])) return false;
+    return true;
+}
+
+void check_equal(const run_result& a, const run_result& b) {
+    REQUIRE(a.losses.size() == b.losses.size());
+    for (std::size_t i = 0; i < a.losses.size(); ++i) {
+        INFO("step " << i + 1);
+        CHECK(a.losses[i] == b.losses[i]);  // bitwise
+        CHECK(a.norms[i] == b.norms[i]);
+    }
+    CHECK(same_bits(a.params, b.params));
+    CHECK(same_bits(a.m, b.m));
+    CHECK(same_bits(a.v, b.v));
+}
+
+fs::path scratch_dir(const std::string& what) {
+    return fs::temp_directory_path() / ("strata-test-llama-" + what + "-" + std::to_string(::getpid()));
+}
+
+tier_options tiers() {
+    // no storage_dir: the backend's own temporary directory, removed at the end
+    return {.device_bytes = 256 << 20, .host_bytes = 256 << 20, .storage_bytes = 256 << 20};
+}
+
+train_options options() {
+    train_options o{.batch = 2, .seq = 8, .accum = 2, .clip = 0.5};
+    o.schedule = {.kind = lr_kind::constant, .lr = 1e-2, .min_lr = 1e-2, .warmup_steps = 0, .total_steps = 10};
+    return o;
+}
+
+template <class B>
+using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, llama_model<B>>;
+
+TEST_CASE_TEMPLATE("llama model: trains with accumulation and clipping, the loss falls", B, STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    const auto model = llama::make_llama_model<B>(tiny);
+    CHECK(model.group_count() == tiny.n_layer + 2);
+    std::size_t parameters = 0;
+    for (const auto& g : model.groups()) parameters += g.parameter_count();
+    CHECK(parameters == tiny.parameter_count());
+    const auto r = run<resident_t<B>>(*made, model, options(), 10);
+    std::string curve;
+    for (double l : r.losses) curve += " " + std::to_string(l);
+    MESSAGE("losses:" << curve);
+    CHECK(r.losses.front() > 3.0);  // about ln 29 = 3.37 at the start
+    CHECK(r.losses.back() < r.losses.front() - 0.5);
+    CHECK(*std::max_element(r.norms.begin(), r.norms.end()) > options().clip);  // clipping really happened
+}
+
+TEST_CASE_TEMPLATE("llama model: streamed == resident bitwise (prefetch 1 and 2, moments on host and storage)", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    B& backend = *made;
+    const auto model = llama::make_llama_model<B>(tiny);
+    const auto o = options();
+    const auto resident = run<resident_t<B>>(backend, model, o, 6);
+    SUBCASE("prefetch 1, moments on the host") {
+        check_equal(resident,
+                    run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, llama_model<B>>>(backend, model, o, 6));
+    }
+    SUBCASE("prefetch 2, moments on the host") {
+        check_equal(resident,
+                    run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, llama_model<B>>>(backend, model, o, 6));
+    }
+    SUBCASE("prefetch 1, moments on storage") {
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, llama_model<B>>>(
+                                  backend, model, o, 6));
+    }
+    SUBCASE("prefetch 2, moments on storage") {
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>, llama_model<B>>>(
+                                  backend, model, o, 6));
+    }
+    SUBCASE("no clipping: AdamW overlapped with the backward") {
+        auto unclipped = o;
+        unclipped.clip = 0;
+        check_equal(run<resident_t<B>>(backend, model, unclipped, 4),
+                    run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, llama_model<B>>>(backend, model,
+                                                                                                       unclipped, 4));
+    }
+}
+
+// ---- Hugging Face files ----
+
+// Blocks of a model with every value distinct (padding stays zero, as in a trainer's blocks).
+template <class Model>
+host_blocks<float> numbered_blocks(const Model& model) {
+    host_blocks<float> blocks;
+    float next = 1.0f;
+    for (const auto& g : model.groups()) {
+        blocks.emplace_back(g.numel(), 0.0f);
+        for (const auto& slot : g.slots())
+            for (std::size_t i = 0; i < slot.spec.shape.numel(); ++i) blocks.back()[slot.offset + i] = next++ / 4096.0f;
+    }
+    return blocks;
+}
+
+TEST_CASE("llama model: HF Llama names, nn.Linear layouts, split q/k/v and config; export -> load is bitwise") {
+    const auto dir = scratch_dir("export");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const auto model = llama::make_llama_model<cpu_backend>(tiny);
+    const auto blocks = numbered_blocks(model);
+    llama::write_model_files(model, blocks, dir);
+
+    const auto file = safetensors_file::open(dir / "model.safetensors");
+    const std::size_t C = tiny.n_embd, H = tiny.hidden;
+    CHECK(file.size() == 1 + tiny.n_layer * 9 + 1);  // embed_tokens, 9 per layer, norm; no lm_head (tied)
+    CHECK_FALSE(file.contains("lm_head.weight"));
+    CHECK(file.info("model.embed_tokens.weight").shape == std::vector<std::size_t>{tiny.vocab, C});
+    CHECK(file.info("model.norm.weight").shape == std::vector<std::size_t>{C});
+    CHECK(file.info("model.layers.2.mlp.gate_proj.weight").shape == std::vector<std::size_t>{H, C});
+    CHECK(file.info("model.layers.2.mlp.down_proj.weight").shape == std::vector<std::size_t>{C, H});
+    for (const char* p : {"q_proj", "k_proj", "v_proj", "o_proj"})
+        CHECK(file.info("model.layers.0.self_attn." + std::string(p) + ".weight").shape == std::vector<std::size_t>{C, C});
+
+    // nn.Linear (out, in): HF's k_proj[o][i] is the fused (in, 3C) matrix's [i][C + o]; gate_proj[h][i] is [i][h].
+    const auto& layout = model.groups()[1];
+    const float* qkv = blocks[1].data() + layout.slots()[1].offset;
+    const float* gate = blocks[1].data() + layout.slots()[4].offset;
+    REQUIRE(layout.slots()[1].spec.name == "self_attn.qkv_proj.weight");
+    REQUIRE(layout.slots()[4].spec.name == "mlp.gate_proj.weight");
+    const auto k_proj = file.get<float>("model.layers.0.self_attn.k_proj.weight");
+    const auto gate_proj = file.get<float>("model.layers.0.mlp.gate_proj.weight");
+    for (std::size_t o : {std::size_t{0}, std::size_t{5}, C - 1})
+        for (std::size_t i : {std::size_t{0}, std::size_t{3}, C - 1}) {
+            CHECK(k_proj[o * C + i] == qkv[i * 3 * C + C + o]);
+            CHECK(gate_proj[(H - 1 - o) * C + i] == gate[i * H + H - 1 - o]);
+        }
+
+    const auto config = read_json_file(dir / "config.json");
+    CHECK(config["architectures"][0] == "LlamaForCausalLM");
+    CHECK(config["tie_word_embeddings"] == true);
+    CHECK(config["num_key_value_heads"] == tiny.n_head);
+    CHECK(config["intermediate_size"] == H);
+    CHECK(config["hidden_act"] == "silu");
+    CHECK(config["rms_norm_eps"] == tiny.eps);
+    CHECK(config["rope_theta"] == tiny.rope_theta);
+
+    const auto loaded = llama::load_llama_files(dir);
+    CHECK(loaded.config.n_layer == tiny.n_layer);
+    CHECK(loaded.config.hidden == tiny.hidden);
+    CHECK(loaded.config.max_seq == tiny.max_seq);
+    CHECK(same_bits(loaded.blocks, blocks));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("llama model: loading refuses what the model cannot represent, by name") {
+    const auto dir = scratch_dir("refuse");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const auto model = llama::make_llama_model<cpu_backend>(tiny);
+    llama::write_model_files(model, numbered_blocks(model), dir);
+    auto config = read_json_file(dir / "config.json");
+    auto with = [&](const char* key, nlohmann::json value) {
+        auto c = config;
+        c[key] = std::move(value);
+        write_json_file(dir / "config.json", c);
+    };
+    with("num_key_value_heads", 1);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("grouped-query"), error);
+    with("hidden_act", "gelu");
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("hidden_act"), error);
+    with("num_hidden_layers", tiny.n_layer + 1);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("model.layers.3.self_attn.q_proj.weight"), error);
+    fs::remove_all(dir);
+}
+
+TEST_CASE_TEMPLATE("llama model: a trainer checkpoint is an HF Llama directory; it loads back bitwise and resumes", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    const auto dir = scratch_dir("checkpoint");
+    fs::remove_all(dir);
+    const auto model = llama::make_llama_model<B>(tiny);
+    const auto o = options();
+    trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, llama_model<B>> t(*made, model, o);
+    t.initialize(3);
+    t.step(micro_batches(0, o.accum, o.batch, o.seq));
+    const auto saved = llama::save_llama_checkpoint(t, dir, {{"tokenizer", "byte"}});
+    CHECK(saved == dir / "step-000001");
+    CHECK(safetensors_file::open(saved / "model.safetensors").contains("model.layers.0.self_attn.q_proj.weight"));
+    CHECK(safetensors_file::open(saved / "optimizer.safetensors").contains("m.model.norm.weight"));
+    using kind = typename decltype(t)::state_kind;
+    CHECK(same_bits(llama::load_llama_files(saved).blocks, download_blocks(t, kind::params)));
+
+    // Resumed into a resident trainer, the next step is the one the first trainer takes.
+    resident_t<B> resumed(*made, model, o);
+    llama::load_llama_checkpoint(resumed, saved);
+    CHECK(resumed.step_count() == 1);
+    CHECK(same_bits(download_blocks(resumed, kind::adam_v), download_blocks(t, kind::adam_v)));
+    const auto next = micro_batches(1, o.accum, o.batch, o.seq);
+    CHECK(resumed.step(next).loss == t.step(next).loss);
+    CHECK(same_bits(download_blocks(resumed, kind::params), download_blocks(t, kind::params)));
+
+    // Another shape is refused by name.
+    auto other = tiny;
+    other.hidden = 48;
+    const auto wider = llama::make_llama_model<B>(other);
+    resident_t<B> mismatched(*made, wider, o);
+    CHECK_THROWS_WITH_AS(llama::load_llama_checkpoint(mismatched, saved), doctest::Contains("different Llama shape"), error);
+    fs::remove_all(dir);
+}
+
+// ---- generation ----
+
+TEST_CASE_TEMPLATE("llama model: generation reads the last position's logits of the model's forward", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    const auto model = llama::make_llama_model<B>(tiny);
+    const auto o = options();
+    resident_t<B> t(*made, model, o);
+    t.initialize(5);
+    for (int s = 0; s < 40; ++s) t.step(micro_batches(s, o.accum, o.batch, o.seq));
+    llama::generator<llama_model<B>> gen(*made, model, download_blocks(t, resident_t<B>::state_kind::params));
+
+    // The loss of one target at the last position, through the trainer's evaluate (a 2 x 8
+    // batch, every other target ignored), is -log softmax of the generator's logits there.
+    data::batch b = micro_batches(99, 1, o.batch, o.seq)[0];
+    const std::vector<token_id> context(b.inputs.begin(), b.inputs.begin() + o.seq);
+    const token_id target = b.targets[o.seq - 1];
+    std::fill(b.targets.begin(), b.targets.end(), kernels::cpu::ignore_index);
+    b.targets[o.seq - 1] = target;
+    const double evaluated = t.evaluate(std::vector<data::batch>{b});
+    const auto logits = gen.next_logits(context);
+    double top = logits[0], sum = 0;
+    for (float x : logits) top = std::max(top, static_cast<double>(x));
+    for (float x : logits) sum += std::exp(static_cast<double>(x) - top);
+    const double from_logits = top + std::log(sum) - logits[target];
+    MESSAGE("loss at the last position: evaluate " << evaluated << ", from the generator's logits " << from_logits);
+    CHECK(from_logits == doctest::Approx(evaluated).epsilon(1e-5));
+
+    // The model learned target = (5 x + 2) mod 29 of the last token: greedy decoding follows it.
+    const std::vector<token_id> prompt{3, 17, 4};
+    const auto greedy = gen.generate(prompt, {.max_new_tokens = 12, .temperature = 0});
+    REQUIRE(greedy.size() == 12);
+    int followed = 0;
+    token_id last = prompt.back();
+    for (token_id next : greedy) {
+        followed += next == (last * 5 + 2) % 29;
+        last = next;
+    }
+    MESSAGE("greedy continuation follows the rule " << followed << " times of 12");
+    CHECK(followed >= 10);
+
+    // Past the context (8) the window slides; a seed fixes a sampled continuation.
+    const sample_options sampled{.max_new_tokens = 20, .temperature = 0.8, .top_k = 5, .seed = 9};
+    const auto a = gen.generate(prompt, sampled), c = gen.generate(prompt, sampled);
+    CHECK(a.size() == 20);
+    CHECK(a == c);
+    for (token_id id : a) CHECK((id >= 0 && id < 29));
+}
+
+}  // namespace
