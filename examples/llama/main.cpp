@@ -1,0 +1,413 @@
+// strata-llama: train the example Llama-style model (llama_model.hpp: the block of llama_block.hpp
+// assembled into a decoder_model) with strata's trainers, resident or streamed, and sample from it.
+// The data, tokenizer, schedule, metrics and progress conventions are strata-gpt's.
+//
+//   strata-llama train [--data FILE] [options]    (strata-llama train --help)
+//   strata-llama sample --checkpoint DIR --prompt TEXT [--tokens N --temperature T --top-k K --seed S]
+//
+// Without --data it trains on the licence texts every Debian system has in
+// /usr/share/common-licenses (the corpus of scripts/train-demo.sh), written to OUT/corpus.txt.
+// Checkpoints are Hugging Face Llama directories (model.safetensors, config.json) with strata's
+// trainer state (optimizer.safetensors, trainer_state.json): transformers.LlamaForCausalLM loads
+// them; `--resume`, `--init-from` and `sample` take them (and `--init-from` and `sample` Hugging
+// Face Llamas of a shape the block has).
+#include "generate.hpp"     // llama::generator
+#include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
+#ifdef STRATA_WITH_CUDA
+#include "llama_ops_cuda.hpp"  // llama_ops<cuda_backend>, ops<cuda_backend>
+#include <strata/cuda.hpp>     // cuda_backend
+#endif
+
+#include <strata/data/loader.hpp>          // data::batch_loader, make_train_loader, make_validation_loader
+#include <strata/data/records.hpp>         // data::read_records, parse_record_format
+#include <strata/data/tokenize.hpp>        // data::prepare_data
+#include <strata/io/json_file.hpp>         // read_json_file
+#include <strata/plan/planner.hpp>         // plan, footprint_of, default_budgets
+#include <strata/report/loss_plot.hpp>     // write_loss_svg, loss_point
+#include <strata/report/metrics.hpp>       // metrics_writer
+#include <strata/report/progress.hpp>      // progress_reporter, stdout_is_terminal, format_loss
+#include <strata/strata.hpp>               // cpu_backend, tier_options
+#include <strata/text/byte_tokenizer.hpp>  // byte_tokenizer
+#include <strata/text/gpt2_tokenizer.hpp>  // gpt2_tokenizer
+#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+
+#include <CLI/CLI.hpp>
+#include <Eigen/Core>  // Eigen::setNbThreads
+
+#include <algorithm>   // std::min
+#include <chrono>      // std::chrono::steady_clock
+#include <filesystem>  // std::filesystem
+#include <fstream>     // std::ofstream, std::ifstream
+#include <iostream>    // std::cout, std::cerr
+#include <optional>    // std::optional
+#include <string>      // std::string
+#include <variant>     // std::variant, std::visit
+#include <vector>      // std::vector
+
+namespace fs = std::filesystem;
+using namespace strata;
+
+namespace {
+
+// ---- tokenizers (strata-gpt's conventions) ----
+
+using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer>;
+
+any_tokenizer make_tokenizer(const std::string& spec) {
+    if (spec == "byte") return byte_tokenizer{};
+    if (spec.starts_with("gpt2:")) return gpt2_tokenizer::load(spec.substr(5));
+    throw error("unknown tokenizer '" + spec + "'", "use --tokenizer byte or --tokenizer gpt2:DIR");
+}
+
+// A checkpoint's own vocab.json + merges.txt (saved next to the weights when training with GPT-2
+// BPE), else bytes.
+std::string tokenizer_of_checkpoint(const fs::path& dir) {
+    if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) return "gpt2:" + dir.string();
+    return "byte";
+}
+
+// --device: cpu, cuda, or auto (CUDA when this build has it and a GPU is present).
+bool use_cuda(const std::string& device) {
+    if (device != "cpu" && device != "cuda" && device != "auto")
+        throw error("--device must be cpu, cuda or auto, got '" + device + "'");
+#ifdef STRATA_WITH_CUDA
+    if (device == "cuda" && !cuda_backend::available())
+        throw error("--device cuda: no CUDA GPU is visible to this process", "check nvidia-smi, or use --device cpu");
+    return device == "cuda" || (device == "auto" && cuda_backend::available());
+#else
+    if (device == "cuda")
+        throw error("--device cuda: this strata-llama was built without the CUDA backend",
+                    "rebuild where nvcc is found (cmake --preset cuda-release), or use --device cpu");
+    return false;
+#endif
+}
+
+// Runs f(backend) on the CPU or the CUDA backend.
+template <class F>
+int on_backend(bool cuda, const tier_options& tiers, F&& f) {
+#ifdef STRATA_WITH_CUDA
+    if (cuda) {
+        cuda_backend backend(tiers);
+        return f(backend);
+    }
+#else
+    (void)cuda;
+#endif
+    cpu_backend backend(tiers);
+    return f(backend);
+}
+
+// ---- train ----
+
+struct train_args {
+    std::string data, format = "auto", tokenizer = "byte", init_from, resume;
+    std::size_t n_layer = 4, n_head = 4, n_embd = 128, hidden = 0, seq_len = 128;
+    double rope_theta = 10000.0, norm_eps = 1e-5;
+    std::size_t batch = 8, accum = 1;
+    long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8, stop_at = 0;
+    double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
+    std::string schedule = "cosine";
+    std::uint64_t seed = 1337;
+    std::string out = "runs/llama", metrics, device = "auto";
+    std::string placement = "auto", moments = "host", storage_dir;
+    int threads = 0;
+    bool no_checkpointing = false, tokenizer_given = false;
+};
+
+void print_line(const std::string& s) { std::cout << s << std::endl; }
+
+// The licence texts of /usr/share/common-licenses (every regular file, sorted by name, as
+// scripts/train-demo.sh builds its corpus) into OUT/corpus.txt.
+fs::path default_corpus(const fs::path& out) {
+    const fs::path licenses = "/usr/share/common-licenses";
+    std::vector<fs::path> files;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(licenses, ec))
+        if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path());
+    if (files.empty())
+        throw error("no --data given and " + licenses.string() + " has no licence texts to train on",
+                    "pass --data FILE (plain text, JSONL or instruction records)");
+    std::sort(files.begin(), files.end());
+    fs::create_directories(out);
+    const fs::path corpus = out / "corpus.txt";
+    std::ofstream o(corpus, std::ios::binary | std::ios::trunc);
+    for (const auto& f : files) o << std::ifstream(f, std::ios::binary).rdbuf();
+    if (!o) throw error("cannot write " + corpus.string(), "check that --out is writable");
+    return corpus;
+}
+
+struct run_context {
+    const train_args& a;
+    std::string data;  // the data file used
+    data::prepared_data& prepared;
+    token_id eot;
+    std::string tokenizer;                  // "byte" or "gpt2:DIR"
+    std::vector<std::vector<float>> init;   // --init-from's weights (empty: random initialization)
+};
+
+template <class Trainer, class B>
+int train_loop(B& backend, const llama::llama_model<B>& model, const train_options& o, run_context& ctx) {
+    const train_args& a = ctx.a;
+    Trainer t(backend, model, o);
+    t.initialize(a.seed);
+    for (std::size_t g = 0; g < ctx.init.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init[g]);
+    auto train_loader = data::make_train_loader(ctx.prepared.train, a.batch, a.seed);
+    std::optional<data::batch_loader> val_loader;
+    if (!ctx.prepared.validation.empty())
+        val_loader.emplace(data::make_validation_loader(ctx.prepared.validation, a.batch, ctx.eot));
+    if (!a.resume.empty()) {
+        const auto state = llama::load_llama_checkpoint(t, a.resume);
+        train_loader.restore(state.at("data_cursor").template get<data::loader_cursor>());
+        print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
+    }
+    std::optional<metrics_writer> metrics;
+    if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
+    std::vector<fs::path> extra_files;
+    if (ctx.tokenizer.starts_with("gpt2:")) {
+        const fs::path dir = ctx.tokenizer.substr(5);
+        extra_files = {dir / "vocab.json", dir / "merges.txt"};
+    }
+    // The weights and config as a Hugging Face Llama directory, AdamW's moments and the trainer state.
+    auto save = [&] {
+        nlohmann::json state{{"data_cursor", train_loader.cursor()},
+                             {"seed", a.seed},
+                             {"tokenizer", ctx.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
+                             {"data", ctx.data},
+                             {"model", "strata-llama"},
+                             {"options",
+                              {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
+                               {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", o.schedule.warmup_steps},
+                               {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}}}};
+        return llama::save_llama_checkpoint(t, a.out, state, extra_files);
+    };
+
+    std::vector<loss_point> train_curve, val_curve;
+    progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
+    fs::path last_saved;
+    transfer_counters before{};
+    const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
+    while (t.step_count() < stop) {
+        std::vector<data::batch> micro;
+        for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
+        const auto start = std::chrono::steady_clock::now();
+        const step_result r = t.step(micro);
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double tps = static_cast<double>(r.tokens) / seconds;
+        train_curve.push_back({static_cast<double>(r.step), r.loss});
+        nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                              {"tokens_per_s", tps}, {"tokens", r.tokens}};
+        if constexpr (requires { t.counters(); }) {  // streamed: the bytes each link moved
+            const transfer_counters now = t.counters();
+            record["bytes_h2d"] = now.h2d_bytes - before.h2d_bytes;
+            record["bytes_d2h"] = now.d2h_bytes - before.d2h_bytes;
+            record["bytes_storage_read"] = now.storage_read_bytes - before.storage_read_bytes;
+            record["bytes_storage_write"] = now.storage_write_bytes - before.storage_write_bytes;
+            before = now;
+        }
+        if (metrics) metrics->write(record);
+        progress.update(r.step, r.loss, tps);
+        const bool last = r.step == stop;
+        if (val_loader && a.eval_every > 0 && (r.step % a.eval_every == 0 || last)) {
+            val_loader->reset();
+            std::vector<data::batch> batches;
+            const long n = std::min<long>(a.eval_batches, static_cast<long>(val_loader->batches_per_epoch()));
+            for (long i = 0; i < n; ++i) batches.push_back(val_loader->next());
+            const double val = t.evaluate(batches);
+            val_curve.push_back({static_cast<double>(r.step), val});
+            if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
+            progress.note("step " + std::to_string(r.step) + ": val_loss " + format_loss(val));
+        }
+        if ((a.save_every > 0 && r.step % a.save_every == 0) || last) {
+            last_saved = save();
+            write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-llama: " + ctx.data);
+        }
+    }
+    progress.finish();
+    if (!last_saved.empty())
+        print_line("saved " + last_saved.string() + " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
+    return 0;
+}
+
+// The trainer the plan asks for.
+template <class B>
+int train_on(B& backend, const memory_plan& p, const llama::llama_model<B>& model, const train_options& o,
+             run_context& ctx) {
+    using M = llama::llama_model<B>;
+    if (p.where != placement::streamed)
+        return train_loop<trainer_t<float, B, resident_placement, moments_in<device_tier>, M>>(backend, model, o, ctx);
+    const bool on_storage = p.m_home == tier_id::storage;
+    if (p.slots >= 3)
+        return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
+                          : train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, M>>(backend, model, o, ctx);
+    return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
+                      : train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, M>>(backend, model, o, ctx);
+}
+
+int run_train(const train_args& a) {
+    const bool cuda = use_cuda(a.device);
+    if (a.threads > 0) Eigen::setNbThreads(a.threads);
+
+    // --init-from (weights) and --resume (weights, moments, step, data cursor) take the model's
+    // shape, and unless --tokenizer says otherwise the tokenizer, from the checkpoint.
+    if (!a.init_from.empty() && !a.resume.empty())
+        throw error("--init-from and --resume both given", "--resume continues a run; --init-from starts a new one from weights");
+    const std::string from = a.resume.empty() ? a.init_from : a.resume;
+    std::optional<llama::loaded_llama> init;
+    std::string tokenizer_spec = a.tokenizer;
+    if (!from.empty()) {
+        init = llama::load_llama_files(from);
+        if (!a.tokenizer_given) tokenizer_spec = tokenizer_of_checkpoint(from);
+    }
+    const auto tok = make_tokenizer(tokenizer_spec);
+    const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
+    llama::llama_config config{.vocab = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head,
+                               .n_embd = a.n_embd, .hidden = a.hidden ? a.hidden : llama::default_hidden(a.n_embd),
+                               .eps = a.norm_eps, .rope_theta = a.rope_theta};
+    if (init) {
+        if (init->config.vocab != vocab)
+            throw error(from + " has a vocabulary of " + std::to_string(init->config.vocab) + " tokens, the tokenizer " +
+                            tokenizer_spec + " has " + std::to_string(vocab),
+                        "train with the tokenizer the model was trained with (--tokenizer)");
+        if (a.seq_len > init->config.max_seq)
+            throw error("--seq-len " + std::to_string(a.seq_len) + " exceeds the context of " + from + " (" +
+                            std::to_string(init->config.max_seq) + ")",
+                        "lower --seq-len");
+        config = init->config;
+    }
+    config.validate();
+    const std::string data_path = a.data.empty() ? default_corpus(a.out).string() : a.data;
+    const auto records = data::read_records(data_path, data::parse_record_format(a.format));
+    data::prepared_data prepared = std::visit(
+        [&](const auto& t) { return data::prepare_data(records, t, {.seq_len = a.seq_len, .val_fraction = a.val_fraction}); },
+        tok);
+    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
+    print_line("data: " + data_path + ": " + prepared.stats.summary());
+
+    train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
+    const long warmup = a.warmup >= 0 ? a.warmup : std::min<long>(20, a.steps / 10);  // strata-gpt's default
+    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = warmup,
+                  .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
+    validate(o.schedule);
+    o.adamw.weight_decay = a.weight_decay;
+    o.clip = a.clip;
+    o.checkpointing = !a.no_checkpointing;
+
+    std::size_t device_bytes = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
+#ifdef STRATA_WITH_CUDA
+    if (cuda) device_bytes = cuda_backend::default_device_budget();
+#endif
+    const tier_bytes budgets = default_budgets(device_bytes, a.storage_dir);
+    // No --storage-dir: the backend's own temporary directory, removed at the end.
+    const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
+                             .storage_bytes = budgets.storage, .storage_dir = a.storage_dir};
+    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}};
+    if (init && a.resume.empty()) ctx.init = std::move(init->blocks);
+
+    return on_backend(cuda, tiers, [&]<class B>(B& backend) {
+        const auto model = llama::make_llama_model<B>(config);
+        plan_request request{.batch = a.batch, .seq = a.seq_len, .accum = a.accum, .checkpointing = o.checkpointing,
+                             .element_bytes = sizeof(float), .budgets = budgets,
+                             .where = placement_from_string(a.placement), .moments_on_storage = a.moments == "storage"};
+        request.footprint = footprint_of<B>(model, a.batch, a.seq_len, o.checkpointing);
+        const memory_plan p = plan<B>(request);
+        print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
+                   std::to_string(config.n_head) + " heads, " + std::to_string(config.n_embd) + " channels, hidden " +
+                   std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +
+                   std::to_string(config.max_seq) + ": " + std::to_string(config.parameter_count()) +
+                   " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
+                   std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
+        print_line(p.to_table());
+        return train_on(backend, p, model, o, ctx);
+    });
+}
+
+// ---- sample ----
+
+struct sample_args {
+    std::string checkpoint, prompt, device = "auto";
+    std::size_t tokens = 200, top_k = 40;
+    double temperature = 0.8;
+    std::uint64_t seed = 42;
+};
+
+int run_sample(const sample_args& a) {
+    auto loaded = llama::load_llama_files(a.checkpoint);
+    const auto tok = make_tokenizer(tokenizer_of_checkpoint(a.checkpoint));
+    const std::vector<token_id> prompt = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
+    const sample_options so{.max_new_tokens = a.tokens, .temperature = a.temperature, .top_k = a.top_k,
+                            .seed = a.seed, .bos = std::visit([](const auto& t) { return t.eot_id(); }, tok)};
+    // Only the device tier is used: the weights, the activations of one max_seq context.
+    const tier_options tiers{.device_bytes = physical_memory_bytes() / 4, .host_bytes = physical_memory_bytes() / 4};
+    return on_backend(use_cuda(a.device), tiers, [&]<class B>(B& backend) {
+        const auto model = llama::make_llama_model<B>(loaded.config);
+        llama::generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
+        const auto ids = gen.generate(prompt, so);
+        std::cout << a.prompt << std::visit([&](const auto& t) { return t.decode(ids); }, tok) << std::endl;
+        return 0;
+    });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"strata-llama: train a small Llama-style model with strata, and sample from it"};
+    app.require_subcommand(1);
+
+    train_args t;
+    auto* train = app.add_subcommand("train", "train a Llama-style model on a text or JSON file");
+    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records (default: the licence texts of /usr/share/common-licenses)")->check(CLI::ExistingFile);
+    train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
+    train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
+    train->add_option("--init-from", t.init_from, "start from the weights of a Llama directory (strata-llama's or Hugging Face's); its config gives the model's shape")->check(CLI::ExistingDirectory);
+    train->add_option("--n-layer", t.n_layer, "Llama blocks")->capture_default_str();
+    train->add_option("--n-head", t.n_head, "attention heads (n-embd / n-head must be even)")->capture_default_str();
+    train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str();
+    train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str();
+    train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str();
+    train->add_option("--norm-eps", t.norm_eps, "RMSNorm epsilon")->capture_default_str();
+    train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str();
+    train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str();
+    train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str();
+    train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str();
+    train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
+    train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str();
+    train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)");
+    train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
+    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str();
+    train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str();
+    train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str();
+    train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str();
+    train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str();
+    train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str();
+    train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg")->capture_default_str();
+    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str();
+    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (weights, AdamW moments, step, data position) with the same data and options")->check(CLI::ExistingDirectory);
+    train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)");
+    train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE (appended to when resuming)");
+    train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
+    train->add_option("--moments", t.moments, "home of the AdamW moments when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
+    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
+    train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
+    train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
+    train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");
+
+    sample_args s;
+    auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
+    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata-llama's OUT/step-N or a Hugging Face Llama directory)")->required()->check(CLI::ExistingDirectory);
+    sample->add_option("--prompt", s.prompt, "text to continue")->required();
+    sample->add_option("--tokens,--max-new-tokens", s.tokens, "tokens to generate")->capture_default_str();
+    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str();
+    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str();
+    sample->add_option("--device", s.device, "cpu, cuda or auto")->capture_default_str();
+
+    CLI11_PARSE(app, argc, argv);
+    t.tokenizer_given = train->count("--tokenizer") > 0;
+    try {
+        if (train->parsed()) return run_train(t);
+        return run_sample(s);
+    } catch (const std::exception& e) {
+        std::cerr << "strata-llama: error: " << e.what() << std::endl;
+        return 1;
+    }
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# End-to-end: strata-llama trains a tiny model on a shipped text resident and streamed (the same
+# losses, bit for bit in the metrics), writes a Hugging Face Llama checkpoint, resumes from it as if
+# never stopped, samples from it, starts a new run from it (--init-from), and refuses bad input
+# with a clear error.
+# Usage: strata_llama_cli.sh PATH/TO/strata-llama WORK_DIR
+set -euo pipefail
+llama=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog number $i."; done > "$work/data.txt"
+common=(--data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 16 --hidden 24 --seq-len 16 --batch 2 --accum 2
+        --steps 4 --eval-every 2 --eval-batches 2 --device cpu)
+
+"$llama" train "${common[@]}" --placement resident --out "$work/resident" --metrics "$work/resident.jsonl" > "$work/resident.log"
+"$llama" train "${common[@]}" --placement streamed --out "$work/streamed" --metrics "$work/streamed.jsonl" > "$work/streamed.log"
+"$llama" train "${common[@]}" --placement streamed --moments storage --storage-dir "$work/storage" \
+  --out "$work/storage-run" --metrics "$work/storage.jsonl" > "$work/storage.log"
+grep -q "resident placement" "$work/resident.log" || fail "resident run did not plan resident: $(cat "$work/resident.log")"
+grep -q "streamed placement" "$work/streamed.log" || fail "streamed run did not plan streamed: $(cat "$work/streamed.log")"
+grep -q "m storage" "$work/storage.log" || fail "--moments storage did not put m on storage: $(cat "$work/storage.log")"
+ckpt="$work/resident/step-000004"
+for f in model.safetensors config.json optimizer.safetensors trainer_state.json; do
+  [[ -f "$ckpt/$f" ]] || fail "checkpoint lacks $f"
+done
+[[ -f "$work/resident/loss.svg" ]] || fail "no loss curve"
+grep -q '"LlamaForCausalLM"' "$ckpt/config.json" || fail "config.json is not a LlamaForCausalLM config"
+grep -q '"val_loss"' "$work/resident.jsonl" || fail "no val_loss in metrics"
+for key in step loss lr grad_norm tokens_per_s; do grep -q "\"$key\"" "$work/resident.jsonl" || fail "metrics lack $key"; done
+grep -q '"bytes_h2d"' "$work/streamed.jsonl" || fail "streamed metrics lack bytes_h2d"
+losses() { grep -o '"\(loss\|grad_norm\|val_loss\)":[^,}]*' "$1"; }
+[[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/streamed.jsonl")" ]] ||
+  fail "streamed losses differ from resident:\n$(losses "$work/resident.jsonl")\n---\n$(losses "$work/streamed.jsonl")"
+[[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/storage.jsonl")" ]] || fail "moments on storage changed the losses"
+cmp -s "$ckpt/model.safetensors" "$work/streamed/step-000004/model.safetensors" || fail "streamed weights differ from resident"
+
+# the resident run stopped after step 2 and resumed (from the streamed run's format: the same files)
+"$llama" train "${common[@]}" --placement resident --stop-at 2 --out "$work/half" --metrics "$work/half.jsonl" > /dev/null
+"$llama" train "${common[@]}" --placement streamed --out "$work/half" --metrics "$work/half.jsonl" \
+  --resume "$work/half/step-000002" > "$work/resumed.log"
+grep -q "resumed from" "$work/resumed.log" || fail "no resume: $(cat "$work/resumed.log")"
+[[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/half.jsonl")" ]] ||
+  fail "resumed losses differ:\n$(losses "$work/resident.jsonl")\n---\n$(losses "$work/half.jsonl")"
+cmp -s "$ckpt/model.safetensors" "$work/half/step-000004/model.safetensors" || fail "resumed weights differ"
+
+# sampling prints the prompt and continues it, the same for a seed
+out=$("$llama" sample --checkpoint "$ckpt" --prompt "the quick" --tokens 20 --seed 3 --device cpu)
+[[ "$out" == "the quick"* && ${#out} -gt 9 ]] || fail "sample output: $out"
+again=$("$llama" sample --checkpoint "$ckpt" --prompt "the quick" --tokens 20 --seed 3 --device cpu)
+[[ "$out" == "$again" ]] || fail "sampling is not deterministic for a seed"
+
+# a new run from the checkpoint's weights and shape (--n-layer etc. come from its config.json)
+"$llama" train --data "$work/data.txt" --init-from "$ckpt" --seq-len 16 --batch 2 --steps 1 --eval-every 0 \
+  --device cpu --out "$work/init" > "$work/init.log"
+grep -q "2 layers, 2 heads, 16 channels, hidden 24" "$work/init.log" || fail "--init-from did not take the shape: $(cat "$work/init.log")"
+
+# errors: an unknown flag is named; a bad shape and a non-Llama directory are refused with a reason
+if "$llama" train --data "$work/data.txt" --bogus-flag 2> "$work/err.txt"; then fail "unknown flag accepted"; fi
+grep -q -- "--bogus-flag" "$work/err.txt" || fail "unknown flag not named: $(cat "$work/err.txt")"
+if "$llama" train --data "$work/data.txt" --n-embd 16 --n-head 3 --steps 1 --device cpu --out "$work/bad" 2> "$work/err2.txt" > /dev/null; then fail "n-embd 16 with 3 heads accepted"; fi
+grep -q "heads of an even size" "$work/err2.txt" || fail "bad shape not explained: $(cat "$work/err2.txt")"
+if "$llama" sample --checkpoint "$work" --prompt x 2> "$work/err3.txt" > /dev/null; then fail "a directory without a model accepted"; fi
+grep -q "not a Llama checkpoint" "$work/err3.txt" || fail "missing checkpoint not explained: $(cat "$work/err3.txt")"
+echo "strata-llama CLI: all checks passed"
