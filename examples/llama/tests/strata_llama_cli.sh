@@ -51,6 +51,23 @@ out=$("$llama" sample --checkpoint "$ckpt" --prompt "the quick" --tokens 20 --se
 again=$("$llama" sample --checkpoint "$ckpt" --prompt "the quick" --tokens 20 --seed 3 --device cpu)
 [[ "$out" == "$again" ]] || fail "sampling is not deterministic for a seed"
 
+# the checkpoint means the same model to Hugging Face: a model that has learned the text continues
+# it greedily the same way without strata (transformers when installed, else a plain-Python
+# restatement of HF's Llama forward reading model.safetensors and config.json)
+"$llama" train --data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 32 --hidden 64 --seq-len 32 --batch 4 \
+  --steps 200 --lr 1e-2 --warmup 10 --eval-every 0 --device cpu --out "$work/learned" > /dev/null
+learned="$work/learned/step-000200"
+ours=$("$llama" sample --checkpoint "$learned" --prompt "the quick" --tokens 30 --temperature 0 --device cpu)
+[[ "$ours" == "the quick brown fox jumps over the lazy" ]] || fail "the model did not learn the text: '$ours'"
+if command -v python3 > /dev/null; then
+  tool="$(dirname "$0")/../tools/hf_llama_greedy.py"
+  hf=$(python3 "$tool" "$learned" "the quick" 30 2> "$work/hf.txt") || fail "hf_llama_greedy.py: $(cat "$work/hf.txt")"
+  [[ "$hf" == "$ours" ]] || fail "greedy continuations differ: HF '$hf', strata '$ours' ($(cat "$work/hf.txt"))"
+  echo "HF greedy check: $(cat "$work/hf.txt")"
+else
+  echo "SKIPPED: the HF greedy check needs python3"
+fi
+
 # a new run from the checkpoint's weights and shape (--n-layer etc. come from its config.json)
 "$llama" train --data "$work/data.txt" --init-from "$ckpt" --seq-len 16 --batch 2 --steps 1 --eval-every 0 \
   --device cpu --out "$work/init" > "$work/init.log"
