@@ -194,8 +194,11 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         const double tps = static_cast<double>(r.tokens) / seconds;
         train_curve.push_back({static_cast<double>(r.step), r.loss});
+        // The layers' flops() (forward FLOPs): a training step is 3x forward (backward = 2x), the
+        // model FLOPs; activation checkpointing recomputes one more forward that does not count.
+        const double model_flops = 3.0 * model.flops(a.batch, a.seq_len) * static_cast<double>(a.accum);
         nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                              {"tokens_per_s", tps}, {"tokens", r.tokens}};
+                              {"tokens_per_s", tps}, {"tokens", r.tokens}, {"model_tflops_per_s", model_flops / seconds / 1e12}};
         if constexpr (requires { t.counters(); }) {  // streamed: the bytes each link moved
             const transfer_counters now = t.counters();
             record["bytes_h2d"] = now.h2d_bytes - before.h2d_bytes;
