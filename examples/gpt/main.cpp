@@ -26,7 +26,8 @@
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
 #endif
 
-#include "../lora/lora_model.hpp"  // LoRA: gpt2_lora_model, adapters, merging
+#include "../common/example_cli.hpp"  // make_tokenizer, use_cuda, with_planned_trainer
+#include "../lora/lora_model.hpp"        // LoRA: gpt2_lora_model, adapters, merging
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
@@ -45,25 +46,8 @@ using namespace strata;
 
 namespace {
 
-using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer>;
-
-// "byte" or "gpt2:DIR" (a directory with vocab.json and merges.txt).
-any_tokenizer make_tokenizer(const std::string& spec) {
-    if (spec == "byte") return byte_tokenizer{};
-    if (spec.starts_with("gpt2:")) return gpt2_tokenizer::load(spec.substr(5));
-    throw error("unknown tokenizer '" + spec + "'", "use --tokenizer byte or --tokenizer gpt2:DIR");
-}
-
-// The tokenizer a checkpoint directory was trained with: its own vocab.json + merges.txt
-// (a GPT-2 directory), else what trainer_state.json records, else bytes.
-std::string tokenizer_of_checkpoint(const fs::path& dir) {
-    if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) return "gpt2:" + dir.string();
-    if (fs::exists(dir / "trainer_state.json")) {
-        auto state = read_json_file(dir / "trainer_state.json");
-        if (state.contains("tokenizer") && state["tokenizer"] == "byte") return "byte";
-    }
-    return "byte";
-}
+using examples::make_tokenizer;
+using examples::tokenizer_of_checkpoint;
 
 struct train_args {
     std::string data, format = "auto", tokenizer = "byte";
@@ -284,15 +268,8 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
 // The trainer the plan asks for, on backend B, for the model (the GPT, or its LoRA model).
 template <class B, class Model>
 int train_model(B& backend, const memory_plan& p, const Model& model, const train_options& o, run_context& ctx) {
-    using M = Model;
-    if (p.where != placement::streamed)
-        return train_loop<trainer_t<float, B, resident_placement, moments_in<device_tier>, M>>(backend, model, o, ctx);
-    const bool on_storage = p.m_home == tier_id::storage;
-    if (p.slots >= 3)
-        return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
-                          : train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, M>>(backend, model, o, ctx);
-    return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
-                      : train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, M>>(backend, model, o, ctx);
+    return examples::with_planned_trainer<B, Model>(
+        p, [&]<class Trainer>() { return train_loop<Trainer>(backend, model, o, ctx); });
 }
 
 template <class B>
@@ -310,24 +287,8 @@ void describe_model(plan_request& request, const train_args& a, const gpt_config
     request.footprint = footprint_of<B>(model, request.batch, request.seq, request.checkpointing);
 }
 
-// --device: cpu, cuda, or auto (CUDA when this build has it and a GPU is present).
-bool use_cuda(const train_args& a) {
-    if (a.device != "cpu" && a.device != "cuda" && a.device != "auto")
-        throw error("--device must be cpu, cuda or auto, got '" + a.device + "'");
-#ifdef STRATA_WITH_CUDA
-    if (a.device == "cuda" && !cuda_backend::available())
-        throw error("--device cuda: no CUDA GPU is visible to this process", "check nvidia-smi, or use --device cpu");
-    return a.device == "cuda" || (a.device == "auto" && cuda_backend::available());
-#else
-    if (a.device == "cuda")
-        throw error("--device cuda: this strata-gpt was built without the CUDA backend",
-                    "rebuild where nvcc is found (cmake --preset cuda-release), or use --device cpu");
-    return false;
-#endif
-}
-
 int run_train(const train_args& a) {
-    const bool cuda = use_cuda(a);
+    const bool cuda = examples::use_cuda(a.device, "strata-gpt");
     if (a.tf32 && !cuda) throw error("--tf32 applies to the CUDA backend's GEMMs only", "drop --tf32, or use --device cuda");
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 

@@ -11,6 +11,7 @@
 // trainer state (optimizer.safetensors, trainer_state.json): transformers.LlamaForCausalLM loads
 // them; `--resume`, `--init-from` and `sample` take them (and `--init-from` and `sample` Hugging
 // Face Llamas of a shape the block has).
+#include "../common/example_cli.hpp"  // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
 #include "generate.hpp"     // llama::generator
 #include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
 #ifdef STRATA_WITH_CUDA
@@ -49,38 +50,8 @@ using namespace strata;
 
 namespace {
 
-// ---- tokenizers (strata-gpt's conventions) ----
-
-using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer>;
-
-any_tokenizer make_tokenizer(const std::string& spec) {
-    if (spec == "byte") return byte_tokenizer{};
-    if (spec.starts_with("gpt2:")) return gpt2_tokenizer::load(spec.substr(5));
-    throw error("unknown tokenizer '" + spec + "'", "use --tokenizer byte or --tokenizer gpt2:DIR");
-}
-
-// A checkpoint's own vocab.json + merges.txt (saved next to the weights when training with GPT-2
-// BPE), else bytes.
-std::string tokenizer_of_checkpoint(const fs::path& dir) {
-    if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) return "gpt2:" + dir.string();
-    return "byte";
-}
-
-// --device: cpu, cuda, or auto (CUDA when this build has it and a GPU is present).
-bool use_cuda(const std::string& device) {
-    if (device != "cpu" && device != "cuda" && device != "auto")
-        throw error("--device must be cpu, cuda or auto, got '" + device + "'");
-#ifdef STRATA_WITH_CUDA
-    if (device == "cuda" && !cuda_backend::available())
-        throw error("--device cuda: no CUDA GPU is visible to this process", "check nvidia-smi, or use --device cpu");
-    return device == "cuda" || (device == "auto" && cuda_backend::available());
-#else
-    if (device == "cuda")
-        throw error("--device cuda: this strata-llama was built without the CUDA backend",
-                    "rebuild where nvcc is found (cmake --preset cuda-release), or use --device cpu");
-    return false;
-#endif
-}
+using examples::make_tokenizer;
+using examples::tokenizer_of_checkpoint;
 
 // Runs f(backend) on the CPU or the CUDA backend.
 template <class F>
@@ -235,19 +206,12 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
 template <class B>
 int train_on(B& backend, const memory_plan& p, const llama::llama_model<B>& model, const train_options& o,
              run_context& ctx) {
-    using M = llama::llama_model<B>;
-    if (p.where != placement::streamed)
-        return train_loop<trainer_t<float, B, resident_placement, moments_in<device_tier>, M>>(backend, model, o, ctx);
-    const bool on_storage = p.m_home == tier_id::storage;
-    if (p.slots >= 3)
-        return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
-                          : train_loop<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, M>>(backend, model, o, ctx);
-    return on_storage ? train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, M>>(backend, model, o, ctx)
-                      : train_loop<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, M>>(backend, model, o, ctx);
+    return examples::with_planned_trainer<B, llama::llama_model<B>>(
+        p, [&]<class Trainer>() { return train_loop<Trainer>(backend, model, o, ctx); });
 }
 
 int run_train(const train_args& a) {
-    const bool cuda = use_cuda(a.device);
+    const bool cuda = examples::use_cuda(a.device, "strata-llama");
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
     // --init-from (weights) and --resume (weights, moments, step, data cursor) take the model's
@@ -341,7 +305,7 @@ int run_sample(const sample_args& a) {
                             .seed = a.seed, .bos = std::visit([](const auto& t) { return t.eot_id(); }, tok)};
     // Only the device tier is used: the weights, the activations of one max_seq context.
     const tier_options tiers{.device_bytes = physical_memory_bytes() / 4, .host_bytes = physical_memory_bytes() / 4};
-    return on_backend(use_cuda(a.device), tiers, [&]<class B>(B& backend) {
+    return on_backend(examples::use_cuda(a.device, "strata-llama"), tiers, [&]<class B>(B& backend) {
         const auto model = llama::make_llama_model<B>(loaded.config);
         llama::generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
         const auto ids = gen.generate(prompt, so);

@@ -1,0 +1,70 @@
+// What the example trainers (strata-gpt, strata-llama) share on their command lines: the
+// tokenizer a flag or a checkpoint names, the --device choice, and the trainer type a memory plan
+// asks for. Example code, not library code: both programs include it.
+#pragma once
+
+#include <strata/core/error.hpp>              // strata::error
+#include <strata/plan/planner.hpp>            // memory_plan, placement
+#include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
+#include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
+#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
+#ifdef STRATA_WITH_CUDA
+#include <strata/cuda.hpp>  // cuda_backend
+#endif
+
+#include <filesystem>  // std::filesystem
+#include <string>      // std::string
+#include <variant>     // std::variant
+
+namespace strata::examples {
+
+using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer>;
+
+// "byte" or "gpt2:DIR" (a directory with vocab.json and merges.txt).
+inline any_tokenizer make_tokenizer(const std::string& spec) {
+    if (spec == "byte") return byte_tokenizer{};
+    if (spec.starts_with("gpt2:")) return gpt2_tokenizer::load(spec.substr(5));
+    throw error("unknown tokenizer '" + spec + "'", "use --tokenizer byte or --tokenizer gpt2:DIR");
+}
+
+// The tokenizer a checkpoint directory was trained with: its own vocab.json + merges.txt (saved
+// next to the weights when training with GPT-2 BPE), else bytes.
+inline std::string tokenizer_of_checkpoint(const std::filesystem::path& dir) {
+    if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt"))
+        return "gpt2:" + dir.string();
+    return "byte";
+}
+
+// --device: cpu, cuda, or auto (CUDA when this build has it and a GPU is present).
+inline bool use_cuda(const std::string& device, const std::string& program) {
+    if (device != "cpu" && device != "cuda" && device != "auto")
+        throw error("--device must be cpu, cuda or auto, got '" + device + "'");
+#ifdef STRATA_WITH_CUDA
+    (void)program;
+    if (device == "cuda" && !cuda_backend::available())
+        throw error("--device cuda: no CUDA GPU is visible to this process", "check nvidia-smi, or use --device cpu");
+    return device == "cuda" || (device == "auto" && cuda_backend::available());
+#else
+    if (device == "cuda")
+        throw error("--device cuda: this " + program + " was built without the CUDA backend",
+                    "rebuild where nvcc is found (cmake --preset cuda-release), or use --device cpu");
+    return false;
+#endif
+}
+
+// Calls f.template operator()<Trainer>() with the trainer type the plan asks for: resident, or
+// streamed with prefetch depth slots - 1 (2 at most) and AdamW moments where the plan puts them.
+template <Backend B, class Model, class F>
+int with_planned_trainer(const memory_plan& p, F&& f) {
+    using R = typename Model::value_type;
+    if (p.where != placement::streamed)
+        return f.template operator()<trainer_t<R, B, resident_placement, moments_in<device_tier>, Model>>();
+    const bool on_storage = p.m_home == tier_id::storage;
+    if (p.slots >= 3)
+        return on_storage ? f.template operator()<trainer_t<R, B, prefetch_pipeline<2>, moments_in<storage_tier>, Model>>()
+                          : f.template operator()<trainer_t<R, B, prefetch_pipeline<2>, moments_in<host_tier>, Model>>();
+    return on_storage ? f.template operator()<trainer_t<R, B, prefetch_pipeline<1>, moments_in<storage_tier>, Model>>()
+                      : f.template operator()<trainer_t<R, B, prefetch_pipeline<1>, moments_in<host_tier>, Model>>();
+}
+
+}  // namespace strata::examples
