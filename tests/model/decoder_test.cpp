@@ -122,7 +122,7 @@ run_result run(B& backend, const Model& model, const train_options& o, int steps
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);  // memcmp of null is UB
 }
 bool same_bits(const host_blocks<float>& a, const host_blocks<float>& b) {
     if (a.size() != b.size()) return false;

@@ -121,7 +121,7 @@ run_result run(B& backend, const llama_model<B>& model, const train_options& o, 
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);  // memcmp of null is UB
 }
 bool same_bits(const host_blocks<float>& a, const host_blocks<float>& b) {
     if (a.size() != b.size()) return false;
