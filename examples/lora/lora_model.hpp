@@ -100,24 +100,35 @@ std::vector<std::span<R>> block_spans(const Model& model, std::vector<std::vecto
     return out;
 }
 
+// The weights of the model's blocks (groups 1..n_layer, where the adapters are), one host copy
+// per layer: saving or loading adapters never moves the embeddings or the final norm.
+template <class Trainer, class Model>
+std::vector<std::vector<float>> download_block_weights(Trainer& t, const Model& model) {
+    std::vector<std::vector<float>> blocks;
+    for (std::size_t l = 0; l < model.block_count(); ++l) {
+        const std::size_t g = model.block_group(l);
+        blocks.emplace_back(model.groups()[g].numel());
+        t.download(Trainer::state_kind::params, g, blocks.back());
+    }
+    return blocks;
+}
+
 // The adapters of the trainer's weights, as their own safetensors file (adapters.hpp's format).
 template <class Trainer, class Model>
 void save_model_adapters(Trainer& t, const Model& model, const std::filesystem::path& path) {
-    auto blocks = strata::download_blocks(t, Trainer::state_kind::params);
-    std::vector<std::span<const float>> spans;
-    for (std::size_t l = 0; l < model.block_count(); ++l) spans.emplace_back(blocks[model.block_group(l)]);
+    const auto blocks = download_block_weights(t, model);
+    const std::vector<std::span<const float>> spans(blocks.begin(), blocks.end());
     save_adapters<float>(path, model.block_layer_config(), model.groups()[model.block_group(0)], spans);
 }
 
 // The adapters of `path` into the trainer's weights (the base weights stay as they are).
 template <class Trainer, class Model>
 void load_model_adapters(Trainer& t, const Model& model, const std::filesystem::path& path) {
-    using kind = typename Trainer::state_kind;
-    auto blocks = strata::download_blocks(t, kind::params);
-    const auto spans = block_spans(model, blocks);
+    auto blocks = download_block_weights(t, model);
+    const std::vector<std::span<float>> spans(blocks.begin(), blocks.end());
     load_adapters<float>(path, model.block_layer_config(), model.groups()[model.block_group(0)], spans);
     for (std::size_t l = 0; l < model.block_count(); ++l)
-        t.upload(kind::params, model.block_group(l), blocks[model.block_group(l)]);
+        t.upload(Trainer::state_kind::params, model.block_group(l), blocks[l]);
 }
 
 // The merged plain GPT-2 (gpt_model<float>(base)'s host blocks): W + (alpha / r) A B in every
