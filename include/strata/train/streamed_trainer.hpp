@@ -111,8 +111,10 @@ public:
         if constexpr (std::is_same_v<MomentsTier, storage_tier>) {
             std::size_t largest = 0;
             for (const auto& g : groups) largest = std::max(largest, g.trainable_numel());
-            m_moments_staging.emplace_back(backend, shape{largest}, "adam_m.staging");
-            m_moments_staging.emplace_back(backend, shape{largest}, "adam_v.staging");
+            if (largest > 0) {  // (nothing trains: no moments, no staging; the planner counts 0)
+                m_moments_staging.emplace_back(backend, shape{largest}, "adam_m.staging");
+                m_moments_staging.emplace_back(backend, shape{largest}, "adam_v.staging");
+            }
         }
         zero_moments();
     }
