@@ -52,6 +52,16 @@ inline bool use_cuda(const std::string& device, const std::string& program) {
 #endif
 }
 
+// --activations auto|keep|recompute, and --no-checkpointing (its older spelling of keep).
+template <class Args>
+activation_policy activation_policy_of(const Args& a) {
+    if (!a.no_checkpointing) return activation_policy_from_string(a.activations);
+    if (a.activations != "auto" && a.activations != "keep")
+        throw error("--no-checkpointing (keep every block's activations) contradicts --activations " + a.activations,
+                    "pass one of them");
+    return activation_policy::keep;
+}
+
 // Calls f.template operator()<Trainer>() with the trainer type the plan asks for: resident, or
 // streamed with prefetch depth slots - 1 (2 at most) and AdamW moments where the plan puts them.
 template <Backend B, class Model, class F>

@@ -64,7 +64,8 @@ struct train_args {
     std::string init_from;
     bool tokenizer_given = false;
     int threads = 0;
-    bool no_checkpointing = false;
+    bool no_checkpointing = false;  // the older name of --activations keep
+    std::string activations = "auto";
     bool tf32 = false;
     std::size_t lora_rank = 0;  // 0: full fine-tuning / pre-training; > 0: LoRA adapters only
     double lora_alpha = 0;      // 0: 2 x rank
@@ -284,7 +285,7 @@ template <class B>
 void describe_model(plan_request& request, const train_args& a, const gpt_config& config) {
     if (a.lora_rank == 0) return;
     const auto model = lora::make_gpt2_lora_model<B>(config, lora_config_of(a));
-    request.footprint = footprint_of<B>(model, request.batch, request.seq, request.checkpointing);
+    request.footprint = footprint_of<B>(model, request.batch, request.seq);
 }
 
 int run_train(const train_args& a) {
@@ -335,7 +336,6 @@ int run_train(const train_args& a) {
     validate(o.schedule);
     o.adamw.weight_decay = a.weight_decay;
     o.clip = a.clip;
-    o.checkpointing = !a.no_checkpointing;
 
     // The plan: placement and bytes per tier, refused before anything is allocated.
     const fs::path storage_dir = a.storage_dir.empty() ? fs::temp_directory_path() / ("strata-" + std::to_string(::getpid()))
@@ -349,7 +349,7 @@ int run_train(const train_args& a) {
     if (!a.host_budget.empty()) budgets.host = parse_bytes(a.host_budget, "--host-budget");
     if (!a.storage_budget.empty()) budgets.storage = parse_bytes(a.storage_budget, "--storage-budget");
     plan_request request{.model = config, .batch = a.batch, .seq = a.seq_len, .accum = a.accum,
-                         .checkpointing = o.checkpointing, .element_bytes = sizeof(float), .budgets = budgets,
+                         .activations = examples::activation_policy_of(a), .element_bytes = sizeof(float), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
 #ifdef STRATA_WITH_CUDA
     if (cuda)
@@ -361,6 +361,7 @@ int run_train(const train_args& a) {
     describe_model<cpu_backend>(request, a, config);
     const memory_plan p = plan<cpu_backend>(request);
 #endif
+    o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
     print_line(fmt_model(config, o, cuda ? "CUDA" : "CPU"));
     if (a.lora_rank > 0) {
         const auto lc = lora_config_of(a);
@@ -498,7 +499,12 @@ int main(int argc, char** argv) {
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_flag("--tf32", t.tf32, "CUDA: let the GEMMs use TF32 tensor cores (default: strict FP32)");
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
-    train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");
+    train->add_option("--activations", t.activations,
+                      "keep, recompute, or auto: each block's activations kept on the device for the backward or "
+                      "recomputed from its input (auto: keep as many as the device budget holds)")
+        ->check(CLI::IsMember({"auto", "keep", "recompute"}))
+        ->capture_default_str();
+    train->add_flag("--no-checkpointing", t.no_checkpointing, "the same as --activations keep");
     train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections of --init-from's model (0: off)")->capture_default_str();
     train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)");
     train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)")->capture_default_str();

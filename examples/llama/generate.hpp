@@ -43,7 +43,7 @@ public:
         : m_backend(backend),
           m_model(model),
           m_stream(backend.make_stream("generate")),
-          m_act(backend, model, 1, model.max_seq(), /*checkpointing=*/true),
+          m_act(backend, model, 1, model.max_seq(), strata::kept_activations::none()),
           m_tokens(backend, strata::shape{model.max_seq()}, "generate.tokens"),
           m_targets(backend, strata::shape{model.max_seq()}, "generate.targets"),
           m_logits(backend, strata::shape{model.vocab_size()}, "generate.logits") {

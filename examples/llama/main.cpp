@@ -82,7 +82,8 @@ struct train_args {
     std::string out = "runs/llama", metrics, device = "auto";
     std::string placement = "auto", moments = "host", storage_dir;
     int threads = 0;
-    bool no_checkpointing = false, tokenizer_given = false;
+    bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
+    std::string activations = "auto";
 };
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
@@ -257,7 +258,6 @@ int run_train(const train_args& a) {
     validate(o.schedule);
     o.adamw.weight_decay = a.weight_decay;
     o.clip = a.clip;
-    o.checkpointing = !a.no_checkpointing;
 
     std::size_t device_bytes = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
 #ifdef STRATA_WITH_CUDA
@@ -272,11 +272,12 @@ int run_train(const train_args& a) {
 
     return on_backend(cuda, tiers, [&]<class B>(B& backend) {
         const auto model = llama::make_llama_model<B>(config);
-        plan_request request{.batch = a.batch, .seq = a.seq_len, .accum = a.accum, .checkpointing = o.checkpointing,
+        plan_request request{.batch = a.batch, .seq = a.seq_len, .accum = a.accum, .activations = examples::activation_policy_of(a),
                              .element_bytes = sizeof(float), .budgets = budgets,
                              .where = placement_from_string(a.placement), .moments_on_storage = a.moments == "storage"};
-        request.footprint = footprint_of<B>(model, a.batch, a.seq_len, o.checkpointing);
+        request.footprint = footprint_of<B>(model, a.batch, a.seq_len);
         const memory_plan p = plan<B>(request);
+        o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
         print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
                    std::to_string(config.n_head) + " heads, " + std::to_string(config.n_embd) + " channels, hidden " +
                    std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +
@@ -356,7 +357,12 @@ int main(int argc, char** argv) {
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
-    train->add_flag("--no-checkpointing", t.no_checkpointing, "keep every block's activations instead of recomputing them");
+    train->add_option("--activations", t.activations,
+                      "keep, recompute, or auto: each block's activations kept on the device for the backward or "
+                      "recomputed from its input (auto: keep as many as the device budget holds)")
+        ->check(CLI::IsMember({"auto", "keep", "recompute"}))
+        ->capture_default_str();
+    train->add_flag("--no-checkpointing", t.no_checkpointing, "the same as --activations keep");
 
     sample_args s;
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");

@@ -42,9 +42,9 @@ std::vector<data::batch> micro_batches(std::size_t accum, std::size_t BT) {
 }
 
 memory_plan plan_for(const model_t& model, placement where) {
-    plan_request r{.batch = 2, .seq = shape.max_seq, .accum = 2, .where = where};
+    plan_request r{.batch = 2, .seq = shape.max_seq, .accum = 2, .activations = activation_policy::recompute, .where = where};
     r.budgets = {.device = std::size_t(1) << 30, .host = std::size_t(1) << 30, .storage = 0};
-    r.footprint = footprint_of<cpu_backend>(model, r.batch, r.seq, r.checkpointing);
+    r.footprint = footprint_of<cpu_backend>(model, r.batch, r.seq);
     return plan<cpu_backend>(r);
 }
 

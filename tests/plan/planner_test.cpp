@@ -21,7 +21,7 @@ namespace {
 gpt_config small() { return {.vocab_size = 64, .max_seq = 16, .n_layer = 8, .n_head = 4, .n_embd = 64}; }
 
 plan_request request(const gpt_config& c, tier_bytes budgets) {
-    return {.model = c, .batch = 2, .seq = 16, .accum = 1, .budgets = budgets};
+    return {.model = c, .batch = 2, .seq = 16, .accum = 1, .activations = activation_policy::recompute, .budgets = budgets};
 }
 
 constexpr std::size_t big = std::size_t(1) << 40;
@@ -91,18 +91,79 @@ TEST_CASE_TEMPLATE("group bytes are the model's page-padded blocks", R, float, d
     }
 }
 
-TEST_CASE_TEMPLATE("activation bytes equal what gpt_model::activations allocates", R, float, double) {
+TEST_CASE_TEMPLATE("activation bytes equal what gpt_model::activations allocates, for any number of kept blocks", R,
+                   float, double) {
     const gpt_config c{.vocab_size = 50, .max_seq = 32, .n_layer = 3, .n_head = 4, .n_embd = 32};
-    for (bool checkpointing : {true, false})
+    for (kept_activations kept : {kept_activations::none(), kept_activations{1}, kept_activations{2},
+                                  kept_activations{3}, kept_activations::all()})
         for (auto [B, T] : {std::pair<std::size_t, std::size_t>{1, 1}, {2, 16}, {3, 32}, {5, 7}}) {
-            CAPTURE(checkpointing);
+            CAPTURE(kept.count);
             CAPTURE(B);
             CAPTURE(T);
             cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 16 << 20});
-            typename gpt_model<R, cpu_backend>::activations act(backend, c, B, T, checkpointing);
-            CHECK(gpt_activation_bytes<cpu_backend>(c, B, T, checkpointing, sizeof(R)) ==
-                  backend.budget(tier_id::device).used());
+            gpt_model<R, cpu_backend> model(c);
+            typename gpt_model<R, cpu_backend>::activations act(backend, model, B, T, kept);
+            CHECK(footprint_of<cpu_backend>(model, B, T).activation_bytes(kept) == backend.budget(tier_id::device).used());
         }
+}
+
+TEST_CASE("activation policies: recompute keeps none, keep keeps every block, auto keeps as many as the device holds") {
+    const gpt_config c = small();  // 8 blocks
+    plan_request r = request(c, {.device = big, .host = big, .storage = 0});
+    const memory_plan none = plan<cpu_backend>(r);
+    REQUIRE(none.where == placement::resident);
+    CHECK(none.kept_blocks == 0);
+    CHECK(none.block_count == 8);
+    CHECK(none.kept() == kept_activations::none());
+    r.activations = activation_policy::keep;
+    const memory_plan all = plan<cpu_backend>(r);
+    CHECK(all.kept_blocks == 8);
+    // the kept blocks have their own buffers; the shared recompute buffer goes when none recomputes
+    CHECK(all.activation_bytes - none.activation_bytes + page_size >= 7 * none.block_activation_bytes);
+    CHECK(all.to_table().find("activations device: 8 of 8 blocks keep theirs") != std::string::npos);
+    CHECK(none.to_table().find("0 of 8 blocks keep theirs") != std::string::npos);
+    r.activations = activation_policy::automatic;
+    CHECK(plan<cpu_backend>(r).kept_blocks == 8);  // room for all
+
+    // Room for exactly k more blocks than none: auto keeps k (the shared buffer stays while any
+    // block recomputes); a page less, k - 1.
+    for (std::size_t k : {1, 3, 6}) {
+        CAPTURE(k);
+        const auto footprint = footprint_of<cpu_backend>(gpt_model<float, cpu_backend>(c), r.batch, r.seq);
+        auto total_with = [&](std::size_t kept) {
+            return none.total(tier_id::device) - none.activation_bytes + footprint.activation_bytes({kept});
+        };
+        r.activations = activation_policy::automatic;
+        r.budgets.device = total_with(k);
+        const memory_plan p = plan<cpu_backend>(r);
+        CHECK(p.where == placement::resident);
+        CHECK(p.kept_blocks == k);
+        CHECK(p.total(tier_id::device) == r.budgets.device);
+        r.budgets.device -= 1;
+        CHECK(plan<cpu_backend>(r).kept_blocks == k - 1);
+    }
+    // keep refuses what recompute would fit, and says what to do
+    r.activations = activation_policy::keep;
+    r.where = placement::resident;
+    r.budgets.device = none.total(tier_id::device);
+    const std::string message = message_of(r);
+    CHECK(message.find("resident placement does not fit") != std::string::npos);
+    CHECK(message.find("recompute the blocks' activations instead of keeping them") != std::string::npos);
+}
+
+TEST_CASE("auto keeps what fits, and the resident trainer allocates exactly that plan") {
+    const gpt_config c = small();
+    plan_request r = request(c, {.device = big, .host = big, .storage = 0});
+    const memory_plan none = plan<cpu_backend>(r);
+    r.activations = activation_policy::automatic;
+    r.budgets.device = none.total(tier_id::device) + 3 * none.block_activation_bytes + 4096;
+    const memory_plan p = plan<cpu_backend>(r);
+    REQUIRE(p.kept_blocks == 3);
+    gpt_model<float, cpu_backend> model(c);
+    cpu_backend backend({.device_bytes = p.total(tier_id::device), .host_bytes = big});
+    trainer<float, cpu_backend> t(backend, model,
+                                  {.batch = r.batch, .seq = r.seq, .accum = r.accum, .activations = p.kept()});
+    CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
 }
 
 TEST_CASE("a resident plan is what the resident trainer really allocates, on the device and the host") {
@@ -183,7 +244,8 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
 TEST_CASE("slots are sized to the largest transformer block, not to larger embeddings") {
     // V = 512, C = 16: the embeddings ((512 + 8) x 16 floats) outweigh a block (12 C^2 + 13 C)
     const gpt_config c{.vocab_size = 512, .max_seq = 8, .n_layer = 3, .n_head = 2, .n_embd = 16};
-    plan_request r{.model = c, .batch = 2, .seq = 8, .budgets = {.device = big, .host = big, .storage = big}};
+    plan_request r{.model = c, .batch = 2, .seq = 8, .activations = activation_policy::recompute,
+                   .budgets = {.device = big, .host = big, .storage = big}};
     r.where = placement::streamed;
     r.slots = 2;
     r.moments_on_storage = true;
@@ -233,11 +295,11 @@ TEST_CASE("two slots when three do not fit; the least device budget is exactly t
     CHECK(message.find("--batch") != std::string::npos);
 }
 
-TEST_CASE("the hint asks for checkpointing only when it is off") {
+TEST_CASE("the hint asks to recompute activations only when the plan keeps some") {
     plan_request r = request(small(), {.device = 4096, .host = big, .storage = 0});
-    CHECK(message_of(r).find("checkpointing") == std::string::npos);
-    r.checkpointing = false;
-    CHECK(message_of(r).find("turn activation checkpointing on") != std::string::npos);
+    CHECK(message_of(r).find("recompute") == std::string::npos);
+    r.activations = activation_policy::keep;
+    CHECK(message_of(r).find("recompute the blocks' activations instead of keeping them") != std::string::npos);
 }
 
 TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold them") {

@@ -74,7 +74,7 @@ void check_streamed_plan(const gpt_config& c, double clip) {
                              .storage_bytes = p.total(tier_id::storage),
                              .storage_dir = dir.path};
     gpt_model<float, cpu_backend> model(c);
-    const train_options o{.batch = r.batch, .seq = r.seq, .accum = r.accum, .clip = clip, .checkpointing = r.checkpointing};
+    const train_options o{.batch = r.batch, .seq = r.seq, .accum = r.accum, .clip = clip, .activations = p.kept()};
     {
         cpu_backend backend(exact);
         trainer_t<float, cpu_backend, prefetch_pipeline<Depth>, moments_in<Moments>> t(backend, model, o);
@@ -148,7 +148,9 @@ TEST_CASE("the planner's own choice builds: its slots and moments' home name a t
     REQUIRE((p.slots == 2 || p.slots == 3));
     cpu_backend backend({.device_bytes = r.budgets.device, .host_bytes = r.budgets.host, .storage_bytes = 0});
     gpt_model<float, cpu_backend> model(c);
-    const train_options o{.batch = r.batch, .seq = r.seq, .accum = r.accum};
+    // auto activations: the blocks the rest of the device budget holds keep theirs
+    CHECK(p.kept_blocks > 0);
+    const train_options o{.batch = r.batch, .seq = r.seq, .accum = r.accum, .activations = p.kept()};
     auto run = [&]<std::size_t Depth>(prefetch_pipeline<Depth>) {
         trainer_t<float, cpu_backend, prefetch_pipeline<Depth>, moments_in<host_tier>> t(backend, model, o);
         t.initialize(2);

@@ -26,7 +26,7 @@ std::vector<data::batch> batch_of_pattern() {
 }  // namespace
 
 TEST_CASE("a device budget of a third of the resident footprint trains through the planner") {
-    plan_request request{.model = config, .batch = 1, .seq = 8, .accum = 1, .checkpointing = true,
+    plan_request request{.model = config, .batch = 1, .seq = 8, .accum = 1, .activations = activation_policy::recompute,
                          .element_bytes = 4, .budgets = {std::size_t{1} << 40, std::size_t{1} << 30, 0}};
     request.where = placement::resident;
     const std::size_t resident_device = plan<cpu_backend>(request).total(tier_id::device);
@@ -60,7 +60,7 @@ TEST_CASE("a device budget of a third of the resident footprint trains through t
 }
 
 TEST_CASE("a device budget below the streaming minimum is refused with the numbers, before allocating") {
-    plan_request request{.model = config, .batch = 1, .seq = 8, .accum = 1, .checkpointing = true,
+    plan_request request{.model = config, .batch = 1, .seq = 8, .accum = 1, .activations = activation_policy::recompute,
                          .element_bytes = 4, .budgets = {std::size_t{1} << 40, std::size_t{1} << 30, 0}};
     request.where = placement::streamed;
     request.slots = 2;

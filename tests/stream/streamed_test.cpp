@@ -157,3 +157,58 @@ TEST_CASE_TEMPLATE("streamed device memory is slots + activations, independent o
     CHECK(r12 - r4 > 4 * (s12 - s4));
     CHECK(s12 < r12);
 }
+
+// The optimizer overlaps the next step: step() returns before the updates finish, and the next
+// step waits per group. Saving at any step, evaluating between steps, and resuming (streamed or
+// resident) must all see the complete update: the run equals an uninterrupted resident run bit
+// for bit, whatever the activation policy of either trainer.
+TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evaluate between steps, == resident", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    B& backend = *made;
+    const auto dir = std::filesystem::temp_directory_path() / ("strata-test-overlap-" + std::to_string(::getpid()));
+    struct cleanup {
+        std::filesystem::path p;
+        ~cleanup() { std::filesystem::remove_all(p); }
+    } at_end{dir};
+    train_options o{.batch = 2, .seq = 8, .accum = 2, .clip = 0.05};
+    o.schedule = {.kind = lr_kind::cosine, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 2, .total_steps = 6};
+    const int steps = 6;
+    const auto resident = run<trainer_t<float, B>>(backend, o, steps);
+    gpt_model<float, B> model(config);
+    using streamed = trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>;
+    for (int stop : {1, 2, 5}) {
+        CAPTURE(stop);
+        std::filesystem::remove_all(dir);
+        std::vector<double> losses;
+        std::filesystem::path saved;
+        {
+            train_options keep = o;
+            keep.activations = kept_activations{2};  // some blocks keep, the others recompute
+            streamed first(backend, model, keep);
+            first.initialize(21);
+            for (int s = 0; s < stop; ++s) {
+                losses.push_back(first.step(micro_batches(s, o.accum, o.batch, o.seq)).loss);
+                if (s == 0) (void)first.evaluate(micro_batches(100, 1, o.batch, o.seq));  // drains, changes nothing
+            }
+            saved = save_checkpoint(first, dir, {});
+        }  // destroyed right after the save: the destructor drains nothing left
+        auto continue_in = [&]<class Trainer>(train_options options) {
+            Trainer t(backend, model, options);
+            t.initialize(999);  // overwritten by the checkpoint
+            (void)load_checkpoint(t, saved);
+            std::vector<double> tail = losses;
+            for (int s = stop; s < steps; ++s) tail.push_back(t.step(micro_batches(s, o.accum, o.batch, o.seq)).loss);
+            using kind = typename Trainer::state_kind;
+            CHECK(same_bits(download_blocks(t, kind::params), resident.params));
+            CHECK(same_bits(download_blocks(t, kind::adam_m), resident.m));
+            CHECK(same_bits(download_blocks(t, kind::adam_v), resident.v));
+            return tail;
+        };
+        train_options all = o;
+        all.activations = kept_activations::all();
+        CHECK(continue_in.template operator()<streamed>(all) == resident.losses);
+        CHECK(continue_in.template operator()<trainer_t<float, B>>(o) == resident.losses);
+    }
+}

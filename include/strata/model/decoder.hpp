@@ -14,8 +14,9 @@
 // gradients and no moments; with freeze_embeddings, the embeddings (and so the tied head) are
 // frozen: the LoRA setting, where only adapters inside the blocks train.
 //
-// Activation checkpointing (default): forward keeps each block's input; backward recomputes the
-// block's forward from it, then runs its backward (the Layer contract makes that bitwise exact).
+// Activations (model/activations.hpp): forward keeps each block's input and the activations of the
+// first `kept` blocks; any other block's backward recomputes its forward from the saved input
+// first (the Layer contract makes that bitwise exact).
 //
 // Initialization: a Layer may declare
 //   static void initialize(const config_type&, const param_layout&, std::span<R> block, rng&);
@@ -25,6 +26,7 @@
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/core/error.hpp>            // strata::error
+#include <strata/model/activations.hpp>     // kept_activations
 #include <strata/model/gpt.hpp>             // GroupBinder, group_use
 #include <strata/model/param_layout.hpp>    // param_layout, param_spec
 #include <strata/nn/layer.hpp>              // Layer
@@ -168,12 +170,12 @@ public:
     // The activations' device buffers of R for a B x T micro-batch, in elements (each is one
     // allocation, at least one element); besides them, two int32 buffers of B x T (tokens,
     // targets). The planner counts exactly these.
-    std::vector<std::size_t> activation_buffers(std::size_t batch, std::size_t seq, bool checkpointing) const {
+    std::vector<std::size_t> activation_buffers(std::size_t batch, std::size_t seq, kept_activations kept) const {
         const std::size_t BT = batch * seq, C = m_config.n_embd, V = m_config.vocab_size, L = m_config.n_layer;
         const std::size_t block = Block::activation_floats(m_block_config, batch, seq);
         std::vector<std::size_t> n{
             (L + 1) * BT * C,                        // 0 block inputs (the checkpoints)
-            (checkpointing ? 1 : L) * block,         // 1 blocks' saved activations
+            kept.buffers(L) * block,                 // 1 blocks' saved activations
             std::max(Block::workspace_floats(m_block_config, batch, seq),
                      Norm::workspace_floats(m_norm_config, batch, seq)),  // 2 workspace
             BT * C,                                  // 3 norm output
@@ -192,8 +194,8 @@ public:
     class activations {
     public:
         activations(backend_type& backend, const decoder_model& m, std::size_t batch, std::size_t seq,
-                    bool checkpointing)
-            : m_batch(batch), m_seq(seq), m_checkpointing(checkpointing) {
+                    kept_activations kept)
+            : m_batch(batch), m_seq(seq), m_kept(kept.of(m.m_config.n_layer)) {
             const std::size_t BT = batch * seq;
             m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
             m_tokens.emplace_back(backend, shape{BT}, "act.targets");
@@ -201,14 +203,15 @@ public:
             static constexpr const char* names[] = {"block_inputs", "block",  "workspace", "norm_out",
                                                     "norm",         "logits", "losses",    "lse",
                                                     "dlogits",      "dnorm_out", "dx"};
-            const auto sizes = m.activation_buffers(batch, seq, checkpointing);
+            const auto sizes = m.activation_buffers(batch, seq, kept);
             for (std::size_t i = 0; i < sizes.size(); ++i)
                 m_buffers.emplace_back(backend, shape{sizes[i]}, std::string("act.") + names[i]);
         }
 
         std::size_t batch() const { return m_batch; }
         std::size_t seq() const { return m_seq; }
-        bool checkpointing() const { return m_checkpointing; }
+        kept_activations kept() const { return {m_kept}; }
+        bool keeps(std::size_t layer) const { return layer < m_kept; }
         std::int32_t* tokens() { return m_tokens[0].device_data().get(); }
         std::int32_t* targets() { return m_tokens[1].device_data().get(); }
         tiered_tensor<std::int32_t, device_tier, backend_type>& tokens_tensor() { return m_tokens[0]; }
@@ -216,7 +219,7 @@ public:
         tiered_tensor<R, device_tier, backend_type>& losses_tensor() { return m_buffers[6]; }
 
         R* block_input(std::size_t layer, std::size_t BTC) { return data(0) + layer * BTC; }
-        R* block(std::size_t layer) { return data(1) + (m_checkpointing ? 0 : layer * m_block_floats); }
+        R* block(std::size_t layer) { return data(1) + std::min(layer, m_kept) * m_block_floats; }
         R* workspace() { return data(2); }
         R* norm_out() { return data(3); }
         R* norm() { return data(4); }
@@ -229,8 +232,7 @@ public:
 
     private:
         R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
-        std::size_t m_batch, m_seq, m_block_floats = 0;
-        bool m_checkpointing;
+        std::size_t m_batch, m_seq, m_kept, m_block_floats = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, backend_type>> m_tokens;
         std::vector<tiered_tensor<R, device_tier, backend_type>> m_buffers;
     };
@@ -296,7 +298,7 @@ public:
             const std::size_t g = block_group(l);
             const R* p = bind.params(g, s, group_use::backward);
             R* grad = bind.grads(g, s);
-            if (act.checkpointing()) block_forward(s, p, act, l, batch, seq);  // recompute from the saved input
+            if (!act.keeps(l)) block_forward(s, p, act, l, batch, seq);  // recompute from the saved input
             // the block's output gradient is dx((l + 1) % 2); its input gradient goes to dx(l % 2),
             // except for the first block when nothing upstream trains
             R* dinp = nullptr;

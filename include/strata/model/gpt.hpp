@@ -7,18 +7,21 @@
 // when the group is done: the resident trainer binds fixed tensors, the streaming pipeline binds
 // device slots that it fills ahead of compute.
 //
-// Activation checkpointing (default): forward keeps only each block's input; backward recomputes
-// the block's forward from it (one extra forward), then runs the block's backward.
+// Activations (model/activations.hpp): forward keeps each block's input, and the forward
+// activations of the first `kept` blocks; the backward of any other block first recomputes its
+// forward from the saved input (activation checkpointing: one extra forward), then runs.
 #pragma once
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/core/error.hpp>            // strata::error
+#include <strata/model/activations.hpp>     // kept_activations
 #include <strata/model/gpt_config.hpp>      // gpt_config
 #include <strata/model/param_layout.hpp>    // param_layout, param_spec
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
 #include <strata/train/rng.hpp>             // rng
 
+#include <algorithm>  // std::min
 #include <cmath>    // std::sqrt
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t
@@ -109,64 +112,71 @@ public:
 
     // ---- activations ----
 
-    // Device-tier buffers for micro-batches up to B x T. With checkpointing, one block's
-    // activations are shared by all blocks (recomputed in backward); without, each block keeps its own.
+    // The activations' device buffers of R for a B x T micro-batch, in elements, in the order
+    // activations allocates them (each one allocation); besides them, two int32 buffers of B x T
+    // (tokens, targets). The planner counts exactly these (footprint_of).
+    std::vector<std::size_t> activation_buffers(std::size_t batch, std::size_t seq, kept_activations kept) const {
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd, V = c.vocab_size, L = c.n_layer;
+        return {(L + 1) * BT * C,                                        // 0 block inputs (the checkpoints)
+                kept.buffers(L) * block_floats(c, batch, seq),           // 1 blocks' saved activations
+                BT * C,                                                  // 2 lnf
+                2 * BT,                                                  // 3 lnf_stats
+                BT * V,                                                  // 4 logits
+                BT,                                                      // 5 losses
+                BT,                                                      // 6 lse
+                BT * V,                                                  // 7 dlogits
+                BT * C,                                                  // 8 dlnf
+                2 * BT * C,                                              // 9 dx, two ping-pong buffers
+                block_grad_floats(c, batch, seq)};                       // 10 dblock
+    }
+
+    // Device-tier buffers for micro-batches up to B x T. Blocks that keep their activations
+    // (kept_activations: the first ones) each have their own; the others share one buffer, which
+    // their backward refills by recomputing the forward (model/activations.hpp).
     class activations {
     public:
-        activations(B& backend, const gpt_config& c, std::size_t batch, std::size_t seq, bool checkpointing)
-            : m_batch(batch), m_seq(seq), m_checkpointing(checkpointing) {
-            const std::size_t BT = batch * seq, C = c.n_embd, V = c.vocab_size;
-            auto make = [&](std::size_t n, const std::string& name) {
-                return tiered_tensor<R, device_tier, B>(backend, {n}, "act." + name);
-            };
+        activations(B& backend, const gpt_model& model, std::size_t batch, std::size_t seq, kept_activations kept)
+            : m_batch(batch), m_seq(seq), m_kept(kept.of(model.config().n_layer)) {
+            const std::size_t BT = batch * seq;
+            m_block_floats = block_floats(model.config(), batch, seq);
             m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
             m_tokens.emplace_back(backend, shape{BT}, "act.targets");
-            m_block_inputs.push_back(make((c.n_layer + 1) * BT * C, "block_inputs"));
-            const std::size_t per_block = block_floats(c, batch, seq);
-            m_block.push_back(make((checkpointing ? 1 : c.n_layer) * per_block, "block"));
-            m_rest.push_back(make(BT * C, "lnf"));
-            m_rest.push_back(make(2 * BT, "lnf_stats"));
-            m_rest.push_back(make(BT * V, "logits"));
-            m_rest.push_back(make(BT, "losses"));
-            m_rest.push_back(make(BT, "lse"));
-            m_rest.push_back(make(BT * V, "dlogits"));
-            m_rest.push_back(make(BT * C, "dlnf"));
-            m_rest.push_back(make(2 * BT * C, "dx"));  // two ping-pong buffers
-            m_rest.push_back(make(block_grad_floats(c, batch, seq), "dblock"));
+            static constexpr const char* names[] = {"block_inputs", "block", "lnf",  "lnf_stats", "logits", "losses",
+                                                    "lse",          "dlogits", "dlnf", "dx",        "dblock"};
+            const auto sizes = model.activation_buffers(batch, seq, kept);
+            for (std::size_t i = 0; i < sizes.size(); ++i)
+                m_buffers.emplace_back(backend, shape{sizes[i]}, std::string("act.") + names[i]);
         }
-        // The trainers' form (as decoder_model::activations).
-        activations(B& backend, const gpt_model& model, std::size_t batch, std::size_t seq, bool checkpointing)
-            : activations(backend, model.config(), batch, seq, checkpointing) {}
 
         std::size_t batch() const { return m_batch; }
         std::size_t seq() const { return m_seq; }
-        bool checkpointing() const { return m_checkpointing; }
+        kept_activations kept() const { return {m_kept}; }
+        bool keeps(std::size_t layer) const { return layer < m_kept; }
 
         std::int32_t* tokens() { return m_tokens[0].device_data().get(); }
         std::int32_t* targets() { return m_tokens[1].device_data().get(); }
         tiered_tensor<std::int32_t, device_tier, B>& tokens_tensor() { return m_tokens[0]; }
         tiered_tensor<std::int32_t, device_tier, B>& targets_tensor() { return m_tokens[1]; }
-        tiered_tensor<R, device_tier, B>& losses_tensor() { return m_rest[3]; }
+        tiered_tensor<R, device_tier, B>& losses_tensor() { return m_buffers[5]; }
 
-        R* block_input(std::size_t layer, std::size_t BTC) { return m_block_inputs[0].device_data().get() + layer * BTC; }
-        R* block(std::size_t layer, std::size_t per_block) {
-            return m_block[0].device_data().get() + (m_checkpointing ? 0 : layer * per_block);
-        }
-        R* lnf() { return m_rest[0].device_data().get(); }
-        R* lnf_stats() { return m_rest[1].device_data().get(); }
-        R* logits() { return m_rest[2].device_data().get(); }
-        R* losses() { return m_rest[3].device_data().get(); }
-        R* lse() { return m_rest[4].device_data().get(); }
-        R* dlogits() { return m_rest[5].device_data().get(); }
-        R* dlnf() { return m_rest[6].device_data().get(); }
-        R* dx(int which, std::size_t BTC) { return m_rest[7].device_data().get() + which * BTC; }
-        R* dblock() { return m_rest[8].device_data().get(); }
+        R* block_input(std::size_t layer, std::size_t BTC) { return data(0) + layer * BTC; }
+        R* block(std::size_t layer) { return data(1) + std::min(layer, m_kept) * m_block_floats; }
+        R* lnf() { return data(2); }
+        R* lnf_stats() { return data(3); }
+        R* logits() { return data(4); }
+        R* losses() { return data(5); }
+        R* lse() { return data(6); }
+        R* dlogits() { return data(7); }
+        R* dlnf() { return data(8); }
+        R* dx(int which, std::size_t BTC) { return data(9) + which * BTC; }
+        R* dblock() { return data(10); }
 
     private:
-        std::size_t m_batch, m_seq;
-        bool m_checkpointing;
+        R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
+        std::size_t m_batch, m_seq, m_kept, m_block_floats = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, B>> m_tokens;
-        std::vector<tiered_tensor<R, device_tier, B>> m_block_inputs, m_block, m_rest;
+        std::vector<tiered_tensor<R, device_tier, B>> m_buffers;
     };
 
     // Floats of one block's forward activations for a B x T micro-batch.
@@ -236,7 +246,7 @@ public:
             const std::size_t g = block_group(l);
             const R* p = bind.params(g, s, group_use::backward);
             R* grad = bind.grads(g, s);
-            if (act.checkpointing()) block_forward(s, p, act, l, batch, seq);  // recompute from the saved input
+            if (!act.keeps(l)) block_forward(s, p, act, l, batch, seq);  // recompute from the saved input
             block_backward(s, p, grad, act, l, batch, seq);
             bind.done(g, s, group_use::backward);
         }
@@ -270,7 +280,7 @@ private:
     block_acts carve(activations& act, std::size_t l, std::size_t batch, std::size_t seq) const {
         const auto& c = m_config;
         const std::size_t BT = batch * seq, C = c.n_embd;
-        R* p = act.block(l, block_floats(c, act.batch(), act.seq()));
+        R* p = act.block(l);
         block_acts a{};
         auto take = [&](std::size_t n) {
             R* q = p;

@@ -38,6 +38,7 @@
 #include <strata/backend/backend.hpp>     // Backend
 #include <strata/core/bytes.hpp>          // format_bytes, page_size, round_up
 #include <strata/core/error.hpp>          // strata::error
+#include <strata/model/activations.hpp>   // activation_policy, kept_activations
 #include <strata/model/gpt.hpp>           // gpt_model (activations' block sizes), gpt_*_params
 #include <strata/model/gpt_config.hpp>    // gpt_config
 #include <strata/model/param_layout.hpp>  // param_layout
@@ -101,14 +102,25 @@ inline tier_bytes default_budgets(std::size_t device_bytes, const std::filesyste
 }
 
 // What the planner needs to know of a model: the bytes of its groups and of its activations. Made
-// by footprint_of<B>(model, batch, seq, checkpointing) from the model itself.
+// by footprint_of<B>(model, batch, seq) from the model itself.
 struct model_footprint {
     std::size_t max_seq = 0;
     std::size_t parameters = 0, trainable_parameters = 0;
     std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
     std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
-    std::size_t activation_bytes = 0;          // every activation allocation, page-padded
+    // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
+    // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
+    // shared recompute buffer are one allocation of kept_activations::buffers blocks).
+    std::size_t activation_fixed_bytes = 0;
+    std::size_t block_activation_bytes = 0;
+    std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
     std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
+
+    // Device bytes of the activations when `kept` blocks keep theirs.
+    std::size_t activation_bytes(kept_activations kept) const {
+        return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1),
+                                                 page_size);
+    }
     // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
 };
 
@@ -118,7 +130,9 @@ struct plan_request {
     std::size_t batch = 4;       // micro-batch B
     std::size_t seq = 128;       // T
     std::size_t accum = 1;       // micro-batches per optimizer step
-    bool checkpointing = true;   // activation checkpointing per block
+    // keep: every block keeps its activations; recompute: none does; automatic: as many as the
+    // device budget holds once everything else is planned (memory_plan::kept_blocks).
+    activation_policy activations = activation_policy::automatic;
     std::size_t element_bytes = 4;  // 4: float, 8: double (the model's R)
     tier_bytes budgets;
     placement where = placement::automatic;
@@ -152,7 +166,10 @@ struct memory_plan {
     tier_id grads_home = tier_id::device;
     tier_id m_home = tier_id::device;
     tier_id v_home = tier_id::device;
-    tier_id activations_home = tier_id::device;  // the block inputs kept for the recompute
+    tier_id activations_home = tier_id::device;  // block inputs and kept activations
+    std::size_t block_count = 0;   // transformer blocks
+    std::size_t kept_blocks = 0;   // of them, those that keep their activations (the first ones)
+    std::size_t block_activation_bytes = 0;  // one block's saved activations
     // streamed: device buffers for block weights, and as many for their gradients (prefetch depth
     // + 1); resident: 0
     std::size_t slots = 0;
@@ -167,11 +184,13 @@ struct memory_plan {
     std::size_t largest_block_grad_bytes = 0;  // its largest trainable prefix: one gradient slot
     std::size_t pinned_group_bytes = 0;   // weights of the pinned groups (embeddings + final norm)
     std::size_t pinned_grad_bytes = 0;    // their gradients (0 when frozen)
-    std::size_t activation_bytes = 0;     // gpt_model::activations on the device
+    std::size_t activation_bytes = 0;     // the model's activations on the device (kept_blocks kept)
+    std::size_t fewest_activation_bytes = 0;  // ... with every block recomputing
     std::size_t device_staging_bytes = 0;  // the grad-norm partial sums and workspace (both placements)
     std::size_t norm_partials_bytes = 0;   // the grad-norm partial sums (on the device and the host)
     // The least device memory any streamed plan needs: 2 slots x (the largest block's weights +
-    // gradients) + the pinned groups (weights + grads) + activations + the grad norm's staging.
+    // gradients) + the pinned groups (weights + grads) + activations (every block recomputing) +
+    // the grad norm's staging.
     std::size_t min_streamed_device_bytes = 0;
 
     tier_bytes budgets;
@@ -191,6 +210,9 @@ struct memory_plan {
             if (total(t) > budgets[t]) return false;
         return true;
     }
+
+    // What the trainers' train_options::activations must be for this plan.
+    kept_activations kept() const { return {kept_blocks}; }
 
     std::string to_table() const;
 };
@@ -242,34 +264,10 @@ inline std::vector<std::size_t> gpt_group_bytes(const gpt_config& config, std::s
     });
 }
 
-// Device bytes of gpt_model<R, B>::activations for a B x T micro-batch: every tensor it allocates,
-// each padded to whole pages. Depends on the backend through ops<B>::attention_saved.
-template <Backend B>
-std::size_t gpt_activation_bytes(const gpt_config& c, std::size_t batch, std::size_t seq, bool checkpointing,
-                                 std::size_t element_bytes) {
-    return detail::with_element_type(element_bytes, [&]<class R>(R) {
-        using model = gpt_model<R, B>;
-        const std::size_t BT = batch * seq, C = c.n_embd, V = c.vocab_size, L = c.n_layer;
-        auto floats = [](std::size_t n) { return detail::charged(n * sizeof(R)); };
-        std::size_t total = 2 * detail::charged(BT * sizeof(std::int32_t));  // tokens, targets
-        total += floats((L + 1) * BT * C);                                      // block inputs (checkpoints)
-        total += floats((checkpointing ? 1 : L) * model::block_floats(c, batch, seq));  // block workspace
-        total += floats(BT * C);      // lnf
-        total += floats(2 * BT);      // lnf_stats
-        total += floats(BT * V);      // logits
-        total += floats(BT);          // losses
-        total += floats(BT);          // lse
-        total += floats(BT * V);      // dlogits
-        total += floats(BT * C);      // dlnf
-        total += floats(2 * BT * C);  // dx, ping-pong
-        total += floats(model::block_grad_floats(c, batch, seq));  // dblock
-        return total;
-    });
-}
-
-// The footprint of a model for B x T micro-batches: Model is gpt_model or a decoder_model.
+// The footprint of a model for B x T micro-batches: Model is gpt_model or a decoder_model (any
+// model with groups() and activation_buffers(batch, seq, kept_activations)).
 template <Backend B, class Model>
-model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq, bool checkpointing) {
+model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq) {
     using R = typename Model::value_type;
     model_footprint f;
     f.max_seq = model.max_seq();
@@ -279,13 +277,13 @@ model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t 
         f.group_bytes.push_back(g.bytes());
         f.trainable_bytes.push_back(g.trainable_bytes());
     }
-    if constexpr (requires { model.activation_buffers(batch, seq, checkpointing); }) {
-        f.activation_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
-        for (std::size_t n : model.activation_buffers(batch, seq, checkpointing))
-            f.activation_bytes += detail::charged(n * sizeof(R));
-    } else {
-        f.activation_bytes = gpt_activation_bytes<B>(model.config(), batch, seq, checkpointing, sizeof(R));
-    }
+    f.blocks = model.block_count();
+    // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).
+    const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
+    f.activation_fixed_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+        if (i != 1) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
+    f.block_activation_bytes = buffers[1] * sizeof(R);
     f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
     return f;
 }
@@ -295,7 +293,7 @@ namespace detail {
 struct plan_inputs {
     model_footprint model;
     std::size_t state = 0, trainable_state = 0, largest = 0, largest_block = 0, largest_block_grads = 0;
-    std::size_t pinned = 0, pinned_grads = 0, activations = 0;
+    std::size_t pinned = 0, pinned_grads = 0;
     // The step's staging on the host: tokens, targets and losses of every micro-batch (both
     // trainers allocate them once, with the trainer).
     std::size_t step_staging = 0;
@@ -305,8 +303,12 @@ struct plan_inputs {
     std::size_t norm_workspace = 0;
 };
 
-inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
+inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, std::size_t kept) {
     memory_plan p;
+    const std::size_t activations = in.model.activation_bytes({kept});
+    p.block_count = in.model.blocks;
+    p.kept_blocks = kept;
+    p.block_activation_bytes = in.model.block_activation_bytes;
     p.parameters = in.model.parameters;
     p.trainable_parameters = in.model.trainable_parameters;
     p.group_count = in.model.group_bytes.size();
@@ -317,11 +319,12 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
     p.largest_block_grad_bytes = in.largest_block_grads;
     p.pinned_group_bytes = in.pinned;
     p.pinned_grad_bytes = in.pinned_grads;
-    p.activation_bytes = in.activations;
+    p.activation_bytes = activations;
+    p.fewest_activation_bytes = in.model.activation_bytes(kept_activations::none());
     p.min_streamed_device_bytes = 2 * (in.largest_block + in.largest_block_grads) + in.pinned + in.pinned_grads +
-                                  in.activations + in.partials + in.norm_workspace;
+                                  p.fewest_activation_bytes + in.partials + in.norm_workspace;
     p.budgets = r.budgets;
-    p.of(plan_category::activations).device = in.activations;
+    p.of(plan_category::activations).device = activations;
     p.of(plan_category::staging).host = in.step_staging;
     // The grad norm's per-group partial sums: on the device with sum_of_squares' workspace, and
     // their copy on the host.
@@ -332,8 +335,8 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in) {
     return p;
 }
 
-inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in) {
-    memory_plan p = base_plan(r, in);
+inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, std::size_t kept) {
+    memory_plan p = base_plan(r, in, kept);
     p.where = placement::resident;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.trainable_state;
@@ -341,8 +344,9 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in) {
     return p;
 }
 
-inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, std::size_t slots, tier_id moments) {
-    memory_plan p = base_plan(r, in);
+inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, std::size_t slots, tier_id moments,
+                                 std::size_t kept) {
+    memory_plan p = base_plan(r, in, kept);
     p.where = placement::streamed;
     p.slots = slots;
     p.weights_home = p.grads_home = tier_id::host;
@@ -375,7 +379,8 @@ inline std::string streaming_minimum(const memory_plan& p) {
            " on the device = 2 slots x (largest block's weights " + format_bytes(p.largest_block_bytes) + " + grads " +
            format_bytes(p.largest_block_grad_bytes) + ") + pinned groups " +
            format_bytes(p.pinned_group_bytes + p.pinned_grad_bytes) +
-           " (embeddings and final layernorm, weights + grads) + activations " + format_bytes(p.activation_bytes) +
+           " (embeddings and final layernorm, weights + grads) + activations with every block recomputing " +
+           format_bytes(p.fewest_activation_bytes) +
            " + grad-norm staging " + format_bytes(p.device_staging_bytes);
 }
 
@@ -384,7 +389,7 @@ inline std::string plan_hint(const plan_request& r, const memory_plan& p) {
     auto add = [&](const std::string& h) { hint += (hint.empty() ? "" : "; ") + h; };
     if (p.total(tier_id::device) > p.budgets.device) {
         add("lower --batch (now " + std::to_string(r.batch) + ") or --seq-len (now " + std::to_string(r.seq) + ")");
-        if (!r.checkpointing) add("turn activation checkpointing on");
+        if (p.kept_blocks > 0) add("recompute the blocks' activations instead of keeping them");
         add("raise the device budget");
     }
     if (p.total(tier_id::host) > p.budgets.host) {
@@ -427,6 +432,9 @@ inline void validate(const plan_request& r, const model_footprint& model) {
 // allocates exactly this plan is trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<T>>,
 // T = host_tier or storage_tier as m_home says.
 // moments_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
+// Activations come last: the placement is chosen with the policy's fewest kept blocks (recompute
+// and auto: none; keep: all), then auto keeps as many blocks' activations as the device budget
+// still holds; the trainer takes memory_plan::kept() as train_options::activations.
 template <Backend B>
 memory_plan plan(const plan_request& request) {
     detail::plan_inputs in;
@@ -435,7 +443,7 @@ memory_plan plan(const plan_request& request) {
     } else {
         request.model.validate();
         in.model = detail::with_element_type(request.element_bytes, [&]<class R>(R) {
-            return footprint_of<B>(gpt_model<R, B>(request.model), request.batch, request.seq, request.checkpointing);
+            return footprint_of<B>(gpt_model<R, B>(request.model), request.batch, request.seq);
         });
     }
     detail::validate(request, in.model);
@@ -455,7 +463,6 @@ memory_plan plan(const plan_request& request) {
     }
     in.pinned = groups.front() + groups.back();
     in.pinned_grads = trainable.front() + trainable.back();
-    in.activations = in.model.activation_bytes;
     // The trainers' staging: per micro-batch host copies of tokens, targets and losses; and the
     // grad-norm partial sums (one double per group) on the device and on the host.
     const std::size_t BT = request.batch * request.seq;
@@ -464,25 +471,48 @@ memory_plan plan(const plan_request& request) {
     in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
                                        detail::charged(BT * request.element_bytes));
 
+    // The activations are planned last, on what the placement leaves of the device budget: the
+    // policy's fewest kept blocks decide the placement, then as many blocks as fit keep theirs.
+    const std::size_t L = in.model.blocks;
+    const std::size_t fewest = request.activations == activation_policy::keep ? L : 0;
+    const std::size_t most = request.activations == activation_policy::recompute ? 0 : L;
+    // The plan make(k) with the most kept blocks k in [fewest, most] that fits (the device bytes
+    // grow with k), or make(fewest) when even that does not fit.
+    auto most_kept = [&](auto make) {
+        memory_plan p = make(fewest);
+        if (!p.fits()) return p;
+        std::size_t lo = fewest, hi = most;  // make(lo) fits
+        while (lo < hi) {
+            const std::size_t mid = lo + (hi - lo + 1) / 2;
+            if (make(mid).fits())
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        return lo == fewest ? p : make(lo);
+    };
+
     if (request.where != placement::streamed) {
-        memory_plan resident = detail::resident_plan(request, in);
+        memory_plan resident = most_kept([&](std::size_t k) { return detail::resident_plan(request, in, k); });
         if (resident.fits()) return resident;
         if (request.where == placement::resident)
             detail::refuse(request, resident, "resident placement does not fit (weights, grads, m, v: " +
                                                   format_bytes(in.state + 3 * in.trainable_state) + ", activations " +
-                                                  format_bytes(in.activations) + ")");
+                                                  format_bytes(resident.activation_bytes) + ")");
     }
 
     auto streamed = [&](std::size_t slots) {
-        if (request.moments_on_storage) return detail::streamed_plan(request, in, slots, tier_id::storage);
-        memory_plan on_host = detail::streamed_plan(request, in, slots, tier_id::host);
-        if (on_host.total(tier_id::host) <= on_host.budgets.host) return on_host;
-        return detail::streamed_plan(request, in, slots, tier_id::storage);
+        return most_kept([&](std::size_t k) {
+            if (request.moments_on_storage) return detail::streamed_plan(request, in, slots, tier_id::storage, k);
+            memory_plan on_host = detail::streamed_plan(request, in, slots, tier_id::host, k);
+            if (on_host.total(tier_id::host) <= on_host.budgets.host) return on_host;
+            return detail::streamed_plan(request, in, slots, tier_id::storage, k);
+        });
     };
     // Why m, v are on storage when nobody asked: the host alone cannot hold them.
     auto moments_note = [&](const memory_plan& p) -> std::string {
         if (request.moments_on_storage || p.m_home != tier_id::storage) return "";
-        const memory_plan on_host = detail::streamed_plan(request, in, p.slots, tier_id::host);
+        const memory_plan on_host = detail::streamed_plan(request, in, p.slots, tier_id::host, p.kept_blocks);
         return " (AdamW m, v went to storage: with them the host would need " +
                format_bytes(on_host.total(tier_id::host)) + ")";
     };
@@ -520,8 +550,10 @@ inline std::string memory_plan::to_table() const {
     }
     out += " in " + std::to_string(group_count) + " groups\n";
     out += "homes: weights " + std::string(name_of(weights_home)) + ", grads " + std::string(name_of(grads_home)) +
-           ", m " + std::string(name_of(m_home)) + ", v " + std::string(name_of(v_home)) +
-           ", activation checkpoints " + std::string(name_of(activations_home)) + "\n";
+           ", m " + std::string(name_of(m_home)) + ", v " + std::string(name_of(v_home)) + ", activations " +
+           std::string(name_of(activations_home)) + ": " + std::to_string(kept_blocks) + " of " +
+           std::to_string(block_count) + " blocks keep theirs (" + detail::short_bytes(block_activation_bytes) +
+           " each), " + std::to_string(block_count - kept_blocks) + " recompute from their input\n";
 
     constexpr std::size_t label_width = 14, column_width = 13;
     auto row = [&](const std::string& label, auto cell) {

@@ -27,6 +27,7 @@
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
 
 #include <cstddef>  // std::size_t
+#include <functional>  // std::function
 #include <string>   // std::string
 #include <vector>   // std::vector
 
@@ -87,6 +88,9 @@ public:
         std::vector<std::size_t> grad_bytes;  // by group: its gradients' bytes (0: frozen)
         std::vector<event>* last_d2h; // by group: the newest gradient copy to the host
         bool first_micro = true;
+        // Called on the host just before group g's weights are copied to the device (may wait:
+        // the trainer's optimizer may still be writing them); empty: nothing to wait for.
+        std::function<void(std::size_t)> before_h2d;
     };
 
     void begin(pass p) {
@@ -153,6 +157,7 @@ private:
         const auto [g, u] = m_pass.order[i];
         const std::size_t k = slot_of(i);
         m_h2d.wait(m_param_free[k]);  // the slot's previous user has finished computing
+        if (m_pass.before_h2d) m_pass.before_h2d(g);
         const std::size_t bytes = m_pass.bytes[g];
         m_backend.copy(m_param_slots[k].device_data().get(), tier_id::device, m_pass.host_params[g], tier_id::host,
                        bytes, m_h2d);

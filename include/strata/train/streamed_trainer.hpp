@@ -19,14 +19,21 @@
 // No host thread reads the gradients for the norm.
 //
 // The optimizer runs on the host (offloaded_adamw: vectorized, multi-threaded, bitwise equal to
-// the resident trainer's AdamW). Exact global-norm clipping needs every gradient first, so:
-//   clip > 0:  once the norm is known (the backward is over, the last gradients may still be on
-//              their way to the host), AdamW per group on the optimizer thread, in the order the
-//              groups land, each waiting for its own gradient copy; the clip coefficient is folded
+// the resident trainer's AdamW), on its own thread, and off the critical path:
+//   clip > 0:  exact global-norm clipping needs every gradient first, so once the norm is known
+//              (the backward is over; the last gradients may still be on their way to the host)
+//              AdamW runs per group in the order the NEXT step uses them (embeddings, blocks 0..L-1,
+//              final norm), each waiting for its own gradient copy; the clip coefficient is folded
 //              into AdamW (step_block's grad_scale: g * coefficient, the one rounding the resident
 //              trainer's scale_inplace makes), so there is no separate pass over the gradients;
-//   clip == 0: AdamW of a block runs on the optimizer thread as soon as its gradients of the last
-//              micro-batch land, overlapped with the backward of the blocks before it.
+//   clip == 0: AdamW of a block runs as soon as its gradients of the last micro-batch land,
+//              overlapped with the backward of the blocks before it.
+// step() returns without waiting for the updates: they overlap the next step's forward. Each
+// group's update records an event, and the next step waits for it (a named host wait) just
+// before that group's weights are first copied to the device; nothing else waits. So the
+// forward of step N+1 reaches block g only once block g holds step N's update: no stale weights,
+// nothing speculative. evaluate(), download()/upload() (checkpoints), initialize() and the
+// destructor first complete every pending update (finish_updates(), public).
 // Both give bitwise the same weights and moments as the resident trainer (tests/stream/). One
 // difference: after a clipped step the host gradients (download(grads)) are the accumulated
 // gradients before the clip, where the resident trainer's are scaled in place.
@@ -46,6 +53,7 @@
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/train/trainer.hpp>              // train_options, step_result, trainer
 
+#include <array>        // std::array
 #include <cmath>        // std::sqrt, std::isfinite
 #include <memory>       // std::unique_ptr
 #include <optional>     // std::optional
@@ -75,7 +83,7 @@ public:
           m_io(backend.make_stream("storage I/O")),
           m_adamw(m_options.adamw),
           m_engine(backend, largest_block(model, false), largest_block(model, true)),
-          m_act(backend, model, m_options.batch, m_options.seq, m_options.checkpointing),
+          m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
           m_norm_workspace(backend, shape{detail::norm_workspace_doubles<B>(model.groups())}, "grad_norm.workspace"),
           m_norm_partials_host(backend, shape{model.groups().size()}, "grad_norm.partials.host") {
@@ -116,8 +124,23 @@ public:
                 m_moments_staging.emplace_back(backend, shape{largest}, "adam_v.staging");
             }
         }
+        m_updated.resize(groups.size());
         zero_moments();
     }
+
+    // The optimizer thread's queued updates use the members: they finish before any is destroyed.
+    ~streamed_trainer() {
+        try {
+            finish_updates();
+        } catch (...) {  // a failed update was already reported, or nobody is left to hear of it
+        }
+    }
+    streamed_trainer(const streamed_trainer&) = delete;
+    streamed_trainer& operator=(const streamed_trainer&) = delete;
+
+    // Named host wait: every update a step scheduled has finished (rethrows an update's failure).
+    // step() does not wait for them: they overlap the next step, which waits per group.
+    void finish_updates() { m_optimizer.synchronize(); }
 
     const model_type& model() const { return m_model; }
     const train_options& options() const { return m_options; }
@@ -125,7 +148,8 @@ public:
     void set_step_count(long step) { m_step = step; }
     B& backend() { return m_backend; }
     // Bytes moved per link since construction: H2D, D2H, and the storage tier's reads and writes
-    // of AdamW moments during steps (not checkpoint I/O). Read between steps.
+    // of AdamW moments during steps (not checkpoint I/O), each counted when issued (a step's
+    // moment I/O when its updates are scheduled). Read between steps.
     const transfer_counters& counters() const { return m_engine.counters(); }
 
     // Every stream of the trainer with its trace track name (H2D, compute, D2H, optimizer, storage I/O).
@@ -139,6 +163,7 @@ public:
     }
 
     void initialize(std::uint64_t seed) {
+        finish_updates();
         rng gen(seed);
         for (std::size_t g = 0; g < m_params.size(); ++g) m_model.initialize(g, m_params[g].span(), gen);
     }
@@ -153,7 +178,7 @@ public:
         const long update = m_step + 1;
         const std::size_t BT = m_options.batch * m_options.seq;
 
-        upload_pinned();
+        begin_pinned();
         for (std::size_t k = 0; k < micro.size(); ++k) {
             stage_tokens(micro[k], k);
             m_engine.begin(make_pass(/*backward=*/true, k == 0));
@@ -188,17 +213,20 @@ public:
         if (m_options.clip > 0) {
             const double coefficient = clip_coefficient(r.grad_norm, m_options.clip, update);
             // As the resident trainer: scale only when the norm is over the max, by R(coefficient).
-            schedule_adamw_after_landing(r.lr, update, coefficient < 1 ? static_cast<R>(coefficient) : R(1));
+            schedule_adamw_in_use_order(r.lr, update, coefficient < 1 ? static_cast<R>(coefficient) : R(1));
         }
-        m_optimizer.synchronize();  // named: the update is complete before the step returns
-        wait_gradients();           // named: every copy of the step has finished (already, through AdamW)
+        // No wait for the updates: the next step waits for each group's just before its weights
+        // go to the device (wait_updated).
+        wait_gradients();  // named: every copy of the step has finished (the pinned gradients' device
+                           // buffers are zeroed by the next step)
         m_step = update;
         return r;
     }
 
     double evaluate(std::span<const data::batch> batches) {
         const std::size_t BT = m_options.batch * m_options.seq;
-        upload_pinned();
+        finish_updates();
+        begin_pinned();
         double total = 0;
         std::size_t counted = 0;
         for (const auto& b : batches) {
@@ -243,7 +271,7 @@ private:
         streamed_trainer& t;
         bool last_micro;
         const R* params(std::size_t g, stream& s, group_use u) {
-            if (t.pinned(g)) return t.m_pinned_params[t.pinned_index(g)].device_data().get();
+            if (t.pinned(g)) return t.pinned_params(g);
             return t.m_engine.params(g, s, u);
         }
         R* grads(std::size_t g, stream& s) {
@@ -283,6 +311,7 @@ private:
             }
         p.last_d2h = &m_last_d2h;
         p.first_micro = first_micro;
+        p.before_h2d = [this](std::size_t g) { wait_updated(g); };
         return p;
     }
 
@@ -296,14 +325,28 @@ private:
         m_act.targets_tensor().copy_from(tgt, m_compute);
     }
 
-    // Pinned groups: this step's weights up, zeroed gradients (compute waits for both).
-    void upload_pinned() {
-        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) {
-            auto& dev = m_pinned_params[pinned_index(g)];
+    // Named host wait: the previous step's update of group g has finished, so its host weights
+    // are final. Called just before they are first copied to the device in a pass.
+    void wait_updated(std::size_t g) { m_updated[g].wait(); }
+
+    // Pinned groups at the start of a pass: zeroed gradients; their weights go up at first use
+    // (pinned_params), once their update has finished: the final norm's comes last.
+    void begin_pinned() {
+        m_pinned_uploaded = {false, false};
+        for (std::size_t g : {std::size_t{0}, m_model.final_group()})
+            if (auto& grads = m_pinned_grads[pinned_index(g)]) op::zero(m_compute, grads->device_data().get(), grads->numel());
+    }
+    // The device copy of pinned group g for this step, uploaded at its first use (compute waits).
+    const R* pinned_params(std::size_t g) {
+        const std::size_t i = pinned_index(g);
+        auto& dev = m_pinned_params[i];
+        if (!m_pinned_uploaded[i]) {
+            wait_updated(g);
             m_compute.wait(dev.copy_from(m_params[g], m_engine.h2d()));
             m_engine.counters().h2d_bytes += dev.bytes();
-            if (auto& grads = m_pinned_grads[pinned_index(g)]) op::zero(m_compute, grads->device_data().get(), grads->numel());
+            m_pinned_uploaded[i] = true;
         }
+        return dev.device_data().get();
     }
     void download_pinned_grads() {
         for (std::size_t g : {std::size_t{0}, m_model.final_group()})
@@ -327,17 +370,18 @@ private:
         return detail::global_norm(m_model.groups(), partials.span());
     }
 
-    // clip == 0: each block's AdamW waits only for its own gradients of the last micro-batch.
-    void schedule_overlapped_adamw(double lr, long update) { schedule_adamw_after_landing(lr, update, R(1)); }
 
-    // AdamW of every group on the optimizer thread, each behind its own last gradient copy, in the
-    // order they land: the blocks from the last to the first, then the pinned groups.
-    void schedule_adamw_after_landing(double lr, long update, R grad_scale) {
-        for (std::size_t g = m_grads.size(); g-- > 0;) {
-            if (pinned(g)) continue;
-            enqueue_adamw(g, lr, update, grad_scale);
-        }
-        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) enqueue_adamw(g, lr, update, grad_scale);
+    // clip == 0: AdamW of every group on the optimizer thread, each behind its own last gradient
+    // copy, in the order they land: the blocks from the last to the first, then the pinned groups.
+    void schedule_overlapped_adamw(double lr, long update) {
+        for (std::size_t g = m_grads.size(); g-- > 0;)
+            if (!pinned(g)) enqueue_adamw(g, lr, update, R(1));
+        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) enqueue_adamw(g, lr, update, R(1));
+    }
+    // clip > 0 (the norm is known): in the order the next step uses the groups, so that its
+    // forward waits as little as possible (group order: embeddings, blocks, final norm).
+    void schedule_adamw_in_use_order(double lr, long update, R grad_scale) {
+        for (std::size_t g = 0; g < m_grads.size(); ++g) enqueue_adamw(g, lr, update, grad_scale);
     }
     void enqueue_adamw(std::size_t g, double lr, long update, R grad_scale) {
         if (!m_grads[g]) return;  // frozen
@@ -348,6 +392,11 @@ private:
                 adamw_group(g, lr, update, grad_scale);
             },
             "adamw");
+        m_updated[g] = m_optimizer.record();
+        if constexpr (std::is_same_v<MomentsTier, storage_tier>) {  // counted when issued, on this thread
+            m_engine.counters().storage_read_bytes += m_m[g]->bytes() + m_v[g]->bytes();
+            m_engine.counters().storage_write_bytes += m_m[g]->bytes() + m_v[g]->bytes();
+        }
     }
 
     // AdamW over one group, tensor by tensor (weight decay per tensor), the clip folded in as
@@ -374,16 +423,11 @@ private:
         } else {
             auto m = m_moments_staging[0].view().flat(0, mg.shape());
             auto v = m_moments_staging[1].view().flat(0, vg.shape());
-            // The storage counters are only touched here, on the optimizer thread (the other
-            // counters on the host thread: separate fields), and read after the step's named wait.
-            auto& counted = m_engine.counters();
             copy_async(m_backend, m, mg.view(), m_io);
             copy_async(m_backend, v, vg.view(), m_io).wait();  // named: moments read from storage
-            counted.storage_read_bytes += mg.bytes() + vg.bytes();
             run(m.data(), v.data());
             copy_async(m_backend, mg.view(), m, m_io);
             copy_async(m_backend, vg.view(), v, m_io).wait();  // named: moments written back before the staging is reused
-            counted.storage_write_bytes += mg.bytes() + vg.bytes();
         }
     }
 
@@ -397,6 +441,7 @@ private:
     }
 
     void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
+        finish_updates();  // the state of the last step, complete
         auto frozen = [&] {
             return error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
         };
@@ -452,6 +497,8 @@ private:
     std::vector<tiered_tensor<R, host_tier, B>> m_staged_losses;             // (accum) per-token losses
     std::vector<tiered_tensor<R, host_tier, B>> m_moments_staging;           // moments on storage: m, v of one group
     std::vector<event> m_last_d2h;
+    std::vector<cpu::event> m_updated;  // by group: its last scheduled update (empty: none pending)
+    std::array<bool, 2> m_pinned_uploaded{};  // this pass: the pinned groups' weights are on the device
     long m_step = 0;
 };
 

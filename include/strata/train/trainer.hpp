@@ -23,6 +23,7 @@
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/data/loader.hpp>           // data::batch
 #include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
+#include <strata/model/activations.hpp>     // kept_activations
 #include <strata/model/gpt.hpp>             // gpt_model, GroupBinder
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
@@ -48,7 +49,10 @@ struct train_options {
     lr_schedule schedule{};
     adamw_hparams adamw{};
     double clip = 1.0;           // max global gradient norm; 0 disables clipping
-    bool checkpointing = true;   // activation checkpointing per block
+    // Blocks whose forward activations stay for the backward (the first ones); the others keep
+    // only their input and recompute (model/activations.hpp). The planner's memory_plan::kept
+    // says how many fit; none() keeps the least memory, all() recomputes nothing.
+    kept_activations activations = kept_activations::none();
 };
 
 struct step_result {
@@ -138,7 +142,7 @@ public:
           m_model(model),
           m_options(std::move(options)),
           m_compute(backend.make_stream("compute")),
-          m_act(backend, model, m_options.batch, m_options.seq, m_options.checkpointing) {
+          m_act(backend, model, m_options.batch, m_options.seq, m_options.activations) {
         validate(m_options.adamw);
         if (m_options.seq > model.max_seq())
             throw error("sequence length " + std::to_string(m_options.seq) + " exceeds the model's context " +
