@@ -93,7 +93,7 @@ def time_steps(step, warmup, steps):
         loss = step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
-    return times, float(loss)
+    return times, float(loss.detach())
 
 
 def pinned_host_peak_bytes():
