@@ -15,17 +15,14 @@
 #   PyTorch FSDP2 + CPUOffloadPolicy, one rank:           1.5B FP32, then 124M FP32
 # 124M runs: 3 warm-up + 10 timed steps; 1.5B runs: 2 + 5 (strata: one more, traced, untimed).
 #
-# Wall time on the H200 (DESIGN.md's and issue 12's step times; init measured or estimated):
-#   configure + CUDA build of strata_bench_gpt_step (-j16)            ~150-180 s
-#   strata 124M: 4 resident runs ~5 s each, streamed ~8 s (2 GB pinned) ~30 s
-#   strata 1.5B: init ~25 s each (1.56e9 normal draws on one thread; streamed also pins
-#                25 GB at ~1.8 GiB/s, ~14 s), steps 8 x 1.0-1.65 s:
-#                resident recompute ~37 s, keep ~34 s, streamed ~55 s     ~125 s
-#   PyTorch eager: imports ~8 s per process; 124M 13 x 0.17 s, TF32 13 x 0.08 s;
-#                1.5B 7 x 1.0 s + model on the GPU ~3 s                  ~55 s
-#   FSDP2 1.5B: imports, model, sharding + pinning 6 GB ~15 s, 7 x 2.3-2.6 s ~35 s
-#   FSDP2 124M (if time is left)                                         ~20 s
-#   total                                                               ~6.5-7.5 min
+# Wall time on the H200, measured in a trial call (2026-12-01, fresh machine): 382 s in all.
+#   configure + CUDA build of strata_bench_gpt_step (-j16)                   65 s
+#   strata 124M: 4 resident runs 5-7 s each, streamed 7 s                   33 s
+#   strata 1.5B: initialization 34-51 s per run (1.56e9 normal draws on one thread, pinning);
+#                resident recompute 50 s, keep 42 s, streamed 63 s            155 s
+#   PyTorch eager: 124M 20 s, TF32 15 s, 1.5B 24 s (imports ~8 s each)       60 s
+#   FSDP2: 1.5B 49 s (2.4 s/step), 124M 19 s                                 68 s
+# A build that takes 3 minutes (cold caches) still leaves ~2 minutes of margin.
 # Every run has its own timeout, and the whole call a deadline ($COMPARE_BUDGET_S, default 540 s
 # after the start): a run that would start too close to it is skipped, one that runs past it is
 # ended, and the table still comes, with "failed", "timeout" or "skipped" in those rows.
@@ -105,11 +102,11 @@ strata_cmd "$small" "${s_small[@]}" --placement streamed --activations keep --tr
 run "$small-fp32-strata-streamed-keep" strata-streamed-keep "$small" fp32 90 20 "${cmd[@]}"
 log "strata, $large"
 strata_cmd "$large" "${s_large[@]}" --activations recompute
-run "$large-fp32-strata-resident-recompute" strata-resident-recompute "$large" fp32 120 45 "${cmd[@]}"
+run "$large-fp32-strata-resident-recompute" strata-resident-recompute "$large" fp32 120 60 "${cmd[@]}"
 strata_cmd "$large" "${s_large[@]}" --activations keep
-run "$large-fp32-strata-resident-keep" strata-resident-keep "$large" fp32 120 45 "${cmd[@]}"
+run "$large-fp32-strata-resident-keep" strata-resident-keep "$large" fp32 120 55 "${cmd[@]}"
 strata_cmd "$large" "${s_large[@]}" --placement streamed --activations keep --trace "$OUT/trace-$large-streamed-keep.json"
-run "$large-fp32-strata-streamed-keep" strata-streamed-keep "$large" fp32 150 60 "${cmd[@]}"
+run "$large-fp32-strata-streamed-keep" strata-streamed-keep "$large" fp32 150 75 "${cmd[@]}"
 
 torch_args_small=(--model "$small" --batch "${s_small[0]}" --seq "$seq" --warmup "${s_small[1]}" --steps "${s_small[2]}")
 torch_args_large=(--model "$large" --batch "${s_large[0]}" --seq "$seq" --warmup "${s_large[1]}" --steps "${s_large[2]}")
@@ -118,8 +115,8 @@ run "$small-fp32-pytorch-eager-sdpa" pytorch-eager-sdpa "$small" fp32 90 25 pyth
 run "$small-tf32-pytorch-eager-sdpa" pytorch-eager-sdpa "$small" tf32 90 25 python3 bench/torch_gpt2_step.py "${torch_args_small[@]}" --sdpa --tf32
 run "$large-fp32-pytorch-eager-sdpa" pytorch-eager-sdpa "$large" fp32 120 40 python3 bench/torch_gpt2_step.py "${torch_args_large[@]}" --sdpa
 log "PyTorch FSDP2, CPUOffloadPolicy, one rank"
-run "$large-fp32-pytorch-fsdp2-offload" pytorch-fsdp2-offload "$large" fp32 150 50 python3 bench/torch_fsdp2_offload_step.py "${torch_args_large[@]}"
-run "$small-fp32-pytorch-fsdp2-offload" pytorch-fsdp2-offload "$small" fp32 90 35 python3 bench/torch_fsdp2_offload_step.py "${torch_args_small[@]}"
+run "$large-fp32-pytorch-fsdp2-offload" pytorch-fsdp2-offload "$large" fp32 150 60 python3 bench/torch_fsdp2_offload_step.py "${torch_args_large[@]}"
+run "$small-fp32-pytorch-fsdp2-offload" pytorch-fsdp2-offload "$small" fp32 90 25 python3 bench/torch_fsdp2_offload_step.py "${torch_args_small[@]}"
 
 log "table"
 if commit=$(git rev-parse --short HEAD 2>/dev/null); then

@@ -95,7 +95,7 @@ def row_cells(r):
     if rss is not None:
         host += f" / {rss / GIB:.1f}"
     notes = []
-    if "transfer_hidden_fraction" in res:
+    if "transfer_hidden_fraction" in res and res.get("placement") == "streamed":
         notes.append(f"transfers hidden {res['transfer_hidden_fraction']:.0%}")
     if res.get("optimizer"):
         notes.append(f"AdamW {res['optimizer']}")
@@ -130,8 +130,10 @@ def ratio_lines(records):
         what = f"{model} {precision.upper()}: {a_label} vs {b_label}"
         if a and b:
             ratio = b["result"]["ms_per_step"] / a["result"]["ms_per_step"]
-            if a_prefix != a["system"] or b_prefix != b["system"]:
-                what += f" ({SYSTEM_NAMES.get(a['system'], a['system'])} / {SYSTEM_NAMES.get(b['system'], b['system'])})"
+            chosen = [SYSTEM_NAMES.get(run["system"], run["system"]) for run, label in ((a, a_label), (b, b_label))
+                      if "fastest" in label]
+            if chosen:
+                what += f" (fastest: {', '.join(chosen)})"
             verdict = "-" if target is None else ("met" if ratio >= target else "**not met**")
             lines.append((what, f"{ratio:.2f}", fmt(target, ".2f"), verdict))
         else:
