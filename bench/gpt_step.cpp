@@ -3,10 +3,19 @@
 // GPU with the same shape, batch and hyperparameters (clip 1.0, AdamW lr 3e-4, betas 0.9/0.95).
 //
 //   strata_bench_gpt_step --model 124M --batch 8 --seq 1024 --steps 10 [--placement streamed]
+//                         [--activations recompute|keep] [--no-checkpointing (= keep)]
 //                         [--moments storage --storage-dir DIR] [--tf32] [--device cpu|cuda]
+//                         [--warmup N] [--no-profile] [--trace FILE]
 //
-// Prints a JSON line (median ms/step, tokens/s, peak device bytes, transfer hidden fraction) and,
-// from a trace of one step, the time per op summed over the step, per stream.
+// Prints a JSON line (median ms/step, tokens/s, model TFLOP/s, peak device bytes, peak host RSS,
+// transfer hidden fraction) and, from a trace of one more step, the time per op summed over the
+// step, per stream. bench/compare.sh runs it next to the PyTorch peers and tabulates the lines.
+//
+// Model FLOPs per step, as the peers count them (bench/compare_table.py): 6 x parameters x tokens
+// (forward 2, backward 4 per parameter per token; the recompute of --activations recompute is not
+// counted: it is work the model does not need), and, stated separately, causal attention's
+// 6 x n_layer x T x C per token (Q K^T and P V, 2 x 2 x T x C per token forward at full T x T, half
+// of it under the causal mask, x3 for forward and backward).
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/plan/planner.hpp>
 #include <strata/report/trace.hpp>
@@ -18,6 +27,8 @@
 #endif
 
 #include <nlohmann/json.hpp>
+
+#include <sys/resource.h>  // getrusage: the peak resident set of this process
 
 #include <algorithm>
 #include <chrono>
@@ -36,10 +47,28 @@ namespace {
 
 struct args {
     std::string model = "124M", placement = "resident", moments = "host", storage_dir, device = "cuda", trace;
+    std::string activations = "recompute";
     std::size_t batch = 8, seq = 1024, accum = 1;
-    int steps = 10;
+    int steps = 10, warmup = 2;
     bool tf32 = false, profile = true;
 };
+
+// --activations: the blocks' forward activations kept for the backward, or each block's input only
+// and its forward run again in the backward (activation checkpointing). The one place that maps the
+// flag onto train_options.
+void set_activations(train_options& o, const std::string& policy) {
+    if (policy == "keep") o.checkpointing = false;
+    else if (policy == "recompute") o.checkpointing = true;
+    else throw error("--activations must be keep or recompute, got " + policy, "keep: no recompute, more device memory");
+}
+
+// Peak resident set size of this process (Linux reports kilobytes). Memory the CUDA driver maps for
+// pinned buffers may not count here: the JSON has the host tier's own peak next to it.
+std::size_t peak_rss_bytes() {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<std::size_t>(u.ru_maxrss) * 1024;
+}
 
 gpt_config shape_of(const std::string& name, std::size_t seq) {
     gpt_config c{.vocab_size = 50257, .max_seq = std::max<std::size_t>(1024, seq)};
@@ -67,16 +96,19 @@ template <class Trainer, class B>
 int bench(B& backend, const gpt_config& c, const args& a) {
     gpt_model<float, B> model(c);
     train_options o{.batch = a.batch, .seq = a.seq, .accum = a.accum, .clip = 1.0};
-    o.schedule = {.kind = lr_kind::constant, .lr = 3e-4, .min_lr = 3e-4, .warmup_steps = 0, .total_steps = a.steps + 3};
+    o.schedule = {.kind = lr_kind::constant, .lr = 3e-4, .min_lr = 3e-4, .warmup_steps = 0, .total_steps = a.warmup + a.steps + 1};
+    set_activations(o, a.activations);
+    const auto init_start = std::chrono::steady_clock::now();
     Trainer t(backend, model, o);
     t.initialize(1);
+    const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count();
     trace_recorder trace;
     std::vector<double> ms;
     double loss = 0, hidden = 0;
-    const int warmup = 2;
-    for (int s = 0; s < warmup + a.steps; ++s) {
+    const int warmup = a.warmup;
+    for (int s = 0; s < warmup + a.steps + (a.profile ? 1 : 0); ++s) {
         const auto micro = batches(c, a, s);
-        const bool traced = a.profile && s == warmup + a.steps - 1;  // the last step, after the timed ones' caches
+        const bool traced = a.profile && s == warmup + a.steps;  // one more step after the timed ones
         if (traced)
             t.for_each_stream([&](std::string_view track, auto& st) {
                 st.set_tracer([rec = &trace, name = std::string(track)](std::string_view what, auto b, auto e) {
@@ -98,13 +130,22 @@ int bench(B& backend, const gpt_config& c, const args& a) {
     }
     std::sort(ms.begin(), ms.end());
     const double median = ms.empty() ? 0 : ms[ms.size() / 2];
+    const double tokens = static_cast<double>(a.batch * a.seq * a.accum);
+    const double model_flops = 6.0 * static_cast<double>(c.parameter_count()) * tokens;
+    const double attention_flops = 6.0 * static_cast<double>(c.n_layer * a.seq * c.n_embd) * tokens;  // causal
+    const auto per_s = [&](double per_step) { return median > 0 ? per_step / median * 1e3 : 0.0; };
     nlohmann::json out{{"bench", "strata"}, {"device", B::name}, {"model", a.model}, {"params", c.parameter_count()},
+                       {"n_layer", c.n_layer}, {"n_embd", c.n_embd},
                        {"batch", a.batch}, {"seq", a.seq}, {"accum", a.accum}, {"placement", a.placement},
+                       {"activations", a.activations},
                        {"moments", a.placement == "streamed" ? a.moments : "device"}, {"tf32", a.tf32},
+                       {"steps", a.steps}, {"warmup", warmup}, {"init_s", init_s},
                        {"ms_per_step", median}, {"ms_min", ms.empty() ? 0 : ms.front()},
-                       {"tokens_per_s", median > 0 ? static_cast<double>(a.batch * a.seq * a.accum) / median * 1e3 : 0},
+                       {"tokens_per_s", per_s(tokens)},
+                       {"model_tflops", per_s(model_flops) * 1e-12}, {"attention_tflops", per_s(attention_flops) * 1e-12},
                        {"device_peak_bytes", backend.budget(tier_id::device).peak()},
-                       {"host_peak_bytes", backend.budget(tier_id::host).peak()}, {"loss", loss}};
+                       {"host_peak_bytes", backend.budget(tier_id::host).peak()},
+                       {"host_peak_rss_bytes", peak_rss_bytes()}, {"loss", loss}};
     if (a.profile) out["transfer_hidden_fraction"] = hidden;
     std::cout << out.dump() << std::endl;
     if (a.profile) {
@@ -166,6 +207,9 @@ int main(int argc, char** argv) {
             else if (k == "--seq") a.seq = std::stoul(value());
             else if (k == "--accum") a.accum = std::stoul(value());
             else if (k == "--steps") a.steps = std::stoi(value());
+            else if (k == "--warmup") a.warmup = std::stoi(value());
+            else if (k == "--activations") a.activations = value();
+            else if (k == "--no-checkpointing") a.activations = "keep";
             else if (k == "--placement") a.placement = value();
             else if (k == "--moments") a.moments = value();
             else if (k == "--storage-dir") a.storage_dir = value();
@@ -178,6 +222,14 @@ int main(int argc, char** argv) {
             std::cerr << "strata_bench_gpt_step: " << e.what() << std::endl;
             return 2;
         }
+    }
+    try {
+        if (a.steps < 1 || a.warmup < 0) throw error("--steps must be >= 1 and --warmup >= 0", "e.g. --warmup 2 --steps 10");
+        train_options probe;
+        set_activations(probe, a.activations);  // a bad value fails before the model is built
+    } catch (const std::exception& e) {
+        std::cerr << "strata_bench_gpt_step: " << e.what() << std::endl;
+        return 2;
     }
     try {
 #ifdef STRATA_WITH_CUDA
