@@ -57,8 +57,8 @@ struct args {
 // and its forward run again in the backward (activation checkpointing). The one place that maps the
 // flag onto train_options.
 void set_activations(train_options& o, const std::string& policy) {
-    if (policy == "keep") o.checkpointing = false;
-    else if (policy == "recompute") o.checkpointing = true;
+    if (policy == "keep") o.activations = kept_activations::all();
+    else if (policy == "recompute") o.activations = kept_activations::none();
     else throw error("--activations must be keep or recompute, got " + policy, "keep: no recompute, more device memory");
 }
 
