@@ -4,6 +4,7 @@
 #pragma once
 
 #include <strata/core/error.hpp>              // strata::error
+#include <strata/model/activations.hpp>        // activation_policy
 #include <strata/plan/planner.hpp>            // memory_plan, placement
 #include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
@@ -11,6 +12,8 @@
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend
 #endif
+
+#include <CLI/CLI.hpp>  // CLI::App
 
 #include <filesystem>  // std::filesystem
 #include <string>      // std::string
@@ -52,7 +55,19 @@ inline bool use_cuda(const std::string& device, const std::string& program) {
 #endif
 }
 
-// --activations auto|keep|recompute, and --no-checkpointing (its older spelling of keep).
+// --activations auto|keep|recompute, and --no-checkpointing (its older spelling of keep), into
+// a.activations and a.no_checkpointing.
+template <class Args>
+void add_activation_options(CLI::App& train, Args& a) {
+    train.add_option("--activations", a.activations,
+                     "keep, recompute, or auto: each block's activations kept on the device for the backward or "
+                     "recomputed from its input (auto: keep as many as the device budget holds)")
+        ->check(CLI::IsMember({"auto", "keep", "recompute"}))
+        ->capture_default_str();
+    train.add_flag("--no-checkpointing", a.no_checkpointing, "the same as --activations keep");
+}
+
+// The policy those options ask for.
 template <class Args>
 activation_policy activation_policy_of(const Args& a) {
     if (!a.no_checkpointing) return activation_policy_from_string(a.activations);

@@ -499,12 +499,7 @@ int main(int argc, char** argv) {
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_flag("--tf32", t.tf32, "CUDA: let the GEMMs use TF32 tensor cores (default: strict FP32)");
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
-    train->add_option("--activations", t.activations,
-                      "keep, recompute, or auto: each block's activations kept on the device for the backward or "
-                      "recomputed from its input (auto: keep as many as the device budget holds)")
-        ->check(CLI::IsMember({"auto", "keep", "recompute"}))
-        ->capture_default_str();
-    train->add_flag("--no-checkpointing", t.no_checkpointing, "the same as --activations keep");
+    examples::add_activation_options(*train, t);
     train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections of --init-from's model (0: off)")->capture_default_str();
     train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)");
     train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)")->capture_default_str();

@@ -357,12 +357,7 @@ int main(int argc, char** argv) {
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
-    train->add_option("--activations", t.activations,
-                      "keep, recompute, or auto: each block's activations kept on the device for the backward or "
-                      "recomputed from its input (auto: keep as many as the device budget holds)")
-        ->check(CLI::IsMember({"auto", "keep", "recompute"}))
-        ->capture_default_str();
-    train->add_flag("--no-checkpointing", t.no_checkpointing, "the same as --activations keep");
+    examples::add_activation_options(*train, t);
 
     sample_args s;
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
