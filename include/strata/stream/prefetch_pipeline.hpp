@@ -109,10 +109,11 @@ public:
     }
 
     R* grads(std::size_t g, stream& compute) {
-        const std::size_t k = slot_of(m_used);
-        if (m_pass.order[m_used].first != g || m_pass.order[m_used].second != group_use::backward)
+        if (m_used >= m_pass.order.size() || m_pass.order[m_used].first != g ||
+            m_pass.order[m_used].second != group_use::backward)
             throw error("prefetch_pipeline: gradients of group " + std::to_string(g) + " asked for outside its backward");
         if (m_pass.grad_bytes[g] == 0) return nullptr;  // frozen
+        const std::size_t k = slot_of(m_used);
         compute.wait(m_grad_ready[k]);
         return m_grad_slots[k].device_data().get();
     }
@@ -127,6 +128,13 @@ public:
     }
 
     void done(std::size_t g, stream& compute, group_use u) {
+        // A wrong group or use here would release the wrong slot, or copy a slot's gradients into
+        // another group's home.
+        if (m_used >= m_pass.order.size() || m_pass.order[m_used].first != g || m_pass.order[m_used].second != u)
+            throw error("prefetch_pipeline: done() for group " + std::to_string(g) + " (" +
+                            (u == group_use::forward ? "forward" : "backward") +
+                            ") does not end the use in progress (use " + std::to_string(m_used) + ")",
+                        "the model's pass order and the pipeline's plan disagree: a bug in the model binder");
         const std::size_t k = slot_of(m_used);
         event finished = compute.record();
         m_param_free[k] = finished;

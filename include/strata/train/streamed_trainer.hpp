@@ -19,15 +19,14 @@
 // No host thread reads the gradients for the norm.
 //
 // The optimizer runs on the host (offloaded_adamw: vectorized, multi-threaded, bitwise equal to
-// the resident trainer's AdamW), on its own thread, and off the critical path:
-//   clip > 0:  exact global-norm clipping needs every gradient first, so once the norm is known
-//              (the backward is over; the last gradients may still be on their way to the host)
-//              AdamW runs per group in the order the NEXT step uses them (embeddings, blocks 0..L-1,
-//              final norm), each waiting for its own gradient copy; the clip coefficient is folded
-//              into AdamW (step_block's grad_scale: g * coefficient, the one rounding the resident
-//              trainer's scale_inplace makes), so there is no separate pass over the gradients;
-//   clip == 0: AdamW of a block runs as soon as its gradients of the last micro-batch land,
-//              overlapped with the backward of the blocks before it.
+// the resident trainer's AdamW), on its own thread, and off the critical path. Once the loss and
+// the norm are known to be finite (the backward is over; the last gradients may still be on their
+// way to the host), AdamW runs per group in the order the NEXT step uses them (embeddings, blocks
+// 0..L-1, final norm), each waiting for its own gradient copy. With clip > 0 the clip coefficient
+// is folded into AdamW (step_block's grad_scale: g * coefficient, the one rounding the resident
+// trainer's scale_inplace makes), so there is no separate pass over the gradients. With clip == 0
+// too, no update starts before the norm is known: a NaN step must leave the state untouched, as
+// the resident trainer does (an update started during the backward could not be taken back).
 // step() returns without waiting for the updates: they overlap the next step's forward. Each
 // group's update records an event, and the next step waits for it (a named host wait) just
 // before that group's weights are first copied to the device; nothing else waits. So the
@@ -57,6 +56,7 @@
 #include <cmath>        // std::sqrt, std::isfinite
 #include <memory>       // std::unique_ptr
 #include <optional>     // std::optional
+#include <string_view>  // std::string_view
 #include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
 
@@ -128,13 +128,9 @@ public:
         zero_moments();
     }
 
-    // The optimizer thread's queued updates use the members: they finish before any is destroyed.
-    ~streamed_trainer() {
-        try {
-            finish_updates();
-        } catch (...) {  // a failed update was already reported, or nobody is left to hear of it
-        }
-    }
+    // Queued work (the optimizer's updates; after a failed step, the rest of that step) uses the
+    // members: it finishes before any is destroyed.
+    ~streamed_trainer() { drain(); }
     streamed_trainer(const streamed_trainer&) = delete;
     streamed_trainer& operator=(const streamed_trainer&) = delete;
 
@@ -175,52 +171,12 @@ public:
 
     step_result step(std::span<const data::batch> micro) {
         const std::size_t counted = detail::check_micro_batches(micro, m_options, m_step + 1, m_model.vocab_size());
-        const long update = m_step + 1;
-        const std::size_t BT = m_options.batch * m_options.seq;
-
-        begin_pinned();
-        for (std::size_t k = 0; k < micro.size(); ++k) {
-            stage_tokens(micro[k], k);
-            m_engine.begin(make_pass(/*backward=*/true, k == 0));
-            binder bind{*this, /*last_micro=*/k + 1 == micro.size()};
-            m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
-                                     m_compute);
-            m_engine.end();
-            copy_async(m_backend, m_staged_losses[k].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
-        }
-        download_pinned_grads();  // also the pinned groups' sums of squares
-
-        step_result r;
-        r.step = update;
-        r.tokens = BT * micro.size();
-        r.counted = counted;
-        r.lr = lr_at(m_options.schedule, m_step);
-        if (m_options.clip == 0) schedule_overlapped_adamw(r.lr, update);
-        // The per-group partials follow the losses on the compute stream: one wait for both, while
-        // the last gradient copies may still be landing.
-        m_norm_partials_host.copy_from(m_norm_partials, m_compute).wait();  // named: grad norm (and the losses)
-        r.grad_norm = grad_norm(m_norm_partials_host);
-        for (std::size_t k = 0; k < micro.size(); ++k)
-            for (R x : m_staged_losses[k].span()) r.loss += static_cast<double>(x);
-        r.loss /= static_cast<double>(counted);
         try {
-            detail::check_finite(r, update);
+            return step_or_throw(micro, counted);
         } catch (...) {
-            m_optimizer.synchronize();  // named: nothing of this step runs after the error leaves
-            wait_gradients();
+            drain();  // named: nothing of the failed step runs after the error leaves
             throw;
         }
-        if (m_options.clip > 0) {
-            const double coefficient = clip_coefficient(r.grad_norm, m_options.clip, update);
-            // As the resident trainer: scale only when the norm is over the max, by R(coefficient).
-            schedule_adamw_in_use_order(r.lr, update, coefficient < 1 ? static_cast<R>(coefficient) : R(1));
-        }
-        // No wait for the updates: the next step waits for each group's just before its weights
-        // go to the device (wait_updated).
-        wait_gradients();  // named: every copy of the step has finished (the pinned gradients' device
-                           // buffers are zeroed by the next step)
-        m_step = update;
-        return r;
     }
 
     double evaluate(std::span<const data::batch> batches) {
@@ -245,6 +201,57 @@ public:
     }
 
 private:
+    step_result step_or_throw(std::span<const data::batch> micro, std::size_t counted) {
+        const long update = m_step + 1;
+        const std::size_t BT = m_options.batch * m_options.seq;
+        begin_pinned();
+        for (std::size_t k = 0; k < micro.size(); ++k) {
+            stage_tokens(micro[k], k);
+            m_engine.begin(make_pass(/*backward=*/true, k == 0));
+            binder bind{*this, /*last_micro=*/k + 1 == micro.size()};
+            m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
+                                     m_compute);
+            m_engine.end();
+            copy_async(m_backend, m_staged_losses[k].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
+        }
+        download_pinned_grads();  // also the pinned groups' sums of squares
+
+        step_result r;
+        r.step = update;
+        r.tokens = BT * micro.size();
+        r.counted = counted;
+        r.lr = lr_at(m_options.schedule, m_step);
+        // The per-group partials follow the losses on the compute stream: one wait for both, while
+        // the last gradient copies may still be landing.
+        m_norm_partials_host.copy_from(m_norm_partials, m_compute).wait();  // named: grad norm (and the losses)
+        r.grad_norm = grad_norm(m_norm_partials_host);
+        for (std::size_t k = 0; k < micro.size(); ++k)
+            for (R x : m_staged_losses[k].span()) r.loss += static_cast<double>(x);
+        r.loss /= static_cast<double>(counted);
+        detail::check_finite(r, update);  // before any update is scheduled, clipping or not
+        // As the resident trainer: scale only when the norm is over the max, by R(coefficient).
+        const double coefficient = m_options.clip > 0 ? clip_coefficient(r.grad_norm, m_options.clip, update) : 1.0;
+        schedule_adamw_in_use_order(r.lr, update, coefficient < 1 ? static_cast<R>(coefficient) : R(1));
+        // No wait for the updates: the next step waits for each group's just before its weights
+        // go to the device (wait_updated).
+        wait_gradients();  // named: every copy of the step has finished (the pinned gradients' device
+                           // buffers are zeroed by the next step)
+        m_step = update;
+        return r;
+    }
+
+    // Named host wait on every stream, failures ignored (the first one is already on its way to
+    // the caller, or nobody is left to hear of it): after a failed step, queued work still points
+    // into the members.
+    void drain() noexcept {
+        for_each_stream([](std::string_view, auto& s) {
+            try {
+                s.synchronize();
+            } catch (...) {
+            }
+        });
+    }
+
     // Groups used at both ends of a pass stay on the device for the whole step.
     bool pinned(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
     std::size_t pinned_index(std::size_t g) const { return g == 0 ? 0 : 1; }
@@ -371,15 +378,9 @@ private:
     }
 
 
-    // clip == 0: AdamW of every group on the optimizer thread, each behind its own last gradient
-    // copy, in the order they land: the blocks from the last to the first, then the pinned groups.
-    void schedule_overlapped_adamw(double lr, long update) {
-        for (std::size_t g = m_grads.size(); g-- > 0;)
-            if (!pinned(g)) enqueue_adamw(g, lr, update, R(1));
-        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) enqueue_adamw(g, lr, update, R(1));
-    }
-    // clip > 0 (the norm is known): in the order the next step uses the groups, so that its
-    // forward waits as little as possible (group order: embeddings, blocks, final norm).
+    // Once the loss and the norm are known to be finite: AdamW of every group on the optimizer
+    // thread, each behind its own last gradient copy, in the order the next step uses the groups,
+    // so that its forward waits as little as possible (group order: embeddings, blocks, final norm).
     void schedule_adamw_in_use_order(double lr, long update, R grad_scale) {
         for (std::size_t g = 0; g < m_grads.size(); ++g) enqueue_adamw(g, lr, update, grad_scale);
     }

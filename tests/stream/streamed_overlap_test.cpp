@@ -1,0 +1,91 @@
+// A streamed run on the CPU backend hides its transfers under compute, measured from its trace
+// as strata-gpt --trace records it (every stream's tasks on its track, steps 2 and 3) and scored
+// by trace_recorder::transfer_hidden_fraction().
+//
+// Host <-> device copies on the CPU backend are memcpy's of microseconds, which any schedule
+// would hide; here they are made slow (a backend that sleeps in every copy of a block, a few
+// times shorter than the block's compute), so the fraction measures the pipeline: prefetching
+// `Depth` uses ahead keeps the H2D stream busy while compute runs, and each block's gradients go
+// home while the next block computes. A pipeline that copied a block only when compute reached it
+// would leave every H2D copy exposed (a fraction near 0.3 here, the D2H share).
+#include "stream/stream_test_support.hpp"  // micro_batches
+
+#include <strata/report/trace.hpp>  // trace_recorder, trace_track
+
+#include <doctest/doctest.h>
+
+#include <chrono>   // std::chrono
+#include <cstring>  // std::memcpy
+#include <string>   // std::string
+#include <thread>   // std::this_thread::sleep_for
+
+namespace strata::test {
+
+// cpu_backend whose copies of a whole block or more (>= 4 KiB: not the tokens, losses or norm
+// partials) take at least `copy_time`, like a slow PCIe link. Everything else is cpu_backend's.
+class slow_copy_backend : public cpu_backend {
+public:
+    static constexpr std::string_view name = "cpu with slow copies";
+    static constexpr auto copy_time = std::chrono::microseconds(300);
+
+    using cpu_backend::cpu_backend;
+    using cpu_backend::copy;  // storage to storage, unchanged
+
+    event copy(void* dst, tier_id, const void* src, tier_id, std::size_t bytes, stream& s) {
+        if (bytes)
+            s.enqueue(
+                [=] {
+                    if (bytes >= 4096) std::this_thread::sleep_for(copy_time);
+                    std::memcpy(dst, src, bytes);
+                },
+                "copy");
+        return s.record();
+    }
+};
+
+}  // namespace strata::test
+
+template <>
+struct strata::ops<strata::test::slow_copy_backend> : strata::ops<strata::cpu_backend> {};
+
+using namespace strata;
+
+TEST_CASE("a streamed CPU run with slow copies hides most of its transfer time under compute") {
+    using backend_type = test::slow_copy_backend;
+    static_assert(Backend<backend_type>);
+    test::scratch_tiers tiers("overlap");
+    backend_type backend(tiers.options());
+    // Blocks of 64 channels: each block's compute (forward, recompute, backward) takes several
+    // times a copy, so with prefetch compute never waits for a copy once the pipeline has started.
+    const gpt_config c{.vocab_size = 29, .max_seq = 32, .n_layer = 4, .n_head = 2, .n_embd = 64};
+    gpt_model<float, backend_type> model(c);
+    const train_options o{.batch = 2, .seq = 32, .accum = 2, .clip = 1.0};
+    trainer_t<float, backend_type, prefetch_pipeline<2>, moments_in<host_tier>> t(backend, model, o);
+    t.initialize(21);
+
+    trace_recorder trace;
+    t.for_each_stream([&](std::string_view track, auto& s) {
+        s.set_tracer([rec = &trace, name = std::string(track)](std::string_view what, auto begin, auto end) {
+            rec->add(name, what, begin, end);
+        });
+    });
+    for (int s = 0; s < 3; ++s) {
+        if (s == 1) trace.clear();  // as strata-gpt --trace: steps 2 and 3, past the first step's cold start
+        (void)t.step(test::micro_batches(s, o.accum, o.batch, o.seq, c.vocab_size));
+    }
+    t.finish_updates();
+    t.for_each_stream([](std::string_view, auto& s) { s.set_tracer({}); });
+
+    // The slow copies really are in the trace: 2 steps x 2 micro-batches x (weights of 4 blocks
+    // forward and backward, gradients of 4 blocks home) at >= 300 us each.
+    const double transfer_us = covered_length(trace.busy(trace_track::transfers));
+    const double h2d_us = covered_length(trace.busy(trace_track::h2d)), d2h_us = covered_length(trace.busy(trace_track::d2h));
+    const double compute_us = covered_length(trace.busy(trace_track::compute));
+    const double hidden = trace.transfer_hidden_fraction();
+    MESSAGE("H2D " << h2d_us << " us, D2H " << d2h_us << " us, compute " << compute_us << " us, hidden fraction "
+                   << hidden);
+    CHECK(h2d_us >= 2 * 2 * 8 * 300.0);
+    CHECK(d2h_us >= 2 * 2 * 4 * 300.0);
+    CHECK(transfer_us < compute_us);  // the run is compute-bound: all of it can hide
+    CHECK(hidden > 0.5);
+}
