@@ -66,9 +66,13 @@ inline std::size_t parse_bytes(const std::string& text, const std::string& flag)
     else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
     else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
     else if (!unit.empty() && unit != "B") pos = 0;
-    if (pos == 0 || value < 0)
+    // !(value >= 0) also refuses NaN; "inf" and 1e30G do not fit, and converting them is undefined.
+    if (pos == 0 || !(value >= 0))
         throw error(flag + " '" + text + "' is not a byte count", "write it like 1073741824, 512M or 16G");
-    return static_cast<std::size_t>(value * scale);
+    const double bytes = value * scale;
+    if (!(bytes < 18446744073709551616.0))  // 2^64
+        throw error(flag + " '" + text + "' is more bytes than a 64-bit count holds", "write it like 512M or 16G");
+    return static_cast<std::size_t>(bytes);
 }
 
 }  // namespace strata
