@@ -99,27 +99,6 @@ std::string fmt_model(const gpt_config& c, const train_options& o, std::string_v
            std::string(backend) + " backend";
 }
 
-// Parses "1234", "512M", "16G" (binary units) into bytes.
-std::size_t parse_bytes(const std::string& text, const std::string& flag) {
-    std::size_t pos = 0;
-    double value = 0;
-    try {
-        value = std::stod(text, &pos);
-    } catch (...) {
-        pos = 0;
-    }
-    std::string unit = text.substr(pos);
-    double scale = 1;
-    if (unit == "K" || unit == "KiB") scale = 1024.0;
-    else if (unit == "M" || unit == "MiB") scale = 1024.0 * 1024;
-    else if (unit == "G" || unit == "GiB") scale = 1024.0 * 1024 * 1024;
-    else if (unit == "T" || unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-    else if (!unit.empty() && unit != "B") pos = 0;
-    if (pos == 0 || value < 0)
-        throw error(flag + " '" + text + "' is not a byte count", "write it like 1073741824, 512M or 16G");
-    return static_cast<std::size_t>(value * scale);
-}
-
 // Everything the training loop needs besides the trainer.
 struct run_context {
     const train_args& a;

@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <algorithm>   // std::copy, std::equal
+#include <cmath>       // std::isfinite
 #include <cstddef>     // std::size_t
 #include <filesystem>  // std::filesystem::path, exists
 #include <set>         // std::set
@@ -120,6 +121,9 @@ struct llama_config {
     // A LlamaConfig strata can train: multi-head attention (no grouped-query), SiLU, no biases,
     // plain rotary embedding. Anything else is refused by name.
     static llama_config from_hf_json(const nlohmann::json& j, const std::string& source = "config.json") {
+        if (!j.is_object())
+            throw strata::error(source + " is a JSON " + std::string(j.type_name()) + ", not an object",
+                                "is this a Llama config.json?");
         auto field = [&](const char* name) -> std::size_t {
             if (!j.contains(name) || !j[name].is_number_unsigned())
                 throw strata::error(source + ": missing or non-integer field '" + name + "'",
@@ -133,13 +137,25 @@ struct llama_config {
             refuse("model_type " + j["model_type"].dump(), "strata-llama loads Llama checkpoints (\"llama\")");
         if (j.contains("hidden_act") && j["hidden_act"] != "silu")
             refuse("hidden_act " + j["hidden_act"].dump(), "the block's MLP is SwiGLU (\"silu\")");
+        // (const operator[] of a missing key is undefined: num_attention_heads is looked at only when
+        // present; field() reports it missing below.)
         if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() &&
-            j["num_key_value_heads"] != j["num_attention_heads"])
+            j.contains("num_attention_heads") && j["num_key_value_heads"] != j["num_attention_heads"])
             refuse("grouped-query attention (num_key_value_heads " + j["num_key_value_heads"].dump() + " of " +
                        j["num_attention_heads"].dump() + " heads)",
                    "the block has as many key/value heads as query heads");
+        // j.value(key, default) throws nlohmann's type_error when the value has another type.
+        auto number_or = [&](const char* name, double fallback) {
+            if (!j.contains(name) || j[name].is_null()) return fallback;
+            const double v = j[name].is_number() ? j[name].get<double>() : -1;
+            if (!(v > 0) || !std::isfinite(v))
+                throw strata::error(source + ": field '" + name + "' is " + j[name].dump() + ", not a positive number",
+                                    "is this a Llama config.json?");
+            return v;
+        };
         for (const char* flag : {"attention_bias", "mlp_bias"})
-            if (j.value(flag, false)) refuse(std::string(flag) + " true", "the block has no biases");
+            if (j.contains(flag) && j[flag] != false && !j[flag].is_null())
+                refuse(std::string(flag) + " " + j[flag].dump(), "the block has no biases");
         if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
             refuse("rope_scaling " + j["rope_scaling"].dump(), "the block applies plain rotary embedding");
         llama_config c;
@@ -149,8 +165,8 @@ struct llama_config {
         c.n_layer = field("num_hidden_layers");
         c.n_head = field("num_attention_heads");
         c.max_seq = field("max_position_embeddings");
-        c.eps = j.value("rms_norm_eps", 1e-6);  // LlamaConfig's defaults
-        c.rope_theta = j.value("rope_theta", 10000.0);
+        c.eps = number_or("rms_norm_eps", 1e-6);  // LlamaConfig's defaults
+        c.rope_theta = number_or("rope_theta", 10000.0);
         if (j.contains("head_dim") && !j["head_dim"].is_null() && c.n_head && j["head_dim"] != c.n_embd / c.n_head)
             refuse("head_dim " + j["head_dim"].dump() + " other than hidden_size / num_attention_heads",
                    "the block splits the channels evenly into heads");

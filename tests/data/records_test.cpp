@@ -285,3 +285,12 @@ TEST_CASE("load_data: from a file on disk to train and validation sequences") {
     CHECK(q.train.targets(0)[prompt.size() + 2] == ignore_index);
     CHECK(q.stats.trainable_targets == 3);
 }
+
+// Found by fuzz/records.cpp: nlohmann throws out_of_range, not parse_error, for a number past a
+// double's range, and it escaped the reader as a foreign exception type.
+TEST_CASE("a number too large for a double is a malformed-JSON error with the place") {
+    CHECK(error_of([] { parse_records("[{\"text\": \"a\", \"n\": 1e400}]", record_format::automatic, "d.json"); })
+              .find("d.json: malformed JSON: [json.exception.out_of_range.406] number overflow") != std::string::npos);
+    CHECK(error_of([] { parse_records("{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": -1e999}\n", record_format::jsonl, "d.jsonl"); })
+              .find("d.jsonl line 2: malformed JSON") != std::string::npos);
+}

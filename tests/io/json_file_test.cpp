@@ -81,3 +81,29 @@ TEST_CASE("write_json_file refuses invalid UTF-8 and leaves the old file") {
                          strata::error);
     CHECK(read_text(dir / "m.json") == "{}\n");
 }
+
+// Found by fuzz/checkpoint_json.cpp: nlohmann throws out_of_range, not parse_error, for a number
+// past a double's range, and it escaped as a foreign exception type.
+TEST_CASE("a number too large for a double is a strata::error naming the file") {
+    CHECK_THROWS_WITH_AS(strata::parse_json_text("{\"step\": 1e400}", "trainer_state.json"),
+                         doctest::Contains("'trainer_state.json': [json.exception.out_of_range.406] number overflow"),
+                         strata::error);
+}
+
+// Found by fuzz/checkpoint_json.cpp: json_field<long> of 1e30 converted a double out of long's range
+// (undefined behavior); 2.5 and true were read as 2 and 1.
+TEST_CASE("json_field of an integer type takes only a JSON integer that fits") {
+    const auto state = nlohmann::json::parse(
+        R"({"step": 1e30, "half": 2.5, "flag": true, "negative": -1, "big": 18446744073709551615, "ok": 300})");
+    CHECK(strata::json_field<long>(state, "ok", "trainer_state.json") == 300);
+    CHECK(strata::json_field<long>(state, "negative", "trainer_state.json") == -1);
+    CHECK_THROWS_WITH_AS(strata::json_field<long>(state, "step", "trainer_state.json"),
+                         doctest::Contains("field 'step' of 'trainer_state.json' is a number (1e+30), not an integer in"),
+                         strata::error);
+    CHECK_THROWS_AS(strata::json_field<long>(state, "half", "s.json"), strata::error);
+    CHECK_THROWS_AS(strata::json_field<long>(state, "flag", "s.json"), strata::error);
+    CHECK_THROWS_AS(strata::json_field<long>(state, "big", "s.json"), strata::error);
+    CHECK_THROWS_AS(strata::json_field<std::uint64_t>(state, "negative", "s.json"), strata::error);
+    CHECK(strata::json_field<std::uint64_t>(state, "big", "s.json") == 18446744073709551615ull);
+    CHECK(strata::json_field<double>(state, "half", "s.json") == 2.5);
+}

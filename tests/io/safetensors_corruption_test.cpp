@@ -198,3 +198,18 @@ TEST_CASE("truncations and byte flips of a valid file never crash the reader") {
     }
     CHECK(refused > static_cast<int>(header_end) / 2);
 }
+
+// Found by fuzz/safetensors.cpp: nlohmann throws out_of_range, not parse_error, for a number past a
+// double's range, and it escaped the reader as a foreign exception type.
+TEST_CASE("a header number too large for a double is refused as corrupt") {
+    const std::string error = open_error(make_file(R"({"x":{"dtype":"U8","shape":[1e400],"data_offsets":[0,1]}}   )", zeros(1)));
+    CHECK(error.find("the header is not valid JSON") != std::string::npos);
+    CHECK(error.find("number overflow") != std::string::npos);
+}
+
+// Found by fuzz/safetensors.cpp: the reader took a tensor named "", which safetensors_writer
+// refuses, so a file strata opened could not be written back.
+TEST_CASE("a tensor with an empty name is refused") {
+    CHECK(open_error(make_file(R"({"":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}    )", {}))
+              .find("a tensor has an empty name") != std::string::npos);
+}

@@ -121,3 +121,14 @@ TEST_CASE("a corrupt or mismatched checkpoint is refused with its name") {
     write_json_file(dir / "config.json", other.to_hf_json());
     CHECK_THROWS_WITH_AS(load_model_files<float>(dir), doctest::Contains("transformer.h.2.ln_1.weight"), strata::error);
 }
+
+// Found by fuzz/checkpoint_json.cpp: n_inner of another type threw nlohmann's type_error.
+TEST_CASE("config.json: an n_inner that is not null or 4 * n_embd is a strata::error") {
+    auto j = config.to_hf_json();
+    j["n_inner"] = "x";
+    CHECK_THROWS_WITH_AS(gpt_config::from_hf_json(j), doctest::Contains("n_inner \"x\" is not supported"), error);
+    j["n_inner"] = 4 * config.n_embd;
+    CHECK(gpt_config::from_hf_json(j).n_embd == config.n_embd);
+    j["n_inner"] = -32;
+    CHECK_THROWS_AS(gpt_config::from_hf_json(j), error);
+}

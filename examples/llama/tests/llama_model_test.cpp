@@ -383,3 +383,25 @@ TEST_CASE_TEMPLATE("llama model: generation reads the last position's logits of 
 }
 
 }  // namespace
+
+// Found by fuzz/checkpoint_json.cpp: j.value(key, default) threw nlohmann's type_error for a
+// config.json that is not an object, or whose rms_norm_eps or *_bias has another type.
+TEST_CASE("llama config: a field of the wrong type or a non-object config.json is a strata::error") {
+    const nlohmann::json good = tiny.to_hf_json();
+    CHECK(llama_config::from_hf_json(good) == tiny);
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(nlohmann::json::array({good})), doctest::Contains("not an object"), error);
+    auto with = [&](const char* key, nlohmann::json value) {
+        auto c = good;
+        c[key] = std::move(value);
+        return c;
+    };
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(with("rms_norm_eps", "small")),
+                         doctest::Contains("'rms_norm_eps' is \"small\", not a positive number"), error);
+    CHECK_THROWS_AS(llama_config::from_hf_json(with("rope_theta", -1.0)), error);
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(with("mlp_bias", 1)), doctest::Contains("mlp_bias 1"), error);
+    CHECK(llama_config::from_hf_json(with("rms_norm_eps", nullptr)).eps == 1e-6);
+    auto without_heads = good;
+    without_heads.erase("num_attention_heads");  // was read through const operator[]: undefined
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(without_heads),
+                         doctest::Contains("missing or non-integer field 'num_attention_heads'"), error);
+}

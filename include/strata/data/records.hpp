@@ -92,7 +92,7 @@ inline std::size_t line_of(std::string_view content, std::size_t offset) {
 // The reason part of a nlohmann parse error, without its "[json.exception...] parse error at
 // line 1, column 9: " prefix: the prefix counts lines within what was parsed, which for JSONL is
 // one line, so we put the file's own position in front instead.
-inline std::string parse_error_reason(const nlohmann::json::parse_error& e) {
+inline std::string parse_error_reason(const nlohmann::json::exception& e) {
     std::string_view what = e.what();
     std::size_t column = what.find("column ");
     std::size_t colon = column == std::string_view::npos ? what.find(": ") : what.find(": ", column);
@@ -195,6 +195,8 @@ inline void parse_json_array(record_set& out, std::string_view content, record_f
         std::size_t line = line_of(content, e.byte == 0 ? 0 : e.byte - 1);
         throw error(out.source + " line " + std::to_string(line) + ": malformed JSON: " + parse_error_reason(e),
                     "a JSON array file must hold one array of objects: [{...}, {...}]");
+    } catch (const nlohmann::json::out_of_range& e) {  // a number past a double's range: 1e400
+        throw error(out.source + ": malformed JSON: " + parse_error_reason(e), "write numbers a double can hold");
     }
     if (array.empty())
         throw error(out.source + ": the JSON array holds no records", "add at least one record");
@@ -224,6 +226,9 @@ inline void parse_jsonl(record_set& out, std::string_view content, record_format
                             ": malformed JSON: " + parse_error_reason(e),
                         "JSONL holds one complete JSON object per line; for pretty-printed JSON use an array "
                         "[{...}, {...}]");
+        } catch (const nlohmann::json::out_of_range& e) {  // a number past a double's range: 1e400
+            throw error(out.source + " line " + std::to_string(line_number) + ": malformed JSON: " + parse_error_reason(e),
+                        "write numbers a double can hold");
         }
         record_place place{out.source, false, line_number};
         if (first && format == record_format::automatic && value.is_object()) out.kind = kind_from_keys(value, place);

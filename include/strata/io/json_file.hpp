@@ -8,11 +8,14 @@
 #include <nlohmann/json.hpp>  // nlohmann::json, nlohmann::ordered_json
 
 #include <cstddef>      // std::size_t, std::byte
-#include <cstdint>      // std::uint64_t
+#include <cstdint>      // std::uint64_t, std::int64_t
 #include <filesystem>   // std::filesystem::path
+#include <limits>       // std::numeric_limits
 #include <span>         // std::as_writable_bytes
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
+#include <type_traits>  // std::is_integral_v, std::is_same_v
+#include <utility>      // std::in_range
 
 #include <fcntl.h>  // O_RDONLY
 
@@ -64,6 +67,9 @@ Json parse_json_text(std::string_view text, const std::string& source) {
         throw error("json: cannot parse '" + source + "' at " + where + ": " + detail::parse_error_reason(e.what()),
                     text.empty() ? "the file is empty; was it written completely?"
                                  : "the file is not valid JSON; fix it by hand or write it again");
+    } catch (const typename Json::out_of_range& e) {  // a number too large for a double: 1e400
+        throw error("json: cannot parse '" + source + "': " + detail::parse_error_reason(e.what()),
+                    "the file is not valid JSON for strata; fix it by hand or write it again");
     }
 }
 
@@ -98,6 +104,18 @@ T json_field(const Json& object, std::string_view key, std::string_view source) 
     if (it == object.end())
         throw error("json: '" + std::string(source) + "' has no field '" + std::string(key) + "'",
                     "the file is incomplete or from an incompatible version");
+    // nlohmann converts any number to an integer type: 2.5 to 2, true to 1, and 1e30 or -1 as
+    // undefined behavior or a wrap. An integer field takes a JSON integer that fits.
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        const bool fits = it->is_number_unsigned()
+                              ? std::in_range<T>(it->template get<std::uint64_t>())
+                              : it->is_number_integer() && std::in_range<T>(it->template get<std::int64_t>());
+        if (!fits)
+            throw error("json: field '" + std::string(key) + "' of '" + std::string(source) + "' is a " +
+                            it->type_name() + " (" + it->dump() + "), not an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+                            std::to_string(std::numeric_limits<T>::max()) + "]",
+                        "the file is corrupt or from an incompatible version");
+    }
     try {
         return it->template get<T>();
     } catch (const typename Json::exception& e) {

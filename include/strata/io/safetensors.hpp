@@ -506,6 +506,8 @@ inline void safetensors_file::parse(std::span<const std::byte> file) {
         header = nlohmann::json::parse(text, on_event);
     } catch (const nlohmann::json::parse_error& e) {
         fail_corrupt(std::string("the header is not valid JSON: ") + e.what());
+    } catch (const nlohmann::json::out_of_range& e) {  // a number past a double's range: 1e400
+        fail_corrupt(std::string("the header is not valid JSON: ") + e.what());
     }
     if (!header.is_object()) fail_corrupt(std::string("the header is a JSON ") + header.type_name() + ", not an object");
 
@@ -517,6 +519,8 @@ inline void safetensors_file::parse(std::span<const std::byte> file) {
             parse_metadata(value);
             continue;
         }
+        if (name.empty())  // safetensors_writer refuses it too: a file strata reads is one it can write
+            fail_corrupt("a tensor has an empty name");
         m_index.emplace(name, m_names.size());
         m_names.push_back(name);
         m_infos.push_back(parse_tensor(name, value, buffer));

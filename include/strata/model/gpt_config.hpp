@@ -78,8 +78,9 @@ struct gpt_config {
         if (j.contains("activation_function") && j["activation_function"] != "gelu_new")
             throw error(source + ": activation_function " + j["activation_function"].dump() +
                         " is not supported (strata's MLP uses GELU, tanh form: \"gelu_new\")");
-        if (j.contains("n_inner") && !j["n_inner"].is_null() && j["n_inner"].get<std::size_t>() != 4 * field("n_embd"))
-            throw error(source + ": n_inner other than 4 * n_embd is not supported");
+        if (j.contains("n_inner") && !j["n_inner"].is_null() &&
+            (!j["n_inner"].is_number_unsigned() || j["n_inner"].get<std::size_t>() != 4 * field("n_embd")))
+            throw error(source + ": n_inner " + j["n_inner"].dump() + " is not supported (only null or 4 * n_embd)");
         gpt_config c;
         c.vocab_size = field("vocab_size");
         c.max_seq = field("n_positions");
