@@ -18,7 +18,9 @@ changes the numbers), and writes into OUT/<shape>/:
       train.grad_norms F64 (steps)     clip_grad_norm_'s total norm (before clipping) at each step
       final.<hf name>  F32             the parameters after those steps
       hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.max_norm, hp.steps   F64 (1)
-  Metadata: torch and transformers versions, the attention implementation, the seed.
+  Metadata: torch, transformers and python versions, the attention implementation, the seed.
+and OUT/provenance.json (tools/fixture_provenance.py: versions, machine, command, checks, SHA-256 of
+every file), OUT/summary.json.
 
 Training: torch.optim.AdamW(lr, betas=(0.9, 0.95), eps=1e-8, foreach=False), weight_decay 0.1
 on parameters of 2 or more dimensions (Conv1D weights, wte, wpe) and 0 on biases and layernorm
@@ -26,16 +28,20 @@ parameters (two param groups), constant lr, clip_grad_norm_(max_norm) before eve
 batch every step. That is strata's trainer with accum 1, clip max_norm, a constant schedule.
 
 Everything runs on the CPU in float32 (deterministic; TF32 is switched off as well, in case a
-CUDA device were used). Shapes have no power-of-two sizes and vocabularies not a multiple of 64;
-one uses T < n_positions and a few ignored (-100) targets, one a max_norm below the step-1
-gradient norm so that clipping is certainly exercised.
+CUDA device were used), with eager attention. Shapes have no power-of-two sizes and vocabularies
+not a multiple of 64; one uses T < n_positions and a few ignored (-100) targets, one a max_norm
+below the step-1 gradient norm so that clipping is certainly exercised.
 
-The committed fixtures (tests/fixtures/hf/; tolerances and results in docs/parity.md) were made
-on the GPU machine (torch 2.11, transformers 5.17; none here) by the session's device tool, from
-the repository root, with
-    set -o pipefail; PYTHONUNBUFFERED=1 python3 tools/make_hf_fixtures.py --out /tmp/hf 2>&1 \
-        | tee $OUT/log.txt && tar -C /tmp/hf -cf $OUT/hf_fixtures.tar .
-(one archive: the tool brings back at most 8 files) and unpacked into tests/fixtures/hf/.
+Checks: the model made here and the one from_pretrained(OUT/<shape>) loads back, with the same
+attention implementation (attn_implementation="eager") and dtype (float32), must hold the same
+parameters and give the same logits bit for bit: the directory is the model that computed the
+reference. Any failed check exits 1, after everything is written, so that the log shows them all.
+(The first fixtures reloaded with transformers' default attention, not eager, and only printed
+"gives the same logits: False".) Versions other than the pinned ones are refused.
+
+The committed fixtures (tests/fixtures/hf/; tolerances and results in docs/parity.md) are made on
+a machine with the pinned torch and transformers (tools/fixture_provenance.py; no network, no GPU
+needed) by tools/make_fixtures.sh OUTDIR, which runs this script and make_llama_fixture.py.
 """
 import argparse
 import json
@@ -49,6 +55,8 @@ import transformers
 from safetensors.torch import load_file, save_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
+import fixture_provenance
+
 # name, (n_layer, n_head, n_embd, vocab, n_positions), batch B, seq T, ignored targets, max_norm
 # max_norm None: 1.0 (the issue's setting); "half": half the step-1 gradient norm (clips surely).
 SHAPES = [
@@ -57,6 +65,14 @@ SHAPES = [
     ("l1_h4_c40_v67", dict(n_layer=1, n_head=4, n_embd=40, vocab_size=67, n_positions=16), 3, 16, 0, "half"),
 ]
 LR, BETAS, EPS, WEIGHT_DECAY, STEPS = 1e-3, (0.9, 0.95), 1e-8, 0.1, 10
+ATTENTION = "eager"  # the plain softmax(QK^T)V path, on both sides of the from_pretrained check
+MAJOR = int(transformers.__version__.split(".")[0])
+CHECKS = []
+
+
+def check(name, passed, detail=""):
+    CHECKS.append({"check": name, "passed": bool(passed), "detail": str(detail)})
+    print(f"  {'ok  ' if passed else 'FAIL'} {name}{': ' + str(detail) if detail else ''}")
 
 
 def build_model(dims, seed):
@@ -65,10 +81,7 @@ def build_model(dims, seed):
                         embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
                         tie_word_embeddings=True, bos_token_id=dims["vocab_size"] - 1,
                         eos_token_id=dims["vocab_size"] - 1)
-    try:  # the plain softmax(QK^T)V path; any implementation is FP32 on the CPU, this one is the textbook
-        config._attn_implementation = "eager"
-    except Exception as e:  # noqa: BLE001 (recorded, not fatal)
-        print(f"  could not select eager attention: {e}")
+    config._attn_implementation = ATTENTION
     model = GPT2LMHeadModel(config).float()
     model.eval()  # dropout is 0 anyway
     gen = torch.Generator().manual_seed(seed + 1)
@@ -88,7 +101,8 @@ def scalar(x):
 def make_shape(out_root, name, dims, B, T, ignored, max_norm, seed):
     print(f"== {name}: {dims}, B={B}, T={T}")
     model = build_model(dims, seed)
-    attn = getattr(model.config, "_attn_implementation", "unknown")
+    attn = getattr(model.config, "_attn_implementation", None)
+    check(f"{name}: the model uses {ATTENTION} attention", attn == ATTENTION, attn)
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)  # safetensors is the only (v5) or default (v4) format
@@ -128,13 +142,24 @@ def make_shape(out_root, name, dims, B, T, ignored, max_norm, seed):
     }
     for pname, p in params.items():
         tensors["grad." + pname] = p.grad.detach().clone().contiguous()
-    try:  # the saved directory is the model that computed the reference
-        reloaded = GPT2LMHeadModel.from_pretrained(out).float().eval()
-        with torch.no_grad():
-            same = torch.equal(reloaded(input_ids=inputs, use_cache=False).logits, logits.detach())
-        print(f"  from_pretrained(saved dir) gives the same logits: {same}")
-    except Exception as e:  # noqa: BLE001 (a check, not the fixture)
-        print(f"  from_pretrained check failed to run: {e}")
+    # The saved directory is the model that computed the reference: same attention implementation
+    # and dtype on both sides, then the same tensors and the same logits, bit for bit.
+    reloaded = GPT2LMHeadModel.from_pretrained(
+        out, attn_implementation=ATTENTION, **({"dtype": torch.float32} if MAJOR >= 5 else {"torch_dtype": torch.float32}))
+    reloaded = reloaded.float().eval()
+    with torch.no_grad():
+        for p in reloaded.parameters():  # fresh, aligned storage (not the file's mapping)
+            p.data = p.data.clone()
+    re_attn = getattr(reloaded.config, "_attn_implementation", None)
+    check(f"{name}: from_pretrained uses {ATTENTION} attention too", re_attn == ATTENTION, re_attn)
+    theirs = dict(reloaded.named_parameters())
+    check(f"{name}: from_pretrained(saved dir) holds the same parameters",
+          all(k in theirs and torch.equal(p, theirs[k]) for k, p in params.items()))
+    with torch.no_grad():
+        again = reloaded(input_ids=inputs, use_cache=False).logits
+    diff = (again - logits.detach()).abs().max().item()
+    check(f"{name}: from_pretrained(saved dir) gives the same logits", torch.equal(again, logits.detach()),
+          f"max |difference| {diff:.3g}")
     step1_norm = torch.nn.utils.clip_grad_norm_(list(params.values()), float("inf")).item()
     if max_norm == "half":
         max_norm = 0.5 * step1_norm
@@ -167,7 +192,8 @@ def make_shape(out_root, name, dims, B, T, ignored, max_norm, seed):
                        ("weight_decay", WEIGHT_DECAY), ("max_norm", max_norm), ("steps", STEPS)]:
         tensors["hp." + key] = scalar(value)
     metadata = {"torch": torch.__version__, "transformers": transformers.__version__,
-                "attention": str(attn), "seed": str(seed), "tool": "tools/make_hf_fixtures.py"}
+                "python": sys.version.split()[0], "attention": str(attn), "seed": str(seed),
+                "tool": "tools/make_hf_fixtures.py"}
     save_file(tensors, str(out / "reference.safetensors"), metadata=metadata)
     return {"name": name, "loss": losses[0], "final_loss": losses[-1], "grad_norm": step1_norm,
             "max_norm": max_norm, "attention": str(attn)}
@@ -177,7 +203,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--allow-other-versions", action="store_true")
     args = ap.parse_args()
+    found, pinned_ok = fixture_provenance.check_pins(args.allow_other_versions)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_default_dtype(torch.float32)
@@ -186,7 +214,14 @@ def main():
     summary = [make_shape(args.out, name, dims, B, T, ignored, max_norm, args.seed + 10 * i)
                for i, (name, dims, B, T, ignored, max_norm) in enumerate(SHAPES)]
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    record = fixture_provenance.write(
+        args.out, "tools/make_hf_fixtures.py", found, pinned_ok,
+        {"seed": args.seed, "device": "cpu", "dtype": "float32", "attention": ATTENTION,
+         "shapes": [s[0] for s in SHAPES]}, CHECKS)
     print(json.dumps(summary))
+    if not record["all_checks_passed"]:
+        sys.exit("FAIL: " + "; ".join(c["check"] for c in CHECKS if not c["passed"]))
+    print("all checks passed")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@
 #include <set>         // std::set
 #include <span>        // std::span
 #include <string>      // std::string, std::to_string
+#include <utility>     // std::pair
 #include <vector>      // std::vector
 
 namespace llama {
@@ -118,6 +119,46 @@ struct llama_config {
                 {"torch_dtype", "float32"}};
     }
 
+    // The rotary base of a LlamaConfig. transformers 4 writes rope_theta at the top (and
+    // rope_scaling null or a scaling); transformers 5 writes only rope_parameters {"rope_type":
+    // "default", "rope_theta": ...}. Both are read; where both give a base they must agree; any
+    // rope type but the plain one (linear, dynamic, yarn, llama3 scaling) is refused by name.
+    static double rope_theta_of(const nlohmann::json& j, const std::string& source) {
+        auto number = [&](const std::string& where, const nlohmann::json& v) {
+            const double x = v.is_number() ? v.get<double>() : -1;
+            if (!(x > 0) || !std::isfinite(x))
+                throw strata::error(source + ": " + where + " " + v.dump() + " is not a positive number",
+                                    "is this a Llama config.json?");
+            return x;
+        };
+        std::vector<std::pair<std::string, double>> bases;  // where it was found, value
+        if (j.contains("rope_theta") && !j["rope_theta"].is_null()) bases.emplace_back("rope_theta", number("rope_theta", j["rope_theta"]));
+        for (const char* key : {"rope_parameters", "rope_scaling"}) {
+            if (!j.contains(key) || j[key].is_null()) continue;
+            const auto& r = j[key];
+            const auto unsupported = [&] {
+                return strata::error(source + ": " + key + " " + r.dump() + " is not supported",
+                                     "the block applies plain rotary embedding (rope_type \"default\", no scaling)");
+            };
+            if (!r.is_object()) throw unsupported();
+            for (const auto& [name, value] : r.items()) {
+                if (name == "rope_type" || name == "type") {
+                    if (value != "default") throw unsupported();
+                } else if (name == "rope_theta") {
+                    bases.emplace_back(std::string(key) + ".rope_theta", number(std::string(key) + ".rope_theta", value));
+                } else if (!(name == "partial_rotary_factor" && value.is_number() && value.get<double>() == 1.0)) {
+                    throw unsupported();
+                }
+            }
+        }
+        for (const auto& [where, value] : bases)
+            if (value != bases.front().second)
+                throw strata::error(source + ": " + bases.front().first + " " + std::to_string(bases.front().second) + " and " +
+                                        where + " " + std::to_string(value) + " disagree",
+                                    "keep one rotary base (transformers 5 reads rope_parameters.rope_theta)");
+        return bases.empty() ? 10000.0 : bases.front().second;  // LlamaConfig's default
+    }
+
     // A LlamaConfig strata can train: multi-head attention (no grouped-query), SiLU, no biases,
     // plain rotary embedding. Anything else is refused by name.
     static llama_config from_hf_json(const nlohmann::json& j, const std::string& source = "config.json") {
@@ -156,8 +197,6 @@ struct llama_config {
         for (const char* flag : {"attention_bias", "mlp_bias"})
             if (j.contains(flag) && j[flag] != false && !j[flag].is_null())
                 refuse(std::string(flag) + " " + j[flag].dump(), "the block has no biases");
-        if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-            refuse("rope_scaling " + j["rope_scaling"].dump(), "the block applies plain rotary embedding");
         llama_config c;
         c.vocab = field("vocab_size");
         c.n_embd = field("hidden_size");
@@ -166,7 +205,7 @@ struct llama_config {
         c.n_head = field("num_attention_heads");
         c.max_seq = field("max_position_embeddings");
         c.eps = number_or("rms_norm_eps", 1e-6);  // LlamaConfig's defaults
-        c.rope_theta = number_or("rope_theta", 10000.0);
+        c.rope_theta = rope_theta_of(j, source);
         if (j.contains("head_dim") && !j["head_dim"].is_null() && c.n_head && j["head_dim"] != c.n_embd / c.n_head)
             refuse("head_dim " + j["head_dim"].dump() + " other than hidden_size / num_attention_heads",
                    "the block splits the channels evenly into heads");
