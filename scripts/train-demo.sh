@@ -7,13 +7,17 @@
 #
 # Flags given here override the demo's defaults below (the rest of the defaults stay). The run
 # directory is runs/demo: a new demo replaces the previous one (--overwrite), unless --resume is
-# given (e.g. --resume runs/demo --steps 600 continues the last run to 600 steps).
+# given (e.g. --resume runs/demo --steps 600 --allow-option-changes continues the last run to 600
+# steps, on a schedule stretched to 600).
 #
 # Where a GPU and nvcc are found (nvidia-smi lists a GPU), the CUDA backend is built and a bigger
 # model trains longer; elsewhere the CPU backend trains a small one (README: what to expect).
+#
+# For tests: STRATA_DEMO_GPT=PATH uses that strata-gpt (no install, no build), STRATA_DEMO_OUT=DIR
+# another run directory than runs/demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+out=${STRATA_DEMO_OUT:-runs/demo}
 
 have_gpu() {
   command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2> /dev/null | grep -q '^GPU' &&
@@ -29,10 +33,15 @@ else
   # 0.84M parameters, 1024 tokens a step
   defaults=(--device cpu --steps 300 --eval-every 50)
 fi
-echo "building strata-gpt ($preset, $(nproc) jobs)"
-cmake --preset "$preset" -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF > /dev/null
-cmake --build "build/$preset" --target strata-gpt -j "$(nproc)"
-gpt="./build/$preset/examples/strata-gpt"
+if [[ -n "${STRATA_DEMO_GPT:-}" ]]; then
+  gpt=$STRATA_DEMO_GPT
+else
+  bash scripts/install-deps.sh
+  echo "building strata-gpt ($preset, $(nproc) jobs)"
+  cmake --preset "$preset" -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF > /dev/null
+  cmake --build "build/$preset" --target strata-gpt -j "$(nproc)"
+  gpt="./build/$preset/examples/strata-gpt"
+fi
 
 # The defaults, less every flag the command line gives (a flag and its value, if it has one).
 given() {
@@ -52,16 +61,16 @@ while (($#)); do
 done
 given --resume || args+=(--overwrite)
 
-mkdir -p runs/demo
-corpus=runs/demo/corpus.txt
+mkdir -p "$out"
+corpus=$out/corpus.txt
 # Every regular file (not the symlinks), in a fixed order, so the corpus is the same everywhere.
 find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > "$corpus"
 echo "corpus: $corpus ($(wc -c < "$corpus") bytes from /usr/share/common-licenses)"
 
-"$gpt" train --data "$corpus" --out runs/demo --metrics runs/demo/metrics.jsonl "${args[@]}" "${user_flags[@]}"
+"$gpt" train --data "$corpus" --out "$out" --metrics "$out/metrics.jsonl" "${args[@]}" "${user_flags[@]}"
 
-# runs/demo/latest names the latest complete checkpoint (written after it)
-latest="runs/demo/$(cat runs/demo/latest)"
+# OUT/latest names the latest complete checkpoint (written after it)
+latest="$out/$(cat "$out/latest")"
 echo
 echo "sample from $latest:"
 "$gpt" sample --checkpoint "$latest" --prompt "This License" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 7

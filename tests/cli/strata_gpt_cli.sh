@@ -168,4 +168,13 @@ for ckpt in "$work"/diverge/step-*; do
   saved=$(grep "\"step\":$step," "$work/diverge.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2)
   awk -v l="$saved" -v f="$loss" 'BEGIN { exit !(l <= 3 * f) }' || fail "$ckpt saved with loss $saved (first $loss)"
 done
+# the demo script: flags given override its defaults (--steps twice was an error), its run
+# directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last)
+demo="$(dirname "$0")/../../scripts/train-demo.sh"
+for run in 1 2; do
+  STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps 3 --n-layer 1 --n-head 2 --n-embd 16 \
+    --seq-len 16 --batch 2 --eval-every 0 > "$work/demo.log" 2>&1 || fail "train-demo.sh (run $run): $(tail -5 "$work/demo.log")"
+done
+grep -q "sample from $work/demo/step-000003" "$work/demo.log" || fail "the demo sampled another checkpoint: $(tail -5 "$work/demo.log")"
+grep -q "^This License" "$work/demo.log" || fail "the demo printed no sample: $(tail -3 "$work/demo.log")"
 echo "strata-gpt CLI: all checks passed"
