@@ -460,7 +460,22 @@ int run_train(const train_args& a) {
 // (model.safetensors + config.json, loadable by strata-gpt sample, --init-from and transformers).
 struct export_args {
     std::string adapters, base, out;
+    bool overwrite = false;
 };
+
+// export replaces --out whole: never an input, and only a previous export unless --overwrite.
+void check_export_out(const export_args& a, const fs::path& adapters, const std::string& base) {
+    for (const auto& [flag, in] : std::vector<examples::named_path>{{"--adapters", adapters}, {"--base", base}})
+        if (examples::is_within(a.out, in) || examples::is_within(in, a.out))
+            throw error("--out '" + a.out + "' is or holds the " + flag + " input '" + in.string() +
+                            "': writing it would destroy the input",
+                        "pick another --out");
+    const fs::path state = fs::path(a.out) / "trainer_state.json";
+    const bool previous_export = fs::exists(state) && read_json_file(state).value("format", "") == "strata-gpt LoRA merge 1";
+    if (fs::exists(a.out) && !fs::is_empty(a.out) && !previous_export && !a.overwrite)
+        throw error("--out '" + a.out + "' exists and is not a merge strata-gpt export wrote: refusing to replace it",
+                    "pick another --out, or pass --overwrite");
+}
 
 int run_export(const export_args& a) {
     fs::path adapters = a.adapters;
@@ -477,6 +492,7 @@ int run_export(const export_args& a) {
         throw error("'" + adapters.string() + "' does not exist", "pass a LoRA run's checkpoint (OUT/step-N) or its adapters.safetensors");
     if (base.empty())
         throw error("the base model of '" + adapters.string() + "' is unknown", "pass --base DIR (the --init-from of the LoRA run)");
+    check_export_out(a, adapters, base);
     auto loaded = load_model_files<float>(base);
     auto lc = lora::config_of(adapters);
     lc.n_head = loaded.config.n_head;
@@ -582,7 +598,8 @@ int main(int argc, char** argv) {
     auto* exporter = app.add_subcommand("export", "merge a LoRA run's adapters into its base model (a plain GPT-2 checkpoint)");
     exporter->add_option("--adapters", x.adapters, "a LoRA run's checkpoint directory (OUT/step-N) or its adapters.safetensors")->required()->check(CLI::ExistingPath);
     exporter->add_option("--base", x.base, "the base model (default: the --init-from the LoRA run recorded)")->check(CLI::ExistingDirectory);
-    exporter->add_option("--out", x.out, "directory to write the merged checkpoint to")->required();
+    exporter->add_option("--out", x.out, "directory to write the merged checkpoint to (replaced whole)")->required();
+    exporter->add_flag("--overwrite", x.overwrite, "replace an --out that is not a previous export");
 
     sample_args s;
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");

@@ -168,6 +168,13 @@ for ckpt in "$work"/diverge/step-*; do
   saved=$(grep "\"step\":$step," "$work/diverge.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2)
   awk -v l="$saved" -v f="$loss" 'BEGIN { exit !(l <= 3 * f) }' || fail "$ckpt saved with loss $saved (first $loss)"
 done
+# export replaces --out whole: never its base or adapters, nor a directory it did not write
+refuses "is or holds the --base input" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/full/step-000004"
+[[ -f "$work/full/step-000004/optimizer.safetensors" ]] || fail "export replaced its base"
+refuses "is or holds the --adapters input" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/lora"
+refuses "not a merge strata-gpt export wrote" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/cfg"
+"$gpt" export --adapters "$work/lora/step-000004" --out "$work/merged" > /dev/null || fail "a second export over the first"
+
 # the demo script: flags given override its defaults (--steps twice was an error), its run
 # directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last)
 demo="$(dirname "$0")/../../scripts/train-demo.sh"
