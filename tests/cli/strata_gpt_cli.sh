@@ -145,7 +145,7 @@ mkdir -p "$work/sig/step-000002.tmp-2147483646/junk"
 "$gpt" train "${tiny[@]}" --steps 100000 --save-every 1 --out "$work/sig" --metrics "$work/sig.jsonl" > "$work/sig.log" &
 pid=$!
 trap 'kill "$pid" 2> /dev/null || true' EXIT  # a failed check must not leave the run behind
-for _ in $(seq 1 200); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
+for _ in $(seq 1 600); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
 [[ -s "$work/sig/latest" ]] || fail "the background run saved nothing: $(cat "$work/sig.log")"
 [[ ! -e "$work/sig/step-000002.tmp-2147483646" ]] || fail "a stale temporary checkpoint was not removed"
 refuses "in use by another run (pid $pid)" "$gpt" train "${tiny[@]}" --steps 2 --out "$work/sig"

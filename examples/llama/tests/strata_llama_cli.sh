@@ -111,7 +111,7 @@ points=$(grep -o '<polyline id="train"[^>]*points="[^"]*"' "$work/half/loss.svg"
 "$llama" train "${tiny[@]}" --steps 100000 --save-every 1 --out "$work/sig" > "$work/sig.log" &
 pid=$!
 trap 'kill "$pid" 2> /dev/null || true' EXIT  # a failed check must not leave the run behind
-for _ in $(seq 1 200); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
+for _ in $(seq 1 600); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
 refuses "in use by another run (pid $pid)" "$llama" train "${tiny[@]}" --steps 2 --out "$work/sig"
 kill -INT "$pid"
 rc=0; wait "$pid" || rc=$?
