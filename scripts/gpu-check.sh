@@ -82,7 +82,7 @@ PY
   for f in vocab.json merges.txt; do [[ -f /tmp/hf-gpt2/$f ]] || cp tests/fixtures/gpt2/$f /tmp/hf-gpt2/; done
   cat README.md docs/*.md > /tmp/newuser-text.txt
   "$BUILD/examples/strata-gpt" train --init-from /tmp/hf-gpt2 --data /tmp/newuser-text.txt --seq-len 128 --batch 16 \
-    --steps 150 --lr 1e-3 --eval-every 50 --device cuda --out /tmp/newuser --metrics "$OUT/newuser-metrics.jsonl" \
+    --steps 150 --lr 1e-3 --eval-every 50 --device cuda --out /tmp/newuser --overwrite --metrics "$OUT/newuser-metrics.jsonl" \
     --trace "$OUT/trace-cli-resident.json" 2>&1 | tr '\r' '\n' | grep -v "^step.*|" | tail -12 | tee "$OUT/newuser.log"
   "$BUILD/examples/strata-gpt" sample --checkpoint /tmp/newuser/step-000150 --prompt "The storage tier" \
     --max-new-tokens 60 --seed 1 2>&1 | tee -a "$OUT/newuser.log"

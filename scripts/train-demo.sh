@@ -1,27 +1,78 @@
 #!/usr/bin/env bash
 # The main job: on a fresh Debian machine, install what is missing, build strata-gpt (Release),
-# train a small GPT for a few minutes on a corpus every Debian system has (the licence texts in
+# train a small GPT on a corpus every Debian system has (the licence texts in
 # /usr/share/common-licenses), show the loss falling, and sample from the result.
 #
-#   bash scripts/train-demo.sh [extra strata-gpt train flags, e.g. --steps 600]
+#   bash scripts/train-demo.sh [strata-gpt train flags, e.g. --steps 600]
+#
+# Flags given here override the demo's defaults below (the rest of the defaults stay). The run
+# directory is runs/demo: a new demo replaces the previous one (--overwrite), unless --resume is
+# given (e.g. --resume runs/demo --steps 600 --allow-option-changes continues the last run to 600
+# steps, on a schedule stretched to 600).
+#
+# Where a GPU and nvcc are found (nvidia-smi lists a GPU), the CUDA backend is built and a bigger
+# model trains longer; elsewhere the CPU backend trains a small one (README: what to expect).
+#
+# For tests: STRATA_DEMO_GPT=PATH uses that strata-gpt (no install, no build), STRATA_DEMO_OUT=DIR
+# another run directory than runs/demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+out=${STRATA_DEMO_OUT:-runs/demo}
 
-cmake --preset cpu-release -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF > /dev/null
-cmake --build build/cpu-release --target strata-gpt
+have_gpu() {
+  command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2> /dev/null | grep -q '^GPU' &&
+    { command -v nvcc > /dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; }
+}
+if have_gpu; then
+  preset=cuda-release
+  # 10.8M parameters, 8192 tokens a step: about 70 passes over the corpus
+  defaults=(--device cuda --n-layer 6 --n-head 6 --n-embd 384 --seq-len 256 --batch 32 --steps 2000
+            --lr 1e-3 --warmup 100 --eval-every 200)
+else
+  preset=cpu-release
+  # 0.84M parameters, 1024 tokens a step
+  defaults=(--device cpu --steps 300 --eval-every 50)
+fi
+if [[ -n "${STRATA_DEMO_GPT:-}" ]]; then
+  gpt=$STRATA_DEMO_GPT
+else
+  bash scripts/install-deps.sh
+  echo "building strata-gpt ($preset, $(nproc) jobs)"
+  cuda_arch=()  # the GPU that is here (the preset's sm_90 would not run on another)
+  [[ $preset == cuda-release ]] && cuda_arch=(-DCMAKE_CUDA_ARCHITECTURES=native)
+  cmake --preset "$preset" -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF "${cuda_arch[@]}" > /dev/null
+  cmake --build "build/$preset" --target strata-gpt -j "$(nproc)"
+  gpt="./build/$preset/examples/strata-gpt"
+fi
 
-mkdir -p runs/demo
-corpus=runs/demo/corpus.txt
+# The defaults, less every flag the command line gives (a flag and its value, if it has one).
+given() {
+  local arg
+  for arg in "${user_flags[@]}"; do [[ "$arg" == "$1" || "$arg" == "$1="* ]] && return 0; done
+  return 1
+}
+user_flags=("$@")
+args=()
+set -- "${defaults[@]}"
+while (($#)); do
+  flag=$1
+  shift
+  value=()
+  if (($#)) && [[ $1 != --* ]]; then value=("$1"); shift; fi
+  given "$flag" || args+=("$flag" "${value[@]}")
+done
+given --resume || args+=(--overwrite)
+
+mkdir -p "$out"
+corpus=$out/corpus.txt
 # Every regular file (not the symlinks), in a fixed order, so the corpus is the same everywhere.
 find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > "$corpus"
 echo "corpus: $corpus ($(wc -c < "$corpus") bytes from /usr/share/common-licenses)"
 
-./build/cpu-release/examples/strata-gpt train --data "$corpus" --out runs/demo \
-  --metrics runs/demo/metrics.jsonl --steps 300 --eval-every 50 "$@"
+"$gpt" train --data "$corpus" --out "$out" --metrics "$out/metrics.jsonl" "${args[@]}" "${user_flags[@]}"
 
-latest=$(ls -d runs/demo/step-* | LC_ALL=C sort | tail -n 1)
+# OUT/latest names the latest complete checkpoint (written after it)
+latest="$out/$(cat "$out/latest")"
 echo
 echo "sample from $latest:"
-./build/cpu-release/examples/strata-gpt sample --checkpoint "$latest" \
-  --prompt "This License" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 7
+"$gpt" sample --checkpoint "$latest" --prompt "This License" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 7

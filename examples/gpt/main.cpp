@@ -26,7 +26,10 @@
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
 #endif
 
-#include "../common/example_cli.hpp"  // make_tokenizer, use_cuda, with_planned_trainer
+#include "../common/config_file.hpp"    // apply_config_file
+#include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer
+#include "../common/run_checks.hpp"     // validators, check_resume_options, require_saveable_loss, interrupt_guard
+#include "../common/run_directory.hpp"  // run_lock, probe_writable, check_outputs, write_latest
 #include "../lora/lora_model.hpp"        // LoRA: gpt2_lora_model, adapters, merging
 
 #include <CLI/CLI.hpp>
@@ -70,7 +73,20 @@ struct train_args {
     std::size_t lora_rank = 0;  // 0: full fine-tuning / pre-training; > 0: LoRA adapters only
     double lora_alpha = 0;      // 0: 2 x rank
     std::string lora_targets = "attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj";
+    std::string config;                 // --config FILE (applied in main)
+    bool overwrite = false;             // replace another run's checkpoints / a file strata did not write
+    bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
 };
+
+// The options a resume must keep to continue bitwise (saved in trainer_state.json, compared on resume).
+nlohmann::json run_options(const train_args& a, long warmup) {
+    return {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
+            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
+            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
+}
+
+// warmup -1 (the default): a tenth of the run, at most 20 steps
+long resolved_warmup(long warmup, long steps) { return warmup >= 0 ? warmup : std::min<long>(20, steps / 10); }
 
 // "a,b,c" -> {"a", "b", "c"}
 std::vector<std::string> split_list(const std::string& text) {
@@ -137,6 +153,10 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     std::optional<data::batch_loader> val_loader;
     if (!ctx.prepared.validation.empty())
         val_loader.emplace(data::make_validation_loader(ctx.prepared.validation, a.batch, ctx.eot));
+    // The loss curve of the whole run (a resumed run continues the checkpoint's), and its first
+    // loss, the reference of the divergence policy.
+    std::vector<loss_point> train_curve, val_curve;
+    double first_loss = std::numeric_limits<double>::quiet_NaN();
     if (!a.resume.empty()) {
         nlohmann::json state;
         if constexpr (is_lora<Model>)
@@ -146,13 +166,12 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
         else
             state = load_checkpoint(t, a.resume);
         train_loader.restore(state.at("data_cursor").template get<data::loader_cursor>());
+        examples::restore_loss_curve(state, train_curve, val_curve, first_loss);
         print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
     }
 
-    fs::create_directories(a.out);
     std::optional<metrics_writer> metrics;
     if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
-    std::vector<loss_point> train_curve, val_curve;
     std::vector<fs::path> extra_files;
     if (ctx.tokenizer.starts_with("gpt2:")) {
         const fs::path dir = ctx.tokenizer.substr(5);
@@ -163,10 +182,9 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
                              {"seed", a.seed},
                              {"tokenizer", ctx.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
                              {"data", a.data},
-                             {"options",
-                              {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
-                               {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", a.warmup},
-                               {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}}}};
+                             {"options", run_options(a, o.schedule.warmup_steps)},
+                             {"first_loss", first_loss},
+                             {"loss_curve", examples::loss_curve_json(train_curve, val_curve)}};
         if constexpr (is_lora<Model>) {
             // the adapters alone (the base is --init-from's, unchanged): export merges them
             state["lora"] = {{"rank", a.lora_rank}, {"base", fs::absolute(a.init_from).string()},
@@ -186,7 +204,15 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     fs::path last_saved;
     const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
     transfer_counters before{};
-    while (t.step_count() < stop) {
+    // A checkpoint is written last, then OUT/latest names it; never one of a diverged run.
+    auto save_and_plot = [&](long step, double loss) {
+        examples::require_saveable_loss(loss, first_loss, step, last_saved.string());
+        last_saved = save();
+        examples::write_latest(a.out, last_saved);
+        write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-gpt: " + a.data);
+    };
+    examples::interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop
+    while (t.step_count() < stop && !interrupt.interrupted()) {
         std::vector<data::batch> micro;
         for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
         if (ctx.trace && !(traced(t.step_count() + 1) && t.step_count() + 1 == 3)) ctx.trace->clear();
@@ -199,6 +225,7 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
             });
         const double tps = static_cast<double>(r.tokens) / seconds;
         train_curve.push_back({static_cast<double>(r.step), r.loss});
+        if (std::isnan(first_loss)) first_loss = r.loss;
         nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                               {"tokens_per_s", tps}, {"tokens", r.tokens},
                               {"bytes_storage_read", 0}, {"bytes_storage_write", 0}};  // resident: no storage tier
@@ -230,10 +257,8 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
             if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
             progress.note("step " + std::to_string(r.step) + ": val_loss " + format_loss(val));
         }
-        if ((a.save_every > 0 && r.step % a.save_every == 0) || last) {
-            last_saved = save();
-            write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-gpt: " + a.data);
-        }
+        if ((a.save_every > 0 && r.step % a.save_every == 0) || last || interrupt.interrupted())
+            save_and_plot(r.step, r.loss);
     }
     progress.finish();
     if (trace_written) print_line("trace of steps 2-3: " + a.trace + " (open it in ui.perfetto.dev)");
@@ -242,6 +267,12 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     if (is_lora<Model> && !last_saved.empty())
         print_line("adapters only; a merged GPT-2 checkpoint: strata-gpt export --adapters " + last_saved.string() +
                    " --out DIR");
+    if (interrupt.interrupted() && t.step_count() < stop) {
+        const std::string from = last_saved.empty() ? a.resume : last_saved.string();
+        print_line(std::string("stopped by ") + interrupt.name() + " after step " + std::to_string(t.step_count()) +
+                   (from.empty() ? std::string() : "; continue with --resume " + from));
+        return interrupt.exit_code();
+    }
     return 0;
 }
 
@@ -267,9 +298,48 @@ void describe_model(plan_request& request, const train_args& a, const gpt_config
     request.footprint = footprint_of<B>(model, request.batch, request.seq);
 }
 
+// What a run reads and writes, named by their flags, for examples::check_outputs.
+std::vector<examples::named_path> inputs_of(const train_args& a) {
+    std::vector<examples::named_path> in{{"--data", a.data}, {"--init-from", a.init_from}, {"--resume", a.resume},
+                                         {"--config", a.config}};
+    if (a.tokenizer.starts_with("gpt2:")) in.emplace_back("--tokenizer", a.tokenizer.substr(5));
+    return in;
+}
+
+// Flags that do not fit together, and a resume with other options than the run's.
+void check_consistency(const train_args& a) {
+    examples::check_threads(a.threads);
+    examples::check_stop_at(a.stop_at, a.steps);
+    if (!a.resume.empty() && !a.init_from.empty() && a.lora_rank == 0)
+        throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
+                    "drop --init-from to continue the run, or --resume to start afresh from the weights");
+    if (a.resume.empty()) return;
+    const auto state = read_json_file(fs::path(a.resume) / "trainer_state.json");
+    if (a.lora_rank > 0 && state.contains("lora") &&
+        examples::resolved(state["lora"].value("base", "")) != examples::resolved(a.init_from))
+        throw error("--resume " + a.resume + " is a LoRA run on the base " + state["lora"].value("base", "") +
+                        ", not on --init-from " + a.init_from,
+                    "pass the run's base model as --init-from");
+    nlohmann::json saved = state.value("options", nlohmann::json::object());
+    if (saved.contains("warmup") && saved["warmup"] == -1 && saved.contains("steps"))  // older checkpoints: -1 = the default
+        saved["warmup"] = resolved_warmup(-1, saved["steps"].get<long>());
+    if (state.contains("seed")) saved["seed"] = state["seed"];
+    nlohmann::json now = run_options(a, resolved_warmup(a.warmup, a.steps));
+    now["seed"] = a.seed;
+    examples::check_resume_options(saved, now, a.resume, a.allow_option_changes);
+}
+
 int run_train(const train_args& a) {
     const bool cuda = examples::use_cuda(a.device, "strata-gpt");
     if (a.tf32 && !cuda) throw error("--tf32 applies to the CUDA backend's GEMMs only", "drop --tf32, or use --device cuda");
+    check_consistency(a);
+    // --out: writable, locked for the run's life, no other run's checkpoints (unless --resume or
+    // --overwrite); the outputs destroy no input. All before the data is read, let alone step 1.
+    std::optional<examples::run_lock> lock;
+    if (!a.plan_only) {
+        examples::check_outputs(a.out, {{"--metrics", a.metrics}, {"--trace", a.trace}}, inputs_of(a), a.overwrite);
+        lock.emplace(examples::prepare_run_directory(a.out, !a.resume.empty(), a.overwrite, inputs_of(a)));
+    }
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
     // --init-from: a GPT-2 directory (Hugging Face's or strata's) gives the shape and the weights,
@@ -308,8 +378,7 @@ int run_train(const train_args& a) {
     }
     config.validate();
     train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
-    // warmup -1 (the default): a tenth of the run, at most 20 steps
-    const long warmup = a.warmup >= 0 ? a.warmup : std::min<long>(20, a.steps / 10);
+    const long warmup = resolved_warmup(a.warmup, a.steps);
     o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = warmup,
                   .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
@@ -371,7 +440,22 @@ int run_train(const train_args& a) {
 // (model.safetensors + config.json, loadable by strata-gpt sample, --init-from and transformers).
 struct export_args {
     std::string adapters, base, out;
+    bool overwrite = false;
 };
+
+// export replaces --out whole: never an input, and only a previous export unless --overwrite.
+void check_export_out(const export_args& a, const fs::path& adapters, const std::string& base) {
+    for (const auto& [flag, in] : std::vector<examples::named_path>{{"--adapters", adapters}, {"--base", base}})
+        if (examples::is_within(a.out, in) || examples::is_within(in, a.out))
+            throw error("--out '" + a.out + "' is or holds the " + flag + " input '" + in.string() +
+                            "': writing it would destroy the input",
+                        "pick another --out");
+    const fs::path state = fs::path(a.out) / "trainer_state.json";
+    const bool previous_export = fs::exists(state) && read_json_file(state).value("format", "") == "strata-gpt LoRA merge 1";
+    if (fs::exists(a.out) && !fs::is_empty(a.out) && !previous_export && !a.overwrite)
+        throw error("--out '" + a.out + "' exists and is not a merge strata-gpt export wrote: refusing to replace it",
+                    "pick another --out, or pass --overwrite");
+}
 
 int run_export(const export_args& a) {
     fs::path adapters = a.adapters;
@@ -388,6 +472,7 @@ int run_export(const export_args& a) {
         throw error("'" + adapters.string() + "' does not exist", "pass a LoRA run's checkpoint (OUT/step-N) or its adapters.safetensors");
     if (base.empty())
         throw error("the base model of '" + adapters.string() + "' is unknown", "pass --base DIR (the --init-from of the LoRA run)");
+    check_export_out(a, adapters, base);
     auto loaded = load_model_files<float>(base);
     auto lc = lora::config_of(adapters);
     lc.n_head = loaded.config.n_head;
@@ -417,8 +502,9 @@ struct sample_args {
 };
 
 int run_sample(const sample_args& a) {
-    auto loaded = load_model_files<float>(a.checkpoint);
-    auto tok = make_tokenizer(tokenizer_of_checkpoint(a.checkpoint));
+    const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
+    auto loaded = load_model_files<float>(checkpoint);
+    auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
     const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     gpt_sampler<float> sampler(loaded.config, std::move(loaded.blocks));
     std::vector<token_id> prompt = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
@@ -438,36 +524,41 @@ int run_sample(const sample_args& a) {
 int main(int argc, char** argv) {
     CLI::App app{"strata-gpt: train a GPT-2-architecture model with strata, and sample from it"};
     app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("strata-gpt ") + STRATA_VERSION);
+    using examples::count_in, examples::real_in, examples::unsigned_number;
+    constexpr long max_count = 1L << 40;  // far beyond any real value; a typo or a wrapped negative is not
 
     train_args t;
     auto* train = app.add_subcommand("train", "train (pre-train or fine-tune) a GPT on a text or JSON file");
-    train->set_config("--config", "", "read options from a TOML/INI config file (keys are the long flag names)");
-    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records")->required()->check(CLI::ExistingFile);
+    train->add_option("--config", t.config, "read options from a TOML/INI file: keys are the long flag names (steps = 600), at the top or in [train]; the command line wins")->check(CLI::ExistingFile);
+    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records (required)")->check(CLI::ExistingFile);
     train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
     train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
     train->add_option("--init-from", t.init_from, "start from the weights of a GPT-2 directory (Hugging Face's or strata's); its config gives the model's shape")->check(CLI::ExistingDirectory);
-    train->add_option("--n-layer", t.n_layer, "transformer blocks")->capture_default_str();
-    train->add_option("--n-head", t.n_head, "attention heads")->capture_default_str();
-    train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str();
-    train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str();
-    train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str();
-    train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str();
-    train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str();
-    train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
-    train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str();
-    train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)");
+    train->add_option("--n-layer", t.n_layer, "transformer blocks")->capture_default_str()->check(count_in(1, 4096));
+    train->add_option("--n-head", t.n_head, "attention heads")->capture_default_str()->check(count_in(1, 4096));
+    train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str()->check(count_in(1, 1L << 20));
+    train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str()->check(count_in(1, 1L << 24));
+    train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str()->check(count_in(1, 1L << 24));
+    train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str()->check(count_in(1, 1L << 24));
+    train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str()->check(count_in(1, max_count));
+    train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str()->check(real_in(0, 1e6));
+    train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));
+    train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)")->check(count_in(0, max_count));
     train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
-    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str();
-    train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str();
-    train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str();
-    train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str();
-    train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str();
-    train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str();
+    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str()->check(real_in(0, 1e6));
+    train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str()->check(real_in(0, 1e30));
+    train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str()->check(real_in(0, 0.9));
+    train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));
+    train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str()->check(count_in(1, max_count));
+    train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str()->check(unsigned_number);
     train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg")->capture_default_str();
-    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str();
-    train->add_option("--resume", t.resume, "resume from a checkpoint directory")->check(CLI::ExistingDirectory);
+    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str()->check(count_in(0, max_count));
+    train->add_option("--resume", t.resume, "resume from a checkpoint directory (OUT/step-N, or OUT: its latest), with the run's options")->check(CLI::ExistingDirectory);
+    train->add_flag("--allow-option-changes", t.allow_option_changes, "resume with options that differ from the checkpoint's (each change is printed; the run no longer equals one never interrupted)");
+    train->add_flag("--overwrite", t.overwrite, "start afresh in an --out holding another run's checkpoints (they are removed), and overwrite --metrics/--trace files strata did not write");
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE");
-    train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)");
+    train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     train->add_option("--device-budget", t.device_budget, "device tier budget in bytes (e.g. 512M; default: a quarter of RAM on the CPU backend)");
     train->add_option("--host-budget", t.host_budget, "host tier budget in bytes (default: 90% of RAM)");
@@ -477,35 +568,42 @@ int main(int argc, char** argv) {
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_flag("--tf32", t.tf32, "CUDA: let the GEMMs use TF32 tensor cores (default: strict FP32)");
-    train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
+    train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
     examples::add_activation_options(*train, t);
-    train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections of --init-from's model (0: off)")->capture_default_str();
-    train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)");
+    train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections of --init-from's model (0: off)")->capture_default_str()->check(count_in(0, 1L << 20));
+    train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)")->check(real_in(0, 1e6));
     train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)")->capture_default_str();
 
     export_args x;
     auto* exporter = app.add_subcommand("export", "merge a LoRA run's adapters into its base model (a plain GPT-2 checkpoint)");
     exporter->add_option("--adapters", x.adapters, "a LoRA run's checkpoint directory (OUT/step-N) or its adapters.safetensors")->required()->check(CLI::ExistingPath);
     exporter->add_option("--base", x.base, "the base model (default: the --init-from the LoRA run recorded)")->check(CLI::ExistingDirectory);
-    exporter->add_option("--out", x.out, "directory to write the merged checkpoint to")->required();
+    exporter->add_option("--out", x.out, "directory to write the merged checkpoint to (replaced whole)")->required();
+    exporter->add_flag("--overwrite", x.overwrite, "replace an --out that is not a previous export");
 
     sample_args s;
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
-    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata's OUT/step-N or a Hugging Face GPT-2 directory)")->required()->check(CLI::ExistingDirectory);
+    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata's OUT/step-N, OUT for its latest, or a Hugging Face GPT-2 directory)")->required()->check(CLI::ExistingDirectory);
     sample->add_option("--prompt", s.prompt, "text to continue")->required();
-    sample->add_option("--max-new-tokens", s.max_new_tokens, "tokens to generate")->capture_default_str();
-    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str();
-    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
-    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str();
+    sample->add_option("--max-new-tokens", s.max_new_tokens, "tokens to generate")->capture_default_str()->check(count_in(0, 1L << 24));
+    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str()->check(real_in(0, 1e6));
+    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()->check(count_in(0, 1L << 24));
+    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
 
     CLI11_PARSE(app, argc, argv);
-    t.tokenizer_given = train->count("--tokenizer") > 0;
     try {
-        if (train->parsed()) return run_train(t);
+        if (train->parsed()) {
+            if (!t.config.empty()) examples::apply_config_file(*train, t.config);
+            if (t.data.empty()) throw error("--data is required", "pass --data FILE (or data = \"FILE\" in --config)");
+            t.tokenizer_given = train->count("--tokenizer") > 0;
+            if (!t.resume.empty()) t.resume = examples::resolve_checkpoint(t.resume).string();
+            return run_train(t);
+        }
         if (exporter->parsed()) return run_export(x);
         return run_sample(s);
     } catch (const std::exception& e) {
         std::cerr << "strata-gpt: error: " << e.what() << std::endl;
+        if (const auto hint = examples::flag_hint_for(e); !hint.empty()) std::cerr << "strata-gpt: " << hint << std::endl;
         return 1;
     }
 }

@@ -11,7 +11,10 @@
 // trainer state (optimizer.safetensors, trainer_state.json): transformers.LlamaForCausalLM loads
 // them; `--resume`, `--init-from` and `sample` take them (and `--init-from` and `sample` Hugging
 // Face Llamas of a shape the block has).
-#include "../common/example_cli.hpp"  // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
+#include "../common/config_file.hpp"    // apply_config_file
+#include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
+#include "../common/run_checks.hpp"     // validators, check_resume_options, require_saveable_loss, interrupt_guard
+#include "../common/run_directory.hpp"  // run_lock, probe_writable, check_outputs, write_latest
 #include "generate.hpp"     // llama::generator
 #include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
 #ifdef STRATA_WITH_CUDA
@@ -84,7 +87,20 @@ struct train_args {
     int threads = 0;
     bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
     std::string activations = "auto";
+    std::string config;                 // --config FILE (applied in main)
+    bool overwrite = false;             // replace another run's checkpoints / a file strata did not write
+    bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
 };
+
+// The options a resume must keep to continue bitwise (saved in trainer_state.json, compared on resume).
+nlohmann::json run_options(const train_args& a, long warmup) {
+    return {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
+            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
+            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
+}
+
+// warmup -1 (the default): a tenth of the run, at most 20 steps (strata-gpt's default)
+long resolved_warmup(long warmup, long steps) { return warmup >= 0 ? warmup : std::min<long>(20, steps / 10); }
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
@@ -127,9 +143,14 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     std::optional<data::batch_loader> val_loader;
     if (!ctx.prepared.validation.empty())
         val_loader.emplace(data::make_validation_loader(ctx.prepared.validation, a.batch, ctx.eot));
+    // The loss curve of the whole run (a resumed run continues the checkpoint's), and its first
+    // loss, the reference of the divergence policy.
+    std::vector<loss_point> train_curve, val_curve;
+    double first_loss = std::numeric_limits<double>::quiet_NaN();
     if (!a.resume.empty()) {
         const auto state = llama::load_llama_checkpoint(t, a.resume);
         train_loader.restore(state.at("data_cursor").template get<data::loader_cursor>());
+        examples::restore_loss_curve(state, train_curve, val_curve, first_loss);
         print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
     }
     std::optional<metrics_writer> metrics;
@@ -146,19 +167,25 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
                              {"tokenizer", ctx.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
                              {"data", ctx.data},
                              {"model", "strata-llama"},
-                             {"options",
-                              {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
-                               {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", o.schedule.warmup_steps},
-                               {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}}}};
+                             {"options", run_options(a, o.schedule.warmup_steps)},
+                             {"first_loss", first_loss},
+                             {"loss_curve", examples::loss_curve_json(train_curve, val_curve)}};
         return llama::save_llama_checkpoint(t, a.out, state, extra_files);
     };
 
-    std::vector<loss_point> train_curve, val_curve;
     progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
     fs::path last_saved;
     transfer_counters before{};
     const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
-    while (t.step_count() < stop) {
+    // A checkpoint is written last, then OUT/latest names it; never one of a diverged run.
+    auto save_and_plot = [&](long step, double loss) {
+        examples::require_saveable_loss(loss, first_loss, step, last_saved.string());
+        last_saved = save();
+        examples::write_latest(a.out, last_saved);
+        write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-llama: " + ctx.data);
+    };
+    examples::interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop
+    while (t.step_count() < stop && !interrupt.interrupted()) {
         std::vector<data::batch> micro;
         for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
         const auto start = std::chrono::steady_clock::now();
@@ -166,6 +193,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         const double tps = static_cast<double>(r.tokens) / seconds;
         train_curve.push_back({static_cast<double>(r.step), r.loss});
+        if (std::isnan(first_loss)) first_loss = r.loss;
         // The layers' flops() (forward FLOPs): a training step is 3x forward (backward = 2x), the
         // model FLOPs; activation checkpointing recomputes one more forward that does not count.
         const double model_flops = 3.0 * model.flops(a.batch, a.seq_len) * static_cast<double>(a.accum);
@@ -192,14 +220,18 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
             if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
             progress.note("step " + std::to_string(r.step) + ": val_loss " + format_loss(val));
         }
-        if ((a.save_every > 0 && r.step % a.save_every == 0) || last) {
-            last_saved = save();
-            write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-llama: " + ctx.data);
-        }
+        if ((a.save_every > 0 && r.step % a.save_every == 0) || last || interrupt.interrupted())
+            save_and_plot(r.step, r.loss);
     }
     progress.finish();
     if (!last_saved.empty())
         print_line("saved " + last_saved.string() + " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
+    if (interrupt.interrupted() && t.step_count() < stop) {
+        const std::string from = last_saved.empty() ? a.resume : last_saved.string();
+        print_line(std::string("stopped by ") + interrupt.name() + " after step " + std::to_string(t.step_count()) +
+                   (from.empty() ? std::string() : "; continue with --resume " + from));
+        return interrupt.exit_code();
+    }
     return 0;
 }
 
@@ -211,14 +243,40 @@ int train_on(B& backend, const memory_plan& p, const llama::llama_model<B>& mode
         p, [&]<class Trainer>() { return train_loop<Trainer>(backend, model, o, ctx); });
 }
 
+// What a run reads, named by their flags, for examples::check_outputs.
+std::vector<examples::named_path> inputs_of(const train_args& a) {
+    std::vector<examples::named_path> in{{"--data", a.data}, {"--init-from", a.init_from}, {"--resume", a.resume},
+                                         {"--config", a.config}};
+    if (a.tokenizer.starts_with("gpt2:")) in.emplace_back("--tokenizer", a.tokenizer.substr(5));
+    return in;
+}
+
+// Flags that do not fit together, and a resume with other options than the run's.
+void check_consistency(const train_args& a) {
+    examples::check_threads(a.threads);
+    examples::check_stop_at(a.stop_at, a.steps);
+    if (!a.init_from.empty() && !a.resume.empty())
+        throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
+                    "drop --init-from to continue the run, or --resume to start afresh from the weights");
+    if (a.resume.empty()) return;
+    const auto state = read_json_file(fs::path(a.resume) / "trainer_state.json");
+    nlohmann::json saved = state.value("options", nlohmann::json::object());
+    if (state.contains("seed")) saved["seed"] = state["seed"];
+    nlohmann::json now = run_options(a, resolved_warmup(a.warmup, a.steps));
+    now["seed"] = a.seed;
+    examples::check_resume_options(saved, now, a.resume, a.allow_option_changes);
+}
+
 int run_train(const train_args& a) {
     const bool cuda = examples::use_cuda(a.device, "strata-llama");
+    check_consistency(a);
+    examples::check_outputs(a.out, {{"--metrics", a.metrics}}, inputs_of(a), a.overwrite);
+    // --out: writable, locked for the run's life, no other run's checkpoints (unless --resume or --overwrite)
+    const auto lock = examples::prepare_run_directory(a.out, !a.resume.empty(), a.overwrite, inputs_of(a));
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
     // --init-from (weights) and --resume (weights, moments, step, data cursor) take the model's
     // shape, and unless --tokenizer says otherwise the tokenizer, from the checkpoint.
-    if (!a.init_from.empty() && !a.resume.empty())
-        throw error("--init-from and --resume both given", "--resume continues a run; --init-from starts a new one from weights");
     const std::string from = a.resume.empty() ? a.init_from : a.resume;
     std::optional<llama::loaded_llama> init;
     std::string tokenizer_spec = a.tokenizer;
@@ -252,7 +310,7 @@ int run_train(const train_args& a) {
     print_line("data: " + data_path + ": " + prepared.stats.summary());
 
     train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
-    const long warmup = a.warmup >= 0 ? a.warmup : std::min<long>(20, a.steps / 10);  // strata-gpt's default
+    const long warmup = resolved_warmup(a.warmup, a.steps);
     o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = warmup,
                   .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
@@ -299,8 +357,9 @@ struct sample_args {
 };
 
 int run_sample(const sample_args& a) {
-    auto loaded = llama::load_llama_files(a.checkpoint);
-    const auto tok = make_tokenizer(tokenizer_of_checkpoint(a.checkpoint));
+    const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
+    auto loaded = llama::load_llama_files(checkpoint);
+    const auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
     const std::vector<token_id> prompt = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
     const sample_options so{.max_new_tokens = a.tokens, .temperature = a.temperature, .top_k = a.top_k,
                             .seed = a.seed, .bos = std::visit([](const auto& t) { return t.eot_id(); }, tok)};
@@ -320,62 +379,73 @@ int run_sample(const sample_args& a) {
 int main(int argc, char** argv) {
     CLI::App app{"strata-llama: train a small Llama-style model with strata, and sample from it"};
     app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("strata-llama ") + STRATA_VERSION);
+    using examples::count_in, examples::real_in, examples::unsigned_number;
+    constexpr long max_count = 1L << 40;  // far beyond any real value; a typo or a wrapped negative is not
 
     train_args t;
     auto* train = app.add_subcommand("train", "train a Llama-style model on a text or JSON file");
+    train->add_option("--config", t.config, "read options from a TOML/INI file: keys are the long flag names (steps = 600), at the top or in [train]; the command line wins")->check(CLI::ExistingFile);
     train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records (default: the licence texts of /usr/share/common-licenses)")->check(CLI::ExistingFile);
     train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
     train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
     train->add_option("--init-from", t.init_from, "start from the weights of a Llama directory (strata-llama's or Hugging Face's); its config gives the model's shape")->check(CLI::ExistingDirectory);
-    train->add_option("--n-layer", t.n_layer, "Llama blocks")->capture_default_str();
-    train->add_option("--n-head", t.n_head, "attention heads (n-embd / n-head must be even)")->capture_default_str();
-    train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str();
-    train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str();
-    train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str();
-    train->add_option("--norm-eps", t.norm_eps, "RMSNorm epsilon")->capture_default_str();
-    train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str();
-    train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str();
-    train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str();
-    train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str();
-    train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str();
-    train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str();
-    train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)");
+    train->add_option("--n-layer", t.n_layer, "Llama blocks")->capture_default_str()->check(count_in(1, 4096));
+    train->add_option("--n-head", t.n_head, "attention heads (n-embd / n-head must be even)")->capture_default_str()->check(count_in(1, 4096));
+    train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str()->check(count_in(1, 1L << 20));
+    train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str()->check(count_in(0, 1L << 22));
+    train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str()->check(real_in(1e-6, 1e12));
+    train->add_option("--norm-eps", t.norm_eps, "RMSNorm epsilon")->capture_default_str()->check(real_in(1e-30, 1));
+    train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str()->check(count_in(1, 1L << 24));
+    train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str()->check(count_in(1, 1L << 24));
+    train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str()->check(count_in(1, 1L << 24));
+    train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str()->check(count_in(1, max_count));
+    train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str()->check(real_in(0, 1e6));
+    train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));
+    train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)")->check(count_in(0, max_count));
     train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
-    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str();
-    train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str();
-    train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str();
-    train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str();
-    train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str();
-    train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str();
+    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str()->check(real_in(0, 1e6));
+    train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str()->check(real_in(0, 1e30));
+    train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str()->check(real_in(0, 0.9));
+    train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));
+    train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str()->check(count_in(1, max_count));
+    train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str()->check(unsigned_number);
     train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg")->capture_default_str();
-    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str();
-    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (weights, AdamW moments, step, data position) with the same data and options")->check(CLI::ExistingDirectory);
-    train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)");
+    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str()->check(count_in(0, max_count));
+    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (OUT/step-N, or OUT: its latest; weights, AdamW moments, step, data position) with the same data and options")->check(CLI::ExistingDirectory);
+    train->add_flag("--allow-option-changes", t.allow_option_changes, "resume with options that differ from the checkpoint's (each change is printed; the run no longer equals one never interrupted)");
+    train->add_flag("--overwrite", t.overwrite, "start afresh in an --out holding another run's checkpoints (they are removed), and overwrite a --metrics file strata did not write");
+    train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE (appended to when resuming)");
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     train->add_option("--moments", t.moments, "home of the AdamW moments when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
-    train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)");
+    train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
     examples::add_activation_options(*train, t);
 
     sample_args s;
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
-    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata-llama's OUT/step-N or a Hugging Face Llama directory)")->required()->check(CLI::ExistingDirectory);
+    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata-llama's OUT/step-N, OUT for its latest, or a Hugging Face Llama directory)")->required()->check(CLI::ExistingDirectory);
     sample->add_option("--prompt", s.prompt, "text to continue")->required();
-    sample->add_option("--tokens,--max-new-tokens", s.tokens, "tokens to generate")->capture_default_str();
-    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str();
-    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
-    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str();
+    sample->add_option("--tokens,--max-new-tokens", s.tokens, "tokens to generate")->capture_default_str()->check(count_in(0, 1L << 24));
+    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str()->check(real_in(0, 1e6));
+    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()->check(count_in(0, 1L << 24));
+    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
     sample->add_option("--device", s.device, "cpu, cuda or auto")->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
-    t.tokenizer_given = train->count("--tokenizer") > 0;
     try {
-        if (train->parsed()) return run_train(t);
+        if (train->parsed()) {
+            if (!t.config.empty()) examples::apply_config_file(*train, t.config);
+            t.tokenizer_given = train->count("--tokenizer") > 0;
+            if (!t.resume.empty()) t.resume = examples::resolve_checkpoint(t.resume).string();
+            return run_train(t);
+        }
         return run_sample(s);
     } catch (const std::exception& e) {
         std::cerr << "strata-llama: error: " << e.what() << std::endl;
+        if (const auto hint = examples::flag_hint_for(e); !hint.empty()) std::cerr << "strata-llama: " << hint << std::endl;
         return 1;
     }
 }

@@ -24,6 +24,7 @@ half_losses=$(grep -o '"loss":[^,}]*' "$work/half.jsonl")
 
 # sampling prints the prompt and continues it
 out=$("$gpt" sample --checkpoint "$work/full/step-000004" --prompt "the quick" --max-new-tokens 20 --seed 3)
+out_full=$out
 [[ "$out" == "the quick"* && ${#out} -gt 9 ]] || fail "sample output: $out"
 again=$("$gpt" sample --checkpoint "$work/full/step-000004" --prompt "the quick" --max-new-tokens 20 --seed 3)
 [[ "$out" == "$again" ]] || fail "sampling is not deterministic for a seed"
@@ -55,4 +56,132 @@ grep -q -- "--bogus-flag" "$work/err.txt" || fail "unknown flag not named: $(cat
 echo '{"text": "unterminated' > "$work/bad.jsonl"
 if "$gpt" train --data "$work/bad.jsonl" --steps 1 --out "$work/bad" 2> "$work/err2.txt"; then fail "bad JSON accepted"; fi
 grep -q "bad.jsonl" "$work/err2.txt" || fail "bad data file not named: $(cat "$work/err2.txt")"
+# ---- issue 14: what a careless or hostile user does ----
+tiny=(--data "$work/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --eval-every 0)
+# refuses: the command must fail and its stderr must contain the text
+refuses() {
+  local expect=$1
+  shift
+  if "$@" > "$work/refused.out" 2> "$work/refused.err"; then fail "accepted: $*"; fi
+  grep -q -- "$expect" "$work/refused.err" || fail "'$*': no '$expect' in: $(cat "$work/refused.err")"
+}
+
+# --version: the project's version
+"$gpt" --version | grep -Eq '^strata-gpt [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version: $("$gpt" --version 2>&1)"
+
+# --config: options from a TOML file, the command line wins; unknown keys, bad values, missing files fail
+printf 'steps = 3\nn-layer = 1\nn-head = 2\nn-embd = 16\nseq-len = 16\nbatch = 2\neval-every = 0\n' > "$work/c.toml"
+"$gpt" train --data "$work/data.txt" --config "$work/c.toml" --out "$work/cfg" > "$work/cfg.log"
+[[ -d "$work/cfg/step-000003" ]] || fail "--config steps = 3 ignored: $(ls "$work/cfg")"
+grep -q "1 layers, 2 heads, 16 channels" "$work/cfg.log" || fail "--config n-layer ignored: $(grep model: "$work/cfg.log")"
+printf '[train]\nsteps = 2\n' > "$work/c2.toml"
+"$gpt" train "${tiny[@]}" --config "$work/c2.toml" --steps 1 --out "$work/cfg2" > /dev/null
+[[ -d "$work/cfg2/step-000001" && ! -d "$work/cfg2/step-000002" ]] || fail "the command line does not win over --config"
+"$gpt" train "${tiny[@]}" --config "$work/c2.toml" --out "$work/cfg3" > /dev/null
+[[ -d "$work/cfg3/step-000002" ]] || fail "[train] section of --config ignored"
+printf 'stepz = 3\n' > "$work/bad.toml"
+refuses "unknown key 'stepz'" "$gpt" train "${tiny[@]}" --config "$work/bad.toml" --out "$work/x"
+printf 'steps = -3\n' > "$work/bad2.toml"
+refuses "not in range" "$gpt" train "${tiny[@]}" --config "$work/bad2.toml" --out "$work/x"
+refuses "nonexistent.toml" "$gpt" train "${tiny[@]}" --config "$work/nonexistent.toml" --out "$work/x"
+head -c 200 "$gpt" > "$work/garbage.toml"
+refuses "garbage.toml" "$gpt" train "${tiny[@]}" --config "$work/garbage.toml" --out "$work/x"
+
+# negative or absurd numbers: a clear error naming the flag, never a wrapped 2^64 - 1
+for bad in "--n-layer -1" "--batch -1" "--accum -1" "--seq-len -1" "--steps 0" "--lr nan" "--lr -1" "--clip -1" \
+           "--eval-batches 0" "--warmup -1" "--eval-every -1" "--save-every -1" "--seed -1" "--lora-rank -1"; do
+  read -r flag value <<< "$bad"
+  refuses "$flag" timeout 20 "$gpt" train "${tiny[@]}" --steps 2 "$flag" "$value" --out "$work/x"
+done
+refuses "--stop-at" "$gpt" train "${tiny[@]}" --steps 2 --stop-at 0 --out "$work/x"
+refuses "--stop-at 5" "$gpt" train "${tiny[@]}" --steps 2 --stop-at 5 --out "$work/x"
+refuses "--threads 100000" "$gpt" train "${tiny[@]}" --steps 2 --threads 100000 --out "$work/x"
+refuses "--max-new-tokens" timeout 20 "$gpt" sample --checkpoint "$work/full/step-000004" --prompt x --max-new-tokens -5
+refuses "--top-k" timeout 20 "$gpt" sample --checkpoint "$work/full/step-000004" --prompt x --top-k -1
+refuses "--device-budget" "$gpt" train "${tiny[@]}" --steps 2 --device-budget nan --out "$work/x"
+[[ ! -e "$work/x/step-000002" ]] || fail "a refused run wrote a checkpoint"
+
+# outputs that would destroy inputs, or a file strata did not write, are refused
+cp "$work/data.txt" "$work/data.bak"
+refuses "is the --data input" "$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/data.txt" --out "$work/x"
+refuses "is the --data input" "$gpt" train "${tiny[@]}" --steps 1 --trace "$work/data.txt" --out "$work/x"
+refuses "is the --init-from input" "$gpt" train "${lora[@]}" --metrics "$work/full/step-000004/config.json" --out "$work/x"
+cmp -s "$work/data.txt" "$work/data.bak" || fail "the data file was changed"
+echo "my notes" > "$work/notes.txt"
+refuses "refusing to overwrite" "$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/notes.txt" --out "$work/x"
+[[ "$(cat "$work/notes.txt")" == "my notes" ]] || fail "a file that is not a metrics file was overwritten"
+"$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/notes.txt" --out "$work/ow" --overwrite > /dev/null
+grep -q '"loss"' "$work/notes.txt" || fail "--overwrite did not let --metrics replace the file"
+
+# --out: a fresh run refuses another run's checkpoints; --overwrite replaces them; --resume continues
+refuses "holds checkpoints of another run" "$gpt" train "${tiny[@]}" --steps 2 --seed 7 --out "$work/full"
+[[ -d "$work/full/step-000004" ]] || fail "a refused run removed checkpoints"
+"$gpt" train "${tiny[@]}" --steps 2 --out "$work/cfg3" --overwrite > "$work/ow.log"
+grep -q "removed 1 checkpoint" "$work/ow.log" || fail "--overwrite: $(cat "$work/ow.log")"
+# an unwritable --out is found before step 1 (/proc/self exists and takes no files, even for root)
+refuses "is not writable" "$gpt" train "${tiny[@]}" --steps 2 --out /proc/self --metrics "$work/unwritable.jsonl"
+[[ ! -s "$work/unwritable.jsonl" ]] || fail "an unwritable --out was found only after training"
+
+# resume: the run's own options (or explicitly others, with a warning); not with --init-from
+refuses "--lr 0.001 -> 0.01" "$gpt" train "${common[@]}" --steps 4 --lr 0.01 --out "$work/half" --resume "$work/half/step-000002"
+refuses "--accum 1 -> 2" "$gpt" train "${common[@]}" --steps 4 --accum 2 --out "$work/half" --resume "$work/half/step-000002"
+refuses "--resume and --init-from" "$gpt" train "${common[@]}" --steps 4 --out "$work/half" \
+  --resume "$work/half/step-000002" --init-from "$work/full/step-000004"
+"$gpt" train "${common[@]}" --steps 4 --lr 0.01 --out "$work/changed" --allow-option-changes \
+  --resume "$work/half/step-000002" > "$work/changed.log"
+grep -q "warning: .*--lr 0.001 -> 0.01" "$work/changed.log" || fail "no warning of the changed options: $(cat "$work/changed.log")"
+
+# the latest complete checkpoint is named by OUT/latest; sample and --resume take the run directory
+[[ "$(cat "$work/full/latest")" == "step-000004" ]] || fail "OUT/latest: $(cat "$work/full/latest" 2>&1)"
+[[ "$("$gpt" sample --checkpoint "$work/full" --prompt "the quick" --max-new-tokens 20 --seed 3)" == "$out_full" ]] ||
+  fail "sample of the run directory is not that of its latest checkpoint"
+# the loss curve of a resumed run shows the whole run (4 steps), not only the resumed ones
+points=$(grep -o '<polyline id="train"[^>]*points="[^"]*"' "$work/half/loss.svg" | grep -o ',' | wc -l)
+[[ "$points" == 4 ]] || fail "loss.svg of the resumed run has $points points, not 4"
+
+# stale temporaries of a killed run are removed at start; a second run on a locked --out is refused;
+# SIGTERM saves the step, writes latest and stops cleanly (no temporaries), and the run resumes
+mkdir -p "$work/sig/step-000002.tmp-2147483646/junk"
+"$gpt" train "${tiny[@]}" --steps 100000 --save-every 1 --out "$work/sig" --metrics "$work/sig.jsonl" > "$work/sig.log" &
+pid=$!
+trap 'kill "$pid" 2> /dev/null || true' EXIT  # a failed check must not leave the run behind
+for _ in $(seq 1 600); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
+[[ -s "$work/sig/latest" ]] || fail "the background run saved nothing: $(cat "$work/sig.log")"
+[[ ! -e "$work/sig/step-000002.tmp-2147483646" ]] || fail "a stale temporary checkpoint was not removed"
+refuses "in use by another run (pid $pid)" "$gpt" train "${tiny[@]}" --steps 2 --out "$work/sig"
+kill -TERM "$pid"
+rc=0; wait "$pid" || rc=$?
+[[ "$rc" == 143 ]] || fail "SIGTERM: exit code $rc, not 143: $(tail -3 "$work/sig.log")"
+grep -q "stopped by SIGTERM" "$work/sig.log" || fail "SIGTERM not reported: $(tail -3 "$work/sig.log")"
+ls "$work/sig" | grep -q tmp && fail "SIGTERM left temporaries: $(ls "$work/sig")"
+last=$(cat "$work/sig/latest")
+[[ -f "$work/sig/$last/trainer_state.json" ]] || fail "latest names no complete checkpoint: $last"
+[[ "$last" == "$(ls "$work/sig" | grep '^step-' | LC_ALL=C sort | tail -n 1)" ]] || fail "latest is not the last checkpoint"
+
+# a diverging run (lr 100) saves no checkpoint past the policy (3 x its first loss) and says so
+refuses "diverged" "$gpt" train "${tiny[@]}" --steps 30 --lr 100 --warmup 0 --save-every 5 --out "$work/diverge" \
+  --metrics "$work/diverge.jsonl"
+for ckpt in "$work"/diverge/step-*; do
+  [[ -e "$ckpt" ]] || continue
+  loss=$(grep -o '"first_loss":[^,}]*' "$ckpt/trainer_state.json" | cut -d: -f2)
+  step=$((10#${ckpt##*step-}))
+  saved=$(grep "\"step\":$step," "$work/diverge.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2)
+  awk -v l="$saved" -v f="$loss" 'BEGIN { exit !(l <= 3 * f) }' || fail "$ckpt saved with loss $saved (first $loss)"
+done
+# export replaces --out whole: never its base or adapters, nor a directory it did not write
+refuses "is or holds the --base input" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/full/step-000004"
+[[ -f "$work/full/step-000004/optimizer.safetensors" ]] || fail "export replaced its base"
+refuses "is or holds the --adapters input" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/lora"
+refuses "not a merge strata-gpt export wrote" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/cfg"
+"$gpt" export --adapters "$work/lora/step-000004" --out "$work/merged" > /dev/null || fail "a second export over the first"
+
+# the demo script: flags given override its defaults (--steps twice was an error), its run
+# directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last)
+demo="$(dirname "$0")/../../scripts/train-demo.sh"
+for run in 1 2; do
+  STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps 3 --n-layer 1 --n-head 2 --n-embd 16 \
+    --seq-len 16 --batch 2 --eval-every 0 > "$work/demo.log" 2>&1 || fail "train-demo.sh (run $run): $(tail -5 "$work/demo.log")"
+done
+grep -q "sample from $work/demo/step-000003" "$work/demo.log" || fail "the demo sampled another checkpoint: $(tail -5 "$work/demo.log")"
+grep -q "^This License" "$work/demo.log" || fail "the demo printed no sample: $(tail -3 "$work/demo.log")"
 echo "strata-gpt CLI: all checks passed"

@@ -80,4 +80,42 @@ if "$llama" train --data "$work/data.txt" --n-embd 16 --n-head 3 --steps 1 --dev
 grep -q "heads of an even size" "$work/err2.txt" || fail "bad shape not explained: $(cat "$work/err2.txt")"
 if "$llama" sample --checkpoint "$work" --prompt x 2> "$work/err3.txt" > /dev/null; then fail "a directory without a model accepted"; fi
 grep -q "not a Llama checkpoint" "$work/err3.txt" || fail "missing checkpoint not explained: $(cat "$work/err3.txt")"
+# ---- issue 14: the checks strata-gpt has (examples/common), here too ----
+tiny=(--data "$work/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --hidden 24 --seq-len 16 --batch 2 --eval-every 0 --device cpu)
+refuses() {
+  local expect=$1
+  shift
+  if "$@" > "$work/refused.out" 2> "$work/refused.err"; then fail "accepted: $*"; fi
+  grep -q -- "$expect" "$work/refused.err" || fail "'$*': no '$expect' in: $(cat "$work/refused.err")"
+}
+"$llama" --version | grep -Eq '^strata-llama [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version: $("$llama" --version 2>&1)"
+printf 'steps = 2\n' > "$work/c.toml"
+"$llama" train "${tiny[@]}" --config "$work/c.toml" --out "$work/cfg" > /dev/null
+[[ -d "$work/cfg/step-000002" && "$(cat "$work/cfg/latest")" == "step-000002" ]] || fail "--config steps = 2 ignored, or no latest"
+printf 'stepz = 2\n' > "$work/bad.toml"
+refuses "unknown key 'stepz'" "$llama" train "${tiny[@]}" --config "$work/bad.toml" --out "$work/x"
+for bad in "--n-layer -1" "--hidden -1" "--batch -1" "--clip -1" "--eval-batches 0" "--warmup -1" "--norm-eps -1"; do
+  read -r flag value <<< "$bad"
+  refuses "$flag" timeout 20 "$llama" train "${tiny[@]}" --steps 2 "$flag" "$value" --out "$work/x"
+done
+refuses "--tokens" timeout 20 "$llama" sample --checkpoint "$ckpt" --prompt x --tokens -5 --device cpu
+refuses "--stop-at 5" "$llama" train "${tiny[@]}" --steps 2 --stop-at 5 --out "$work/x"
+refuses "is the --data input" "$llama" train "${tiny[@]}" --steps 1 --metrics "$work/data.txt" --out "$work/x"
+refuses "holds checkpoints of another run" "$llama" train "${tiny[@]}" --steps 2 --out "$work/cfg"
+refuses "--lr 0.001 -> 0.01" "$llama" train "${common[@]}" --lr 0.01 --out "$work/half" --resume "$work/half/step-000002"
+refuses "is not writable" "$llama" train "${tiny[@]}" --steps 2 --out /proc/self
+# the loss curve of the resumed run (stopped at 2 of 4) shows all 4 steps
+points=$(grep -o '<polyline id="train"[^>]*points="[^"]*"' "$work/half/loss.svg" | grep -o ',' | wc -l)
+[[ "$points" == 4 ]] || fail "loss.svg of the resumed run has $points points, not 4"
+# a second run on a locked --out is refused naming the holder; SIGINT saves and stops cleanly
+"$llama" train "${tiny[@]}" --steps 100000 --save-every 1 --out "$work/sig" > "$work/sig.log" &
+pid=$!
+trap 'kill "$pid" 2> /dev/null || true' EXIT  # a failed check must not leave the run behind
+for _ in $(seq 1 600); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
+refuses "in use by another run (pid $pid)" "$llama" train "${tiny[@]}" --steps 2 --out "$work/sig"
+kill -INT "$pid"
+rc=0; wait "$pid" || rc=$?
+[[ "$rc" == 130 ]] || fail "SIGINT: exit code $rc, not 130: $(tail -3 "$work/sig.log")"
+ls "$work/sig" | grep -q tmp && fail "SIGINT left temporaries: $(ls "$work/sig")"
+[[ -f "$work/sig/$(cat "$work/sig/latest")/trainer_state.json" ]] || fail "latest names no complete checkpoint"
 echo "strata-llama CLI: all checks passed"

@@ -1,0 +1,168 @@
+// What the example trainers check about a run besides its directory: the ranges of numeric
+// flags, that a resumed run has the options it was saved with, that a checkpoint is never saved
+// from a diverged run, and a clean stop on SIGINT / SIGTERM.
+// Example code, not library code: both strata-gpt and strata-llama include it.
+#pragma once
+
+#include <strata/core/error.hpp>         // strata::error
+#include <strata/report/loss_plot.hpp>  // loss_point
+
+#include <CLI/CLI.hpp>        // CLI::Validator
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include <signal.h>  // sigaction, SIGINT, SIGTERM
+
+#include <cmath>    // std::isfinite
+#include <csignal>  // std::sig_atomic_t
+#include <iostream>  // std::cout
+#include <string>    // std::string
+#include <thread>    // std::thread::hardware_concurrency
+#include <vector>    // std::vector
+
+namespace strata::examples {
+
+// ---- ranges of flags ----
+
+// For unsigned options: CLI11 would read "-1" as 2^64 - 1; this refuses any sign.
+inline const CLI::Validator unsigned_number(
+    [](std::string& text) -> std::string {
+        if (text.find_first_of("-+") != std::string::npos) return "Value " + text + " must be a number without a sign";
+        return {};
+    },
+    "UINT");
+
+// A count in [lo, hi], read as a signed number so that a negative one is refused, not wrapped.
+inline CLI::Range count_in(long lo, long hi) { return CLI::Range(lo, hi); }
+
+// A finite real number in [lo, hi] (CLI::Range lets NaN through: every comparison with it is false).
+inline CLI::Validator real_in(double lo, double hi) {
+    const std::string range = "[" + CLI::detail::to_string(lo) + " - " + CLI::detail::to_string(hi) + "]";
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            double value = 0;
+            if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value) || value < lo || value > hi)
+                return "Value " + text + " not in range " + range;
+            return {};
+        },
+        "FLOAT in " + range);
+}
+
+// --threads N: 0 (all) up to the machine's hardware threads.
+inline void check_threads(int threads) {
+    const unsigned hw = std::thread::hardware_concurrency();
+    if (threads < 0 || (hw > 0 && static_cast<unsigned>(threads) > hw))
+        throw error("--threads " + std::to_string(threads) + ": this machine has " + std::to_string(hw) + " hardware threads",
+                    "pass 0 (all of them) or at most " + std::to_string(hw));
+}
+
+// --stop-at S with --steps N: 1 <= S <= N (0, the default, means no early stop).
+inline void check_stop_at(long stop_at, long steps) {
+    if (stop_at != 0 && (stop_at < 1 || stop_at > steps))
+        throw error("--stop-at " + std::to_string(stop_at) + " is outside the run's steps 1.." + std::to_string(steps),
+                    "stop at a step within --steps (the schedule stays that of --steps)");
+}
+
+// ---- a resumed run has the options it was saved with ----
+
+// Compares the options a run is started with (`now`, an object of option -> value) with those the
+// checkpoint recorded (`saved`); any difference breaks "resume continues bitwise as if never
+// interrupted". Refused, unless `allow`: then each change is printed as a warning.
+inline void check_resume_options(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint,
+                                 bool allow) {
+    std::string changes;
+    for (const auto& [key, value] : now.items()) {
+        if (!saved.contains(key)) continue;  // recorded by a newer or older version: nothing to compare
+        const auto& before = saved.at(key);
+        const bool same = (before.is_number() && value.is_number()) ? before.get<double>() == value.get<double>()
+                                                                    : before == value;
+        if (!same) changes += (changes.empty() ? "" : ", ") + std::string("--") + key + " " + before.dump() + " -> " + value.dump();
+    }
+    if (changes.empty()) return;
+    if (!allow)
+        throw error("--resume " + checkpoint + " with options that differ from the run's: " + changes,
+                    "resume with the run's options, or pass --allow-option-changes to continue with the new ones "
+                    "(the run is then no longer the same as one never interrupted)");
+    std::cout << "warning: --allow-option-changes: resuming " << checkpoint << " with changed options: " << changes
+              << std::endl;
+}
+
+// ---- no checkpoint of a diverged run ----
+
+// The policy: a checkpoint is saved only when the step's loss is finite and at most
+// divergence_factor times the run's first loss (the loss of step 1, kept across resumes).
+inline constexpr double divergence_factor = 3.0;
+
+inline void require_saveable_loss(double loss, double first_loss, long step, const std::string& last_checkpoint) {
+    if (std::isfinite(loss) && loss <= divergence_factor * first_loss) return;
+    throw error("the loss at step " + std::to_string(step) + " is " + std::to_string(loss) +
+                    ", past the divergence limit (" + std::to_string(static_cast<int>(divergence_factor)) +
+                    " x the run's first loss " + std::to_string(first_loss) + "): the run diverged and no checkpoint was saved",
+                "lower --lr or lengthen --warmup" +
+                    (last_checkpoint.empty() ? std::string() : "; the last good checkpoint is " + last_checkpoint));
+}
+
+// The library's hints name no flags; for the errors whose cure is a flag, the program's flags.
+inline std::string flag_hint_for(const std::exception& e) {
+    if (std::string(e.what()).find("non-finite gradient norm") != std::string::npos)
+        return "the flags for that: --lr (lower), --warmup (longer), --clip (e.g. 1.0); continue with --resume OUT/step-N";
+    return {};
+}
+
+// ---- the loss curve of the whole run, across resumes ----
+
+// The curves as the checkpoint keeps them: {"train": [[step, loss], ...], "val": [...]}.
+inline nlohmann::json loss_curve_json(const std::vector<loss_point>& train, const std::vector<loss_point>& val) {
+    auto pairs = [](const std::vector<loss_point>& curve) {
+        nlohmann::json out = nlohmann::json::array();
+        for (const auto& p : curve) out.push_back({p.step, p.loss});
+        return out;
+    };
+    return {{"train", pairs(train)}, {"val", pairs(val)}};
+}
+
+// A resumed run starts from the checkpoint's curves and first loss (absent in older checkpoints:
+// then the curve starts at the resume and the first loss is the resumed run's first).
+inline void restore_loss_curve(const nlohmann::json& state, std::vector<loss_point>& train,
+                               std::vector<loss_point>& val, double& first_loss) {
+    if (state.contains("first_loss") && state["first_loss"].is_number()) first_loss = state["first_loss"].get<double>();
+    if (!state.contains("loss_curve")) return;
+    auto read = [](const nlohmann::json& pairs, std::vector<loss_point>& curve) {
+        for (const auto& p : pairs) curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
+    };
+    read(state["loss_curve"].at("train"), train);
+    read(state["loss_curve"].at("val"), val);
+}
+
+// ---- a clean stop on SIGINT / SIGTERM ----
+
+inline volatile std::sig_atomic_t interrupt_signal = 0;
+
+// While alive, SIGINT and SIGTERM only set interrupt_signal: the training loop finishes its step,
+// saves a checkpoint and returns. The handler is one-shot (SA_RESETHAND): a second signal stops
+// the process at once, and a next run removes the temporary checkpoint it may leave.
+class interrupt_guard {
+public:
+    interrupt_guard() {
+        struct sigaction sa {};
+        sa.sa_handler = [](int sig) { interrupt_signal = sig; };
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_RESTART;  // interrupted reads and writes resume
+        ::sigaction(SIGINT, &sa, &m_int);
+        ::sigaction(SIGTERM, &sa, &m_term);
+    }
+    ~interrupt_guard() {
+        ::sigaction(SIGINT, &m_int, nullptr);
+        ::sigaction(SIGTERM, &m_term, nullptr);
+    }
+    interrupt_guard(const interrupt_guard&) = delete;
+    interrupt_guard& operator=(const interrupt_guard&) = delete;
+
+    static bool interrupted() { return interrupt_signal != 0; }
+    static const char* name() { return interrupt_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+    static int exit_code() { return 128 + interrupt_signal; }  // the shell's convention for a signal
+
+private:
+    struct sigaction m_int {}, m_term {};
+};
+
+}  // namespace strata::examples
