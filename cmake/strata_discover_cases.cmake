@@ -33,7 +33,6 @@ foreach(name IN LISTS lines)
   if(lower MATCHES "cuda")
     list(APPEND labels gpu)
   endif()
-  string(REPLACE ";" "\\;" labels "${labels}")
   string(APPEND script
     "add_test([==[${PREFIX}: ${name}]==] \"${EXECUTABLE}\" [==[--test-case=${filter}]==] --case-sensitive)\n"
     "set_tests_properties([==[${PREFIX}: ${name}]==] PROPERTIES SKIP_RETURN_CODE ${SKIP_RETURN_CODE}"
