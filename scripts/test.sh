@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: installs missing packages, configures (Release, with the CUDA backend when nvcc
-# is found), builds and runs CTest. CUDA cases skip, visibly, on machines without a GPU.
+# is found), builds and runs CTest, one CTest test per test case. On a machine without a GPU the
+# CUDA cases report "Skipped" (tests/support/skip.hpp), not "Passed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh

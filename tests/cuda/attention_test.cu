@@ -13,6 +13,8 @@
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, MESSAGE, INFO
 
+#include "support/skip.hpp"  // strata::test::skip
+
 #include <strata/backend/cuda/check.hpp>     // strata::cuda::check, strata::cuda::device_count
 #include <strata/core/error.hpp>             // strata::error
 #include <strata/kernels/cpu/attention.hpp>  // cpu::attention_forward, cpu::attention_backward
@@ -198,7 +200,7 @@ void compare_with_cpu(const shape& s, float amplitude, const tolerances& tol, un
 }
 
 TEST_CASE("cuda attention matches the CPU kernel: out, lse and accumulated dqkv, odd and GPT-2 shapes") {
-    if (strata::cuda::device_count() == 0) { MESSAGE("SKIPPED on cuda: no GPU on this machine"); return; }
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
     // T not a multiple of the 64-row tile, head sizes padded to 16 (HS = 1, 10, 12, 16), 32 (24,
     // 32), 64 (GPT-2 small and XL) and 128 (100, 128), T = 1, and T = 2048.
     const shape shapes[] = {{2, 7, 40, 4},     {1, 33, 36, 3},   {2, 64, 48, 2},    {1, 300, 768, 12},
@@ -210,7 +212,7 @@ TEST_CASE("cuda attention matches the CPU kernel: out, lse and accumulated dqkv,
 }
 
 TEST_CASE("cuda attention online softmax holds with large-magnitude scores (qkv * 8)") {
-    if (strata::cuda::device_count() == 0) { MESSAGE("SKIPPED on cuda: no GPU on this machine"); return; }
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
     // One shape per padded head size: 16, 32, 64, 128.
     compare_with_cpu({2, 7, 40, 4}, 8.f, large_scores, 6);
     compare_with_cpu({1, 300, 768, 12}, 8.f, large_scores, 7);
@@ -219,7 +221,7 @@ TEST_CASE("cuda attention online softmax holds with large-magnitude scores (qkv 
 }
 
 TEST_CASE("cuda attention takes buffers off 16-byte alignment (4-byte copies) for every padded head size") {
-    if (strata::cuda::device_count() == 0) { MESSAGE("SKIPPED on cuda: no GPU on this machine"); return; }
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
     compare_with_cpu({1, 33, 48, 3}, 1.f, unit_scores, 21, 1);    // HS 16
     compare_with_cpu({2, 64, 48, 2}, 1.f, unit_scores, 22, 1);    // HS 24 -> 32
     compare_with_cpu({1, 300, 768, 12}, 1.f, unit_scores, 23, 1); // HS 64
@@ -227,7 +229,7 @@ TEST_CASE("cuda attention takes buffers off 16-byte alignment (4-byte copies) fo
 }
 
 TEST_CASE("cuda attention forward is bitwise reproducible") {
-    if (strata::cuda::device_count() == 0) { MESSAGE("SKIPPED on cuda: no GPU on this machine"); return; }
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
     const shape s{2, 1024, 768, 12};
     device_floats qkv(random_floats(s.B * s.T * 3 * s.C, 3));
     device_floats out1(s.B * s.T * s.C), out2(s.B * s.T * s.C);
@@ -240,7 +242,7 @@ TEST_CASE("cuda attention forward is bitwise reproducible") {
 }
 
 TEST_CASE("cuda attention refuses head sizes above 128 and heads that do not split C") {
-    if (strata::cuda::device_count() == 0) { MESSAGE("SKIPPED on cuda: no GPU on this machine"); return; }
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
     // The sizes are checked before any launch, so null pointers never reach a kernel.
     float* none = nullptr;
     CHECK_THROWS_AS(gpu::attention_forward(none, none, none, 1, 8, 258, 2, nullptr), strata::error);  // HS 129
@@ -250,7 +252,7 @@ TEST_CASE("cuda attention refuses head sizes above 128 and heads that do not spl
 }
 
 TEST_CASE("cuda attention speed at the GPT-2 124M shape (B=8, T=1024, C=768, NH=12)") {
-    if (strata::cuda::device_count() == 0) { MESSAGE("SKIPPED on cuda: no GPU on this machine"); return; }
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
     const shape s{8, 1024, 768, 12};
     const std::size_t BT = s.B * s.T;
     device_floats qkv(random_floats(BT * 3 * s.C, 11)), dout(random_floats(BT * s.C, 12));

@@ -1,4 +1,4 @@
-// What the CUDA kernel tests share: a visible skip on machines without a GPU, device buffers and a
+// What the CUDA kernel tests share: a skip (support/skip.hpp) on machines without a GPU, device buffers and a
 // stream that clean up after themselves, and the two comparisons against the CPU oracle (bitwise,
 // and the normalized error max |gpu - cpu| / max(1, max |cpu|)).
 #pragma once
@@ -7,6 +7,8 @@
 #include <strata/kernels/cpu/gradient_check.hpp>  // random_vector
 
 #include <doctest/doctest.h>  // MESSAGE
+
+#include "support/skip.hpp"  // skip
 
 #include <cuda_runtime.h>  // cudaMalloc, cudaMemcpy, cudaStreamCreate
 
@@ -27,7 +29,7 @@ namespace strata::test {
 // Every CUDA test case starts with: if (skip_without_gpu()) return;
 inline bool skip_without_gpu() {
     if (cuda::device_count() > 0) return false;
-    MESSAGE("SKIPPED on cuda: no GPU on this machine");
+    skip("cuda: no GPU on this machine");
     return true;
 }
 

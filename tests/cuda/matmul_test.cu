@@ -11,6 +11,8 @@
 
 #include <doctest/doctest.h>
 
+#include "support/skip.hpp"  // strata::test::skip
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -69,7 +71,7 @@ bool quick() {
 
 bool have_gpu() {
     if (cuda_backend::available()) return true;
-    MESSAGE("SKIPPED on cuda: no GPU on this machine");
+    strata::test::skip("cuda: no GPU on this machine");
     return false;
 }
 

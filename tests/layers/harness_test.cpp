@@ -246,7 +246,7 @@ TEST_CASE("layer harness: reports say SKIPPED where the other backend has no har
         CHECK_MESSAGE(p.ok(), p.describe());
     }
 #else
-    MESSAGE("SKIPPED: this build has no CUDA backend");
+    test::skip("this build has no CUDA backend");
 #endif
 }
 

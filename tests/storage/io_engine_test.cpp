@@ -7,6 +7,8 @@
 
 #include <doctest/doctest.h>
 
+#include "support/skip.hpp"  // strata::test::skip
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -144,7 +146,7 @@ TEST_CASE("O_DIRECT requests of aligned buffers round-trip on every engine") {
     const auto path = s.dir / "direct.bin";
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
     if (fd < 0) {
-        MESSAGE("SKIPPED: the file system at " << s.dir << " refuses O_DIRECT");
+        strata::test::skip("the file system at " + s.dir.string() + " refuses O_DIRECT");
         return;
     }
     file_descriptor f(fd);
@@ -226,7 +228,7 @@ TEST_CASE("I/O errors surface at wait() naming the file, the byte offset and the
                 CHECK(e.hint() == "the disk is full: free space or choose another --storage-dir");
             }
         } else {
-            MESSAGE("SKIPPED: no /dev/full to provoke ENOSPC");
+            strata::test::skip("no /dev/full to provoke ENOSPC (the other failures were checked)");
         }
 
         // The engine still works after all of that.
@@ -414,7 +416,7 @@ TEST_CASE("storage_file I/O failures surface from read and write, naming the sto
             if (std::filesystem::read_symlink(entry.path(), ec) == file.path()) fd = std::stoi(entry.path().filename());
         }
         if (fd < 0) {
-            MESSAGE("SKIPPED: /proc/self/fd does not show the storage file's descriptor");
+            strata::test::skip("/proc/self/fd does not show the storage file's descriptor");
             return;
         }
         std::vector<std::byte> buf(3 * page_size);

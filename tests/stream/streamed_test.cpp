@@ -124,7 +124,7 @@ TEST_CASE_TEMPLATE("without clipping, AdamW overlapped with backward still equal
 TEST_CASE_TEMPLATE("streamed device memory is slots + activations, independent of the number of layers", B,
                    STRATA_TEST_BACKENDS) {
     if (!test::backend_available<B>()) {
-        MESSAGE("SKIPPED on " << B::name << ": no GPU on this machine");
+        test::skip(std::string(B::name) + ": no GPU on this machine");
         return;
     }
     auto device_peak = [](std::size_t layers, bool streamed) {

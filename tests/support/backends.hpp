@@ -1,4 +1,4 @@
-// The backends every suite is instantiated for, and a helper that skips visibly without a GPU.
+// The backends every suite is instantiated for, and a helper that skips (support/skip.hpp) without a GPU.
 #pragma once
 
 #include <strata/strata.hpp>  // cpu_backend, tier_options
@@ -6,7 +6,7 @@
 #include <strata/cuda.hpp>  // cuda_backend
 #endif
 
-#include <doctest/doctest.h>  // MESSAGE
+#include "support/skip.hpp"  // skip
 
 #include <memory>       // std::unique_ptr
 #include <string>       // std::string
@@ -28,12 +28,12 @@ bool backend_available() {
     return true;
 }
 
-// A backend for one test case, or nullptr (with a visible SKIPPED message) when its hardware
-// is missing. Usage: auto backend = make_backend<B>(options); if (!backend) return;
+// A backend for one test case, or nullptr when its hardware is missing (the case is then marked
+// skipped: CTest reports it as such). Usage: auto backend = make_backend<B>(options); if (!backend) return;
 template <class B>
 std::unique_ptr<B> make_backend(const tier_options& options = {}) {
     if (!backend_available<B>()) {
-        MESSAGE("SKIPPED on " << B::name << ": no GPU on this machine");
+        skip(std::string(B::name) + ": no GPU on this machine");
         return nullptr;
     }
     return std::make_unique<B>(options);

@@ -5,6 +5,8 @@
 #include <strata/text/gpt2_tokenizer.hpp>  // strata::gpt2_tokenizer
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, MESSAGE
+
+#include "support/skip.hpp"  // strata::test::skip
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <chrono>       // std::chrono::steady_clock
@@ -132,7 +134,7 @@ TEST_CASE("gpt2 vs Hugging Face: 20,000 corpus lines by hash, and the whole corp
     std::string tried;
     const std::optional<fs::path> corpus_path = find_corpus(tried);
     if (!corpus_path) {
-        MESSAGE("SKIPPED: corpus not found (set STRATA_SHARED_DATA); tried" << tried);
+        strata::test::skip("corpus not found (set STRATA_SHARED_DATA); tried" + tried);
         return;
     }
     const std::string corpus = read_file(*corpus_path);

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include "support/skip.hpp"  // strata::test::skip
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -112,7 +114,7 @@ TEST_CASE("storage files read and write any byte range exactly") {
 
 TEST_CASE("where O_DIRECT is refused, storage falls back to buffered I/O and says so once") {
     if (!std::filesystem::exists("/dev/shm")) {
-        MESSAGE("SKIPPED: no /dev/shm tmpfs on this machine");
+        strata::test::skip("no /dev/shm tmpfs on this machine");
         return;
     }
     const auto dir = std::filesystem::path("/dev/shm") / ("strata-test-shm-" + std::to_string(::getpid()));
@@ -128,7 +130,7 @@ TEST_CASE("where O_DIRECT is refused, storage falls back to buffered I/O and say
         storage_file f1(dir / "a.strata", 100), f2(dir / "b.strata", 100);
         if (f1.direct_io()) {  // Linux >= 6.6 tmpfs accepts O_DIRECT
             set_log_sink(previous);
-            MESSAGE("SKIPPED: this kernel's tmpfs accepts O_DIRECT, so the fallback cannot be provoked here");
+            strata::test::skip("this kernel's tmpfs accepts O_DIRECT, so the fallback cannot be provoked here");
             return;
         }
         CHECK_FALSE(f2.direct_io());

@@ -50,7 +50,7 @@ TEST_CASE("llama block: eps 1e-6 and another rope theta also match central diffe
 TEST_CASE_TEMPLATE("llama block: recomputed forward + backward equals plain backward bitwise (float)", Bk,
                    STRATA_TEST_BACKENDS) {
     const auto f = st::check_checkpointing<llama_block, float, Bk>(tiny, B, T);
-    if (f.skipped) MESSAGE(f.describe());
+    if (f.skipped) strata::test::skip(f.describe());
     CHECK_MESSAGE(f.ok(), f.describe());
 }
 
@@ -76,7 +76,7 @@ TEST_CASE("llama block: FLOPs are the five GEMMs and attention's two T x T produ
 // differ by ~1e-14 per op; a wrong kernel by ~1.
 TEST_CASE("llama block: CUDA matches the CPU (normalized squared error)") {
     const auto report = st::check_backend_parity<llama_block, strata::cuda_backend>(tiny, B, T);
-    if (report.skipped) MESSAGE(report.describe());
+    if (report.skipped) strata::test::skip(report.describe());
     CHECK_MESSAGE(report.ok(), report.describe());
 }
 
@@ -85,12 +85,12 @@ TEST_CASE("llama block: CUDA matches the CPU at a wider shape, eps 1e-6 and Llam
     // dweight; B * T = 74 rows: several row blocks, 2+ rows per row phase.
     const llama_block_config wide{.n_embd = 80, .n_head = 5, .hidden = 216, .norm_eps = 1e-6, .rope_theta = 500000.0};
     const auto report = st::check_backend_parity<llama_block, strata::cuda_backend>(wide, 2, 37);
-    if (report.skipped) MESSAGE(report.describe());
+    if (report.skipped) strata::test::skip(report.describe());
     CHECK_MESSAGE(report.ok(), report.describe());
 }
 #else
 TEST_CASE("llama block: CUDA parity") {
-    MESSAGE("SKIPPED: this build has no CUDA backend (configure with STRATA_ENABLE_CUDA=ON)");
+    strata::test::skip("this build has no CUDA backend (configure with STRATA_ENABLE_CUDA=ON)");
 }
 #endif
 

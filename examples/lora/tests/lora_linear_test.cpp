@@ -60,7 +60,7 @@ TEST_CASE("lora_linear: the adapters' and the input's gradients match FP64 centr
 TEST_CASE_TEMPLATE("lora_linear: recomputed forward + backward equals plain backward bitwise", Bk,
                    STRATA_TEST_BACKENDS) {
     const auto f = st::check_checkpointing<lora_linear, float, Bk>(tiny, B, T);
-    if (f.skipped) MESSAGE(f.describe());
+    if (f.skipped) strata::test::skip(f.describe());
     CHECK_MESSAGE(f.ok(), f.describe());
     if constexpr (std::is_same_v<Bk, strata::cpu_backend>) {
         const auto d = st::check_checkpointing<lora_linear, double>(tiny, B, T);
@@ -71,10 +71,10 @@ TEST_CASE_TEMPLATE("lora_linear: recomputed forward + backward equals plain back
 TEST_CASE("lora_linear: CUDA against the CPU") {
 #ifdef STRATA_TESTS_WITH_CUDA
     const auto p = st::check_backend_parity<lora_linear, strata::cuda_backend>(tiny, B, T);
-    if (p.skipped) MESSAGE(p.describe());
+    if (p.skipped) strata::test::skip(p.describe());
     CHECK_MESSAGE(p.ok(), p.describe());
 #else
-    MESSAGE("SKIPPED: this build has no CUDA backend");
+    strata::test::skip("this build has no CUDA backend");
 #endif
 }
 

@@ -1,0 +1,40 @@
+# How strata's doctest executables are built and registered with CTest (tests/, examples/).
+#
+# - The doctest main (tests/doctest_main.cpp) is compiled once, as the object library
+#   strata_doctest_main, and linked into every test executable.
+# - strata_add_doctest_cases(target LABEL area) registers each test case of `target` as its own
+#   CTest test "<target>: <case name>": the executable lists its cases right after it is linked
+#   (cmake/strata_discover_cases.cmake), and CTest runs one case per process. A case that skips
+#   (support/skip.hpp: no GPU, no CUDA build, data missing) exits with 77, which SKIP_RETURN_CODE
+#   makes CTest report as "Skipped" rather than "Passed". Cases whose names mention CUDA also get
+#   the label "gpu" (ctest -L gpu on a machine with a GPU). `ctest -R <target>` still selects a
+#   whole executable.
+
+find_package(doctest REQUIRED)
+
+if(NOT TARGET strata_doctest_main)
+  add_library(strata_doctest_main OBJECT ${PROJECT_SOURCE_DIR}/tests/doctest_main.cpp)
+  target_include_directories(strata_doctest_main PUBLIC ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(strata_doctest_main PUBLIC doctest::doctest)
+  target_compile_features(strata_doctest_main PUBLIC cxx_std_20)
+endif()
+
+function(strata_add_doctest_cases target)
+  cmake_parse_arguments(arg "" "LABEL" "" ${ARGN})
+  set(ctest_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_cases.cmake)
+  # SKIP_RETURN_CODE 77: strata::test::skip_exit_code (tests/support/skip.hpp)
+  add_custom_command(TARGET ${target} POST_BUILD
+    BYPRODUCTS ${ctest_file}
+    COMMAND ${CMAKE_COMMAND} -DEXECUTABLE=$<TARGET_FILE:${target}> -DPREFIX=${target} -DLABEL=${arg_LABEL}
+            -DSKIP_RETURN_CODE=77 -DWORKDIR=${CMAKE_CURRENT_BINARY_DIR} -DOUTPUT=${ctest_file}
+            -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/strata_discover_cases.cmake
+    VERBATIM)
+  set(include_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_include.cmake)
+  file(WRITE ${include_file}
+       "if(EXISTS \"${ctest_file}\")\n"
+       "  include(\"${ctest_file}\")\n"
+       "else()\n"
+       "  add_test(${target}_NOT_BUILT ${target}_NOT_BUILT)\n"
+       "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${include_file})
+endfunction()

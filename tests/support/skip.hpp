@@ -1,0 +1,18 @@
+// Skips that say so: a test case that cannot run here (no GPU, no CUDA build, data or a file-system
+// feature missing) calls skip(reason) and returns. The shared main (tests/doctest_main.cpp) lists
+// the skipped cases with their reasons and exits with skip_exit_code when every case it ran was
+// skipped, which CTest (SKIP_RETURN_CODE, one CTest test per case) reports as "Skipped", not
+// "Passed". A case that calls skip() and also fails an assertion still fails.
+#pragma once
+
+#include <string>  // std::string
+
+namespace strata::test {
+
+// The exit code CTest's SKIP_RETURN_CODE expects (77, as Automake's convention).
+inline constexpr int skip_exit_code = 77;
+
+// Marks the running test case as skipped and prints the reason (defined in doctest_main.cpp).
+void skip(const std::string& reason);
+
+}  // namespace strata::test
