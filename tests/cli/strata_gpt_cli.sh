@@ -22,6 +22,42 @@ full_losses=$(grep -o '"loss":[^,}]*' "$work/full.jsonl")
 half_losses=$(grep -o '"loss":[^,}]*' "$work/half.jsonl")
 [[ "$full_losses" == "$half_losses" ]] || fail "resumed losses differ:\n$full_losses\n---\n$half_losses"
 
+# --plan prints the plan (placement, homes, kept activations) and trains nothing
+"$gpt" train "${common[@]}" --steps 4 --out "$work/plan" --plan > "$work/plan.log"
+grep -q "memory plan: resident placement" "$work/plan.log" || fail "--plan: $(cat "$work/plan.log")"
+grep -q "activations device: 1 of 1 blocks keep theirs" "$work/plan.log" || fail "--plan shows no activation policy: $(cat "$work/plan.log")"
+ls "$work/plan" 2>/dev/null | grep -q '^step-' && fail "--plan wrote a checkpoint"
+# every placement and activation policy gives the full run's losses bit for bit: resident with
+# activations recomputed; streamed through the device slots with a small --device-budget, the
+# AdamW moments on storage (--storage-dir), a Perfetto --trace, and stopped + resumed
+"$gpt" train "${common[@]}" --steps 4 --activations recompute --out "$work/recompute" --metrics "$work/recompute.jsonl" \
+  > "$work/recompute.log"
+grep -q "0 of 1 blocks keep theirs" "$work/recompute.log" || fail "--activations recompute: $(head -8 "$work/recompute.log")"
+[[ "$(grep -o '"loss":[^,}]*' "$work/recompute.jsonl")" == "$full_losses" ]] || fail "recomputed activations changed the losses"
+streamed=(--placement streamed --device-budget 4M --storage-dir "$work/storage")
+"$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --out "$work/streamed" --metrics "$work/streamed.jsonl" \
+  --trace "$work/streamed-trace.json" > "$work/streamed.log"
+grep -q "memory plan: streamed placement" "$work/streamed.log" || fail "not streamed: $(head -8 "$work/streamed.log")"
+grep -q "m storage, v storage" "$work/streamed.log" || fail "moments not on storage: $(head -8 "$work/streamed.log")"
+[[ "$(grep -o '"loss":[^,}]*' "$work/streamed.jsonl")" == "$full_losses" ]] || fail "streamed losses differ from resident"
+grep -q '"bytes_storage_read":[1-9]' "$work/streamed.jsonl" || fail "no storage traffic in the streamed metrics"
+grep -q '"bytes_h2d":[1-9]' "$work/streamed.jsonl" || fail "no H2D traffic in the streamed metrics"
+grep -q '"traceEvents"' "$work/streamed-trace.json" || fail "--trace wrote no Perfetto trace"
+for track in H2D compute D2H optimizer; do
+  grep -q "\"$track\"" "$work/streamed-trace.json" || fail "the trace has no $track track"
+done
+"$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --stop-at 2 --out "$work/streamed-half" \
+  --metrics "$work/streamed-half.jsonl" > /dev/null
+"$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --out "$work/streamed-half" --metrics "$work/streamed-half.jsonl" \
+  --resume "$work/streamed-half" > /dev/null
+[[ "$(grep -o '"loss":[^,}]*' "$work/streamed-half.jsonl")" == "$full_losses" ]] || fail "streamed resume differs"
+cmp -s "$work/full/step-000004/model.safetensors" "$work/streamed-half/step-000004/model.safetensors" ||
+  fail "the streamed, resumed run's weights differ from the resident run's"
+if "$gpt" train "${common[@]}" --steps 1 --device-budget 64K --out "$work/nofit" 2> "$work/nofit.err"; then
+  fail "a device budget too small for any plan was accepted"
+fi
+grep -q "does not fit" "$work/nofit.err" || fail "--device-budget 64K: $(cat "$work/nofit.err")"
+
 # sampling prints the prompt and continues it
 out=$("$gpt" sample --checkpoint "$work/full/step-000004" --prompt "the quick" --max-new-tokens 20 --seed 3)
 out_full=$out
@@ -184,4 +220,9 @@ for run in 1 2; do
 done
 grep -q "sample from $work/demo/step-000003" "$work/demo.log" || fail "the demo sampled another checkpoint: $(tail -5 "$work/demo.log")"
 grep -q "^This License" "$work/demo.log" || fail "the demo printed no sample: $(tail -3 "$work/demo.log")"
+# a model that learned its text continues a prompt with it (greedy: --temperature 0)
+"$gpt" train --data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch 4 --steps 150 --lr 1e-2 \
+  --eval-every 0 --save-every 0 --out "$work/learn" > "$work/learn.log" || fail "learning run: $(tail -3 "$work/learn.log")"
+cont=$("$gpt" sample --checkpoint "$work/learn" --prompt "the quick brown" --max-new-tokens 24 --temperature 0)
+[[ "$cont" == "the quick brown fox jumps over the lazy"* ]] || fail "greedy continuation of a learned text: $cont"
 echo "strata-gpt CLI: all checks passed"
