@@ -166,7 +166,7 @@ std::vector<float> strata_logits(B& backend, const fixture& f, const host_blocks
     using model_b = gpt_model<float, B>;
     model_b model(f.hf.config);
     auto s = backend.make_stream("parity");
-    typename model_b::activations act(backend, f.hf.config, f.batch, f.seq, false);
+    typename model_b::activations act(backend, model, f.batch, f.seq, kept_activations::all());
     const std::size_t BT = f.batch * f.seq, V = f.hf.config.vocab_size;
     const data::batch b = f.tokens();
     tiered_tensor<std::int32_t, host_tier, B> tokens(backend, shape{BT}, "tokens"), targets(backend, shape{BT}, "targets");
