@@ -165,7 +165,7 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
             });
         else
             state = load_checkpoint(t, a.resume);
-        train_loader.restore(state.at("data_cursor").template get<data::loader_cursor>());
+        train_loader.restore(json_field<data::loader_cursor>(state, "data_cursor", a.resume + "/trainer_state.json"));
         examples::restore_loss_curve(state, train_curve, val_curve, first_loss);
         print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
     }
