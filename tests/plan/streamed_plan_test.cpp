@@ -108,7 +108,7 @@ void check_streamed_plan(const gpt_config& c, double clip) {
 template <std::size_t Depth, class Moments>
 void check_configs() {
     for (const gpt_config& c : {blocks_largest, embeddings_largest})
-        for (double clip : {1.0, 0.0}) {  // clip 0: AdamW overlapped with backward on the optimizer thread
+        for (double clip : {1.0, 0.0}) {  // clip 0: no clip coefficient folded into AdamW
             CAPTURE(c.vocab_size);
             CAPTURE(c.n_embd);
             CAPTURE(clip);

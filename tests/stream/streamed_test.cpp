@@ -110,7 +110,7 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
     }
 }
 
-TEST_CASE_TEMPLATE("without clipping, AdamW overlapped with backward still equals resident bitwise", B,
+TEST_CASE_TEMPLATE("without clipping, the overlapped AdamW still equals resident bitwise", B,
                    STRATA_TEST_BACKENDS) {
     auto made = test::make_backend<B>(tiers());
     if (!made) return;
