@@ -201,7 +201,7 @@ TEST_CASE_TEMPLATE("llama model: streamed == resident bitwise (prefetch 1 and 2,
         check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>, llama_model<B>>>(
                                   backend, model, o, 6));
     }
-    SUBCASE("no clipping: AdamW overlapped with the backward") {
+    SUBCASE("no clipping") {
         auto unclipped = o;
         unclipped.clip = 0;
         check_equal(run<resident_t<B>>(backend, model, unclipped, 4),
