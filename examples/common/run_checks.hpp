@@ -12,6 +12,7 @@
 
 #include <signal.h>  // sigaction, SIGINT, SIGTERM
 
+#include <algorithm>  // std::min
 #include <cmath>    // std::isfinite
 #include <csignal>  // std::sig_atomic_t
 #include <iostream>  // std::cout
@@ -63,6 +64,18 @@ inline void check_stop_at(long stop_at, long steps) {
 }
 
 // ---- a resumed run has the options it was saved with ----
+
+// The options a resume must keep to continue bitwise (saved in trainer_state.json, compared on
+// resume by check_resume_options): both programs' train_args have these fields.
+template <class Args>
+nlohmann::json run_options(const Args& a, long warmup) {
+    return {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
+            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
+            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
+}
+
+// --warmup -1 (the default): a tenth of the run, at most 20 steps.
+inline long resolved_warmup(long warmup, long steps) { return warmup >= 0 ? warmup : std::min<long>(20, steps / 10); }
 
 // Compares the options a run is started with (`now`, an object of option -> value) with those the
 // checkpoint recorded (`saved`); any difference breaks "resume continues bitwise as if never

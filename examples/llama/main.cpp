@@ -92,15 +92,8 @@ struct train_args {
     bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
 };
 
-// The options a resume must keep to continue bitwise (saved in trainer_state.json, compared on resume).
-nlohmann::json run_options(const train_args& a, long warmup) {
-    return {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
-            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
-            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
-}
-
-// warmup -1 (the default): a tenth of the run, at most 20 steps (strata-gpt's default)
-long resolved_warmup(long warmup, long steps) { return warmup >= 0 ? warmup : std::min<long>(20, steps / 10); }
+using examples::resolved_warmup;
+using examples::run_options;
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
