@@ -173,6 +173,15 @@ inline bool written_by_strata(const fs::path& file, const std::string& flag) {
     return head.starts_with("{\"");  // metrics_writer's lines are JSON objects
 }
 
+// What a training run reads, named by their flags (both programs' train_args have these fields).
+template <class Args>
+std::vector<named_path> inputs_of(const Args& a) {
+    std::vector<named_path> in{{"--data", a.data}, {"--init-from", a.init_from}, {"--resume", a.resume},
+                               {"--config", a.config}};
+    if (a.tokenizer.starts_with("gpt2:")) in.emplace_back("--tokenizer", a.tokenizer.substr(5));
+    return in;
+}
+
 // Refuses outputs that would destroy an input (the same file, or a file inside an input
 // directory), two outputs on one file, and overwriting a file strata did not write (unless
 // `overwrite`). `out` is the run directory; outputs are files.

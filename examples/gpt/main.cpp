@@ -291,13 +291,7 @@ void describe_model(plan_request& request, const train_args& a, const gpt_config
     request.footprint = footprint_of<B>(model, request.batch, request.seq);
 }
 
-// What a run reads and writes, named by their flags, for examples::check_outputs.
-std::vector<examples::named_path> inputs_of(const train_args& a) {
-    std::vector<examples::named_path> in{{"--data", a.data}, {"--init-from", a.init_from}, {"--resume", a.resume},
-                                         {"--config", a.config}};
-    if (a.tokenizer.starts_with("gpt2:")) in.emplace_back("--tokenizer", a.tokenizer.substr(5));
-    return in;
-}
+using examples::inputs_of;
 
 // Flags that do not fit together, and a resume with other options than the run's.
 void check_consistency(const train_args& a) {

@@ -236,13 +236,7 @@ int train_on(B& backend, const memory_plan& p, const llama::llama_model<B>& mode
         p, [&]<class Trainer>() { return train_loop<Trainer>(backend, model, o, ctx); });
 }
 
-// What a run reads, named by their flags, for examples::check_outputs.
-std::vector<examples::named_path> inputs_of(const train_args& a) {
-    std::vector<examples::named_path> in{{"--data", a.data}, {"--init-from", a.init_from}, {"--resume", a.resume},
-                                         {"--config", a.config}};
-    if (a.tokenizer.starts_with("gpt2:")) in.emplace_back("--tokenizer", a.tokenizer.substr(5));
-    return in;
-}
+using examples::inputs_of;
 
 // Flags that do not fit together, and a resume with other options than the run's.
 void check_consistency(const train_args& a) {

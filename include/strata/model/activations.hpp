@@ -54,7 +54,6 @@ struct kept_activations {
     // Buffers of one block's activations that a model of `blocks` blocks allocates: one per kept
     // block, plus one shared by the recomputing blocks when there are any.
     constexpr std::size_t buffers(std::size_t blocks) const { return of(blocks) + (of(blocks) < blocks ? 1 : 0); }
-    constexpr bool keeps(std::size_t block) const { return block < count; }
     friend constexpr bool operator==(kept_activations, kept_activations) = default;
 };
 
