@@ -397,6 +397,7 @@ int run_train(const train_args& a) {
     const memory_plan p = plan<cpu_backend>(request);
 #endif
     o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
+    o.homes = p.trainer_homes();  // each group's tier (streamed plans)
     print_line(fmt_model(config, o, cuda ? "CUDA" : "CPU"));
     if (a.lora_rank > 0) {
         const auto lc = lora_config_of(a);

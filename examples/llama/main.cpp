@@ -323,6 +323,7 @@ int run_train(const train_args& a) {
         request.footprint = footprint_of<B>(model, a.batch, a.seq_len);
         const memory_plan p = plan<B>(request);
         o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
+        o.homes = p.trainer_homes();  // each group's tier (streamed plans)
         print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
                    std::to_string(config.n_head) + " heads, " + std::to_string(config.n_embd) + " channels, hidden " +
                    std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +

@@ -4,6 +4,7 @@
 #include <strata/nn/cpu_ops.hpp>               // ops<cpu_backend> (before the model is instantiated)
 #include <strata/plan/planner.hpp>             // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                   // cpu_backend, tier_options, tier_id
+#include <strata/train/checkpoint.hpp>         // download_blocks
 #include <strata/train/streamed_trainer.hpp>   // streamed_trainer, prefetch_pipeline, trainer_t
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
@@ -146,11 +147,19 @@ TEST_CASE("the planner's own choice builds: its slots and moments' home name a t
     REQUIRE(p.where == placement::streamed);
     REQUIRE(p.m_home == tier_id::host);
     REQUIRE((p.slots == 2 || p.slots == 3));
+    // the device holds what it can: the embeddings and the final norm, and some first blocks
+    const std::size_t G = c.n_layer + 2;
+    REQUIRE(p.homes.size() == G);
+    CHECK(p.homes[0] == group_home::device());
+    CHECK(p.homes[G - 1] == group_home::device());
+    CHECK(p.homes[G - 2] == group_home::host());
+    CAPTURE(p.to_table());
     cpu_backend backend({.device_bytes = r.budgets.device, .host_bytes = r.budgets.host, .storage_bytes = 0});
     gpt_model<float, cpu_backend> model(c);
     // auto activations: the blocks the rest of the device budget holds keep theirs
     CHECK(p.kept_blocks > 0);
-    const train_options o{.batch = r.batch, .seq = r.seq, .accum = r.accum, .activations = p.kept()};
+    const train_options o{
+        .batch = r.batch, .seq = r.seq, .accum = r.accum, .activations = p.kept(), .homes = p.trainer_homes()};
     auto run = [&]<std::size_t Depth>(prefetch_pipeline<Depth>) {
         trainer_t<float, cpu_backend, prefetch_pipeline<Depth>, moments_in<host_tier>> t(backend, model, o);
         t.initialize(2);
@@ -163,4 +172,94 @@ TEST_CASE("the planner's own choice builds: its slots and moments' home name a t
     CHECK(backend.budget(tier_id::device).peak() == p.total(tier_id::device));
     CHECK(backend.budget(tier_id::device).peak() <= r.budgets.device);
     CHECK(backend.budget(tier_id::host).peak() == p.total(tier_id::host));
+}
+
+// Issue 13: with a device budget that holds some groups and a host budget that cannot hold every
+// streamed group's moments, the planner spreads the state over all three tiers. The trainer
+// allocates exactly the plan, and trains bitwise as the resident trainer (accumulation, clipping).
+TEST_CASE("a plan across all three tiers is what the trainer allocates, and it trains bitwise as resident") {
+    const gpt_config c = blocks_largest;
+    constexpr std::size_t generous = std::size_t(256) << 20;
+    plan_request r{.model = c, .batch = 2, .seq = c.max_seq, .accum = 2,
+                   .activations = activation_policy::recompute,
+                   .budgets = {.device = generous, .host = generous, .storage = generous}};
+    const memory_plan resident = plan<cpu_backend>(r);
+    REQUIRE(resident.where == placement::resident);
+    r.budgets.device = resident.total(tier_id::device) / 2;
+    const memory_plan roomy_host = plan<cpu_backend>(r);
+    // two blocks' moments (and the storage staging) no longer fit the host
+    r.budgets.host = roomy_host.total(tier_id::host) - 2 * roomy_host.largest_block_grad_bytes;
+    const memory_plan p = plan<cpu_backend>(r);
+    CAPTURE(p.to_table());
+    REQUIRE(p.where == placement::streamed);
+    std::size_t on_device = 0, on_host = 0, on_storage = 0;
+    for (const group_home& h : p.homes) {
+        on_device += h.weights == tier_id::device;
+        on_host += h.weights == tier_id::host && h.moments == tier_id::host;
+        on_storage += h.moments == tier_id::storage;
+    }
+    CHECK(on_device >= 3);  // embeddings, final norm, block 0 at least
+    CHECK(on_host >= 1);
+    CHECK(on_storage >= 2);
+    CHECK(p.homes[1] == group_home::device());                 // the first block
+    CHECK(p.homes[c.n_layer] == group_home::storage());        // the last block
+    CHECK(p.to_table().find("blocks 0-") != std::string::npos);
+
+    temp_dir dir("three-tiers");
+    const tier_options exact{.device_bytes = p.total(tier_id::device),
+                             .host_bytes = p.total(tier_id::host),
+                             .storage_bytes = p.total(tier_id::storage),
+                             .storage_dir = dir.path};
+    gpt_model<float, cpu_backend> model(c);
+    train_options o{.batch = r.batch, .seq = r.seq, .accum = r.accum, .clip = 0.05, .activations = p.kept(),
+                    .homes = p.trainer_homes()};
+    o.schedule = {.kind = lr_kind::cosine, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 1, .total_steps = 4};
+    const int steps = 4;
+    auto batches = [&](int s) {
+        auto micro = micro_batches(c, r.accum, r.batch * r.seq);
+        for (auto& b : micro)
+            for (auto& t : b.inputs) t = static_cast<token_id>((t + 5 * s) % c.vocab_size);
+        return micro;
+    };
+    std::vector<double> losses, norms;
+    host_blocks<float> params, m, v;
+    {
+        cpu_backend backend(exact);
+        using tiered_t = trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>;
+        REQUIRE(p.slots == 3);
+        tiered_t t(backend, model, o);
+        CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
+        CHECK(backend.budget(tier_id::host).used() == p.total(tier_id::host));
+        CHECK(backend.budget(tier_id::storage).used() == p.total(tier_id::storage));
+        t.initialize(4);
+        for (int s = 0; s < steps; ++s) {
+            const step_result res = t.step(batches(s));
+            losses.push_back(res.loss);
+            norms.push_back(res.grad_norm);
+        }
+        CHECK(backend.budget(tier_id::device).peak() == p.total(tier_id::device));
+        CHECK(backend.budget(tier_id::host).peak() == p.total(tier_id::host));
+        CHECK(backend.budget(tier_id::storage).peak() == p.total(tier_id::storage));
+        using kind = tiered_t::state_kind;
+        params = download_blocks(t, kind::params);
+        m = download_blocks(t, kind::adam_m);
+        v = download_blocks(t, kind::adam_v);
+    }
+    cpu_backend backend({.device_bytes = generous, .host_bytes = generous, .storage_bytes = 0});
+    train_options resident_options = o;
+    resident_options.homes.clear();
+    trainer_t<float, cpu_backend> t(backend, model, resident_options);
+    t.initialize(4);
+    bool clipped = false;
+    for (int s = 0; s < steps; ++s) {
+        const step_result res = t.step(batches(s));
+        CHECK(res.loss == losses[s]);  // bitwise
+        CHECK(res.grad_norm == norms[s]);
+        clipped |= res.grad_norm > o.clip;
+    }
+    CHECK(clipped);
+    using kind = trainer_t<float, cpu_backend>::state_kind;
+    CHECK(download_blocks(t, kind::params) == params);
+    CHECK(download_blocks(t, kind::adam_m) == m);
+    CHECK(download_blocks(t, kind::adam_v) == v);
 }

@@ -108,6 +108,42 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
     SUBCASE("moments in the storage tier") {
         check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, o, 20));
     }
+    // Per-group homes (issue 13): any mix of device, host and storage, not only the planner's
+    // prefixes: device groups between streamed ones, storage groups apart and side by side.
+    SUBCASE("mixed homes: device, host and storage groups interleaved") {
+        train_options mixed = o;
+        mixed.homes = {group_home::host(),    group_home::device(), group_home::storage(),
+                       group_home::host(),    group_home::device(), group_home::storage()};
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, mixed, 20));
+    }
+    SUBCASE("mixed homes: the planner's shape (device prefix, host, storage suffix)") {
+        train_options mixed = o;
+        mixed.homes = {group_home::device(), group_home::device(),  group_home::host(),
+                       group_home::storage(), group_home::storage(), group_home::device()};
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, mixed, 20));
+    }
+    SUBCASE("every group on the device: the resident plan in the streamed trainer") {
+        train_options all = o;
+        all.homes.assign(6, group_home::device());
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, all, 20));
+    }
+}
+
+TEST_CASE("homes the trainers cannot build are refused with the group named") {
+    cpu_backend backend(tiers());
+    gpt_model<float, cpu_backend> model(config);
+    train_options o{.batch = 2, .seq = 8};
+    o.homes = {group_home::host(), group_home::host()};
+    using streamed = trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>>;
+    CHECK_THROWS_WITH_AS(streamed(backend, model, o), doctest::Contains("2 entries for a model of 6 layer groups"),
+                         error);
+    o.homes.assign(6, group_home::host());
+    o.homes[3] = {tier_id::device, tier_id::host};
+    CHECK_THROWS_WITH_AS(streamed(backend, model, o), doctest::Contains("group 3: weights in the device tier"), error);
+    o.homes[3] = group_home::storage();
+    using resident = trainer_t<float, cpu_backend>;
+    CHECK_THROWS_WITH_AS(resident(backend, model, o),
+                         doctest::Contains("group 0's home has weights in the host tier"), error);
 }
 
 TEST_CASE_TEMPLATE("without clipping, the overlapped AdamW still equals resident bitwise", B,
@@ -186,6 +222,9 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
         {
             train_options keep = o;
             keep.activations = kept_activations{2};  // some blocks keep, the others recompute
+            if (stop == 2)  // saved from three tiers
+                keep.homes = {group_home::storage(), group_home::device(), group_home::host(),
+                              group_home::storage(), group_home::host(),   group_home::device()};
             streamed first(backend, model, keep);
             first.initialize(21);
             for (int s = 0; s < stop; ++s) {
@@ -210,5 +249,9 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
         all.activations = kept_activations::all();
         CHECK(continue_in.template operator()<streamed>(all) == resident.losses);
         CHECK(continue_in.template operator()<trainer_t<float, B>>(o) == resident.losses);
+        train_options mixed = o;  // resumed with the state spread over three tiers
+        mixed.homes = {group_home::device(), group_home::host(),   group_home::storage(),
+                       group_home::device(), group_home::storage(), group_home::host()};
+        CHECK(continue_in.template operator()<streamed>(mixed) == resident.losses);
     }
 }

@@ -90,8 +90,8 @@ public:
     }
 
     // GPT-2's initialization into a host copy of one group: N(0, 0.02) weights, the residual
-    // projections scaled by 1/sqrt(2 L), zero biases, unit layernorm gains. Groups are initialized
-    // in order from one generator, so a seed fixes the model.
+    // projections scaled by 1/sqrt(2 L), zero biases, unit layernorm gains. The trainers give
+    // each group its own generator (initialize_groups: rng::stream(seed, group)).
     void initialize(std::size_t group, std::span<R> host_block, rng& gen) const {
         std::fill(host_block.begin(), host_block.end(), R(0));
         for (const auto& slot : m_groups[group].slots()) {

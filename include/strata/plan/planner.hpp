@@ -43,6 +43,7 @@
 #include <strata/model/gpt_config.hpp>    // gpt_config
 #include <strata/model/param_layout.hpp>  // param_layout
 #include <strata/train/trainer.hpp>       // detail::norm_workspace_doubles
+#include <strata/tier/group_home.hpp>     // group_home
 #include <strata/tier/resources.hpp>      // physical_memory_bytes, free_disk_bytes
 #include <strata/tier/tier.hpp>           // tier_id, name_of
 
@@ -173,6 +174,11 @@ struct memory_plan {
     // streamed: device buffers for block weights, and as many for their gradients (prefetch depth
     // + 1); resident: 0
     std::size_t slots = 0;
+    // Each group's home (streamed plans; the trainer's train_options::homes): a prefix of groups
+    // on the device (embeddings and final norm first, then blocks 0, 1, ...), the rest streamed
+    // from the host, the last ones' AdamW moments on storage when the host cannot hold them.
+    // weights_home / m_home above are the slowest tier any group's weights / moments use.
+    std::vector<group_home> homes;
 
     std::size_t parameters = 0;           // real parameters of the model
     std::size_t trainable_parameters = 0; // of them, the trainable ones (the rest is frozen)
@@ -213,6 +219,11 @@ struct memory_plan {
 
     // What the trainers' train_options::activations must be for this plan.
     kept_activations kept() const { return {kept_blocks}; }
+    // What train_options::homes must be: the streamed plans' homes; resident: none (all device).
+    std::vector<group_home> trainer_homes() const { return where == placement::resident ? std::vector<group_home>{} : homes; }
+    // "embeddings, final norm, blocks 0-23: device; blocks 24-31: host; blocks 32-39: host, AdamW
+    // m, v on storage": the homes as runs of groups.
+    std::string homes_summary() const;
 
     std::string to_table() const;
 };
@@ -344,22 +355,53 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, s
     return p;
 }
 
-inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, std::size_t slots, tier_id moments,
-                                 std::size_t kept) {
+// A streamed plan with `slots` device slots, `kept` blocks keeping their activations, and each
+// group at its home: what streamed_trainer allocates for train_options::homes = homes.
+inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, std::size_t slots,
+                                 const std::vector<group_home>& homes, std::size_t kept) {
     memory_plan p = base_plan(r, in, kept);
     p.where = placement::streamed;
     p.slots = slots;
-    p.weights_home = p.grads_home = tier_id::host;
-    p.m_home = p.v_home = moments;
-    p.of(plan_category::weights).host = in.state;
-    p.of(plan_category::grads).host = in.trainable_state;
-    p.of(plan_category::moments)[moments] = 2 * in.trainable_state;
-    p.of(plan_category::slots).device = slots * (in.largest_block + in.largest_block_grads);  // weight + gradient slots
-    p.of(plan_category::pinned).device = in.pinned + in.pinned_grads;                        // weights + grads
-    // With m, v on storage the host optimizer reads a group's m and v into two host buffers (the
-    // largest group's size), updates and writes them back, one group after the other.
-    if (moments == tier_id::storage) p.of(plan_category::staging).host += 2 * in.largest;
+    p.homes = homes;
+    p.weights_home = p.grads_home = p.m_home = p.v_home = tier_id::device;
+    const auto& groups = in.model.group_bytes;
+    const auto& trainable = in.model.trainable_bytes;
+    std::size_t largest_block = 0, largest_block_grads = 0, largest_stored = 0;
+    p.pinned_group_bytes = p.pinned_grad_bytes = 0;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+        const group_home h = homes[g];
+        const std::size_t w = groups[g], t = trainable[g];
+        p.of(plan_category::weights)[h.weights] += w;
+        p.of(plan_category::grads)[h.weights] += t;
+        p.of(plan_category::moments)[h.moments] += 2 * t;
+        if (h.weights == tier_id::device) continue;
+        p.weights_home = p.grads_home = tier_id::host;
+        if (h.moments == tier_id::storage) {
+            p.m_home = p.v_home = tier_id::storage;
+            largest_stored = std::max(largest_stored, t);
+        } else if (p.m_home == tier_id::device) {
+            p.m_home = p.v_home = tier_id::host;
+        }
+        if (g == 0 || g + 1 == groups.size()) {  // pinned: a device copy for the step
+            p.pinned_group_bytes += w;
+            p.pinned_grad_bytes += t;
+        } else {
+            largest_block = std::max(largest_block, w);
+            largest_block_grads = std::max(largest_block_grads, t);
+        }
+    }
+    // No block streams: no slots (the trainer's pipeline allocates none).
+    p.of(plan_category::slots).device = largest_block == 0 ? 0 : slots * (largest_block + largest_block_grads);
+    p.of(plan_category::pinned).device = p.pinned_group_bytes + p.pinned_grad_bytes;
+    // Moments on storage: the host optimizer reads a group's m and v into host buffers (two pairs
+    // of the largest storage group's size: the next group is read while one is updated).
+    p.of(plan_category::staging).host += 4 * largest_stored;
     return p;
+}
+
+// Every group streamed from the host, the moments on `moments` (host or storage).
+inline std::vector<group_home> uniform_homes(std::size_t groups, tier_id moments) {
+    return std::vector<group_home>(groups, {tier_id::host, moments});
 }
 
 // "device: needs X, budget Y (over by Z)" for every tier.
@@ -501,18 +543,53 @@ memory_plan plan(const plan_request& request) {
                                                   format_bytes(resident.activation_bytes) + ")");
     }
 
+    const std::size_t G = groups.size();
+    // The plan for `homes` with the AdamW moments of host groups on storage where the host cannot
+    // hold them: the last groups' first (they are updated last, so their reads have the most time),
+    // or every host group's when the user asked for storage.
+    auto spill = [&](std::vector<group_home> homes, std::size_t slots, std::size_t k) {
+        auto to_storage = [&](std::size_t g) {
+            if (homes[g].weights == tier_id::host && trainable[g] > 0) homes[g].moments = tier_id::storage;
+        };
+        if (request.moments_on_storage)
+            for (std::size_t g = 0; g < G; ++g) to_storage(g);
+        memory_plan p = detail::streamed_plan(request, in, slots, homes, k);
+        for (std::size_t g = G; g-- > 0 && p.total(tier_id::host) > p.budgets.host;) {
+            if (homes[g].weights != tier_id::host || homes[g].moments == tier_id::storage || trainable[g] == 0) continue;
+            to_storage(g);
+            p = detail::streamed_plan(request, in, slots, homes, k);
+        }
+        return p;
+    };
+    // Every group streamed (activations planned first: as many blocks keep theirs as fit); then,
+    // unless the placement is forced to streamed, groups move to the device while it holds them:
+    // the embeddings and the final norm (whose device copies exist anyway), then blocks 0, 1, ...
+    // (the first blocks: the next step's forward uses them while the host still updates the rest).
     auto streamed = [&](std::size_t slots) {
-        return most_kept([&](std::size_t k) {
-            if (request.moments_on_storage) return detail::streamed_plan(request, in, slots, tier_id::storage, k);
-            memory_plan on_host = detail::streamed_plan(request, in, slots, tier_id::host, k);
-            if (on_host.total(tier_id::host) <= on_host.budgets.host) return on_host;
-            return detail::streamed_plan(request, in, slots, tier_id::storage, k);
-        });
+        const auto all_host = detail::uniform_homes(G, tier_id::host);
+        memory_plan p = most_kept([&](std::size_t k) { return spill(all_host, slots, k); });
+        if (!p.fits() || request.where == placement::streamed) return p;
+        std::vector<std::size_t> order{0, G - 1};
+        for (std::size_t g = 1; g + 1 < G; ++g) order.push_back(g);
+        auto homes = all_host;
+        for (std::size_t g : order) {
+            auto trial = homes;
+            trial[g] = group_home::device();
+            memory_plan q = spill(trial, slots, p.kept_blocks);
+            if (!q.fits()) {
+                if (g == 0 || g == G - 1) continue;
+                break;  // the device-homed blocks stay a prefix
+            }
+            homes = std::move(trial);
+            p = std::move(q);
+        }
+        return p;
     };
     // Why m, v are on storage when nobody asked: the host alone cannot hold them.
     auto moments_note = [&](const memory_plan& p) -> std::string {
         if (request.moments_on_storage || p.m_home != tier_id::storage) return "";
-        const memory_plan on_host = detail::streamed_plan(request, in, p.slots, tier_id::host, p.kept_blocks);
+        const memory_plan on_host =
+            detail::streamed_plan(request, in, p.slots, detail::uniform_homes(G, tier_id::host), p.kept_blocks);
         return " (AdamW m, v went to storage: with them the host would need " +
                format_bytes(on_host.total(tier_id::host)) + ")";
     };
@@ -525,6 +602,27 @@ memory_plan plan(const plan_request& request) {
     }
     detail::refuse(request, p,
                    "streamed placement with " + std::to_string(p.slots) + " slots does not fit" + moments_note(p));
+}
+
+inline std::string memory_plan::homes_summary() const {
+    auto where_of = [](const group_home& h) -> std::string {
+        if (h.weights == tier_id::device) return "device";
+        return h.moments == tier_id::storage ? "host, AdamW m, v on storage" : "host";
+    };
+    const std::size_t G = homes.size();
+    if (G < 3) return "";
+    // Runs of blocks with one home: "blocks 0-23: device".
+    std::string blocks;
+    for (std::size_t g = 1; g + 1 < G;) {
+        std::size_t e = g;
+        while (e + 2 < G && homes[e + 1] == homes[g]) ++e;
+        const std::size_t first = g - 1, last = e - 1;
+        if (!blocks.empty()) blocks += "; ";
+        blocks += first == last ? "block " + std::to_string(first) : "blocks " + std::to_string(first) + "-" + std::to_string(last);
+        blocks += ": " + where_of(homes[g]);
+        g = e + 1;
+    }
+    return "embeddings: " + where_of(homes.front()) + "; " + blocks + "; final norm: " + where_of(homes.back());
 }
 
 // Rows = categories, columns = tiers, then the total, the budget and the share of it used.
@@ -549,8 +647,11 @@ inline std::string memory_plan::to_table() const {
         out += " (" + std::string(params) + " trainable, the rest frozen)";
     }
     out += " in " + std::to_string(group_count) + " groups\n";
-    out += "homes: weights " + std::string(name_of(weights_home)) + ", grads " + std::string(name_of(grads_home)) +
-           ", m " + std::string(name_of(m_home)) + ", v " + std::string(name_of(v_home)) + ", activations " +
+    if (where == placement::resident)
+        out += "homes: every group on the device";
+    else
+        out += "homes: " + homes_summary();
+    out += "\nactivations " +
            std::string(name_of(activations_home)) + ": " + std::to_string(kept_blocks) + " of " +
            std::to_string(block_count) + " blocks keep theirs (" + detail::short_bytes(block_activation_bytes) +
            " each), " + std::to_string(block_count - kept_blocks) + " recompute from their input\n";

@@ -63,7 +63,7 @@ public:
     // prefix of one (0: every streamed block is frozen, no gradient slots).
     pipeline_engine(B& backend, std::size_t block_numel, std::size_t grad_numel)
         : m_backend(backend), m_h2d(backend.make_stream("h2d")), m_d2h(backend.make_stream("d2h")) {
-        for (std::size_t k = 0; k < slot_count; ++k) {
+        for (std::size_t k = 0; k < slot_count && block_numel > 0; ++k) {  // 0: no block streams, no slots
             m_param_slots.emplace_back(backend, shape{block_numel}, "slot.params." + std::to_string(k));
             if (grad_numel > 0) m_grad_slots.emplace_back(backend, shape{grad_numel}, "slot.grads." + std::to_string(k));
         }

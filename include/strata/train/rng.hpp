@@ -43,6 +43,14 @@ public:
         for (std::uint64_t& word : m_s) word = splitmix64(seed);
     }
 
+    // Generator number `index` of `seed`: independent streams (one per layer group, say) that
+    // threads can draw from at once. The index is mixed through splitmix64 before it meets the
+    // seed, so neighbouring seeds and indices give unrelated streams.
+    static rng stream(std::uint64_t seed, std::uint64_t index) {
+        std::uint64_t s = seed, i = ~index;
+        return rng(splitmix64(s) ^ splitmix64(i));
+    }
+
     // The all-zero state is the one state xoshiro never leaves (it outputs zeros forever).
     static rng from_state(const state_type& state) {
         if (state[0] == 0 && state[1] == 0 && state[2] == 0 && state[3] == 0)

@@ -1,27 +1,34 @@
-// streamed_trainer: the trainer of trainer.hpp with the model's state in the host (and storage)
-// tier, and the transformer blocks streamed through device slots by prefetch_pipeline<Depth>.
-// Model: gpt_model (default) or a decoder_model of Layers, as for the resident trainer; frozen
-// tensors have no gradients and no moments, and a frozen block's weights stream to the device
-// but nothing comes back.
-//
-// Homes: weights and gradients of every group in pinned host memory; AdamW moments in the host
-// tier or, with MomentsTier = storage_tier, in files on the storage tier (read and written back
-// around each group's update). The embeddings and the final layernorm are used at both ends of
-// a pass, so they are copied to the device once per step ("pinned groups").
+// streamed_trainer: the trainer of trainer.hpp for any placement of the model's state across the
+// three tiers. Each layer group has a home (tier/group_home.hpp, the planner's per-group answer,
+// train_options::homes):
+//   device   weights, gradients, AdamW m and v on the device: the group never moves, and its
+//            update runs on the device after the norm (scale + ops<B>::adamw: the resident
+//            trainer's kernels, in its order);
+//   host     weights and gradients in pinned host memory, m and v on the host: the transformer
+//            blocks stream through device slots by prefetch_pipeline<Depth>; the groups used at
+//            both ends of a pass (embeddings, final layernorm) go to the device once per step
+//            ("pinned groups"); the update runs on the host;
+//   storage  as host, with m and v in files on the storage tier, read before the group's update
+//            and written back after it, double-buffered (the next storage group's moments are
+//            read while the current one is updated).
+// Without homes, every group is host-homed with its moments in MomentsTier (the plain streamed
+// plan). With every group on the device this is the resident plan. Model: gpt_model (default) or
+// a decoder_model of Layers; frozen tensors have no gradients and no moments, and a frozen
+// block's weights stream to the device but nothing comes back.
 //
 // The global gradient norm is computed on the device, where the gradients are anyway: right after
-// a block's backward of the last micro-batch, its gradient slot holds the block's final
+// a streamed block's backward of the last micro-batch, its gradient slot holds the block's final
 // accumulated gradients, and ops<B>::sum_of_squares writes their sum of squares (in double, in the
 // canonical chunked order: the CPU kernel's bits) into that group's entry of a small device array
-// of per-group partials, on the compute stream, before the slot is released; the pinned groups
-// once the backward is over. One copy brings the partials to the host ("grad norm" wait), which
-// adds them in group order and takes the sqrt: the resident trainer's grad_norm(), bit for bit.
-// No host thread reads the gradients for the norm.
+// of per-group partials, on the compute stream, before the slot is released; the groups with a
+// device copy (device-homed, pinned) once the backward is over. One copy brings the partials to
+// the host ("grad norm" wait), which adds them in group order and takes the sqrt: the resident
+// trainer's grad_norm(), bit for bit. No host thread reads the gradients for the norm.
 //
-// The optimizer runs on the host (offloaded_adamw: vectorized, multi-threaded, bitwise equal to
-// the resident trainer's AdamW), on its own thread, and off the critical path. Once the loss and
-// the norm are known to be finite (the backward is over; the last gradients may still be on their
-// way to the host), AdamW runs per group in the order the NEXT step uses them (embeddings, blocks
+// The host optimizer (offloaded_adamw: vectorized, multi-threaded, bitwise equal to the resident
+// trainer's AdamW) runs on its own thread, off the critical path. Once the loss and the norm are
+// known to be finite (the backward is over; the last gradients may still be on their way to the
+// host), AdamW runs per host group in the order the NEXT step uses them (embeddings, blocks
 // 0..L-1, final norm), each waiting for its own gradient copy. With clip > 0 the clip coefficient
 // is folded into AdamW (step_block's grad_scale: g * coefficient, the one rounding the resident
 // trainer's scale_inplace makes), so there is no separate pass over the gradients. With clip == 0
@@ -33,14 +40,15 @@
 // forward of step N+1 reaches block g only once block g holds step N's update: no stale weights,
 // nothing speculative. evaluate(), download()/upload() (checkpoints), initialize() and the
 // destructor first complete every pending update (finish_updates(), public).
-// Both give bitwise the same weights and moments as the resident trainer (tests/stream/). One
-// difference: after a clipped step the host gradients (download(grads)) are the accumulated
-// gradients before the clip, where the resident trainer's are scaled in place.
+// Every mix of homes gives bitwise the same weights and moments as the resident trainer
+// (tests/stream/, tests/plan/). One difference: after a clipped step the host gradients
+// (download(grads)) of host groups are the accumulated gradients before the clip, where the
+// resident trainer's are scaled in place.
 //
 // Host staging is allocated once, in the constructor, as in the resident trainer: tokens, targets
-// and losses per micro-batch, the norm's partials, and with moments on storage the optimizer's m
-// and v buffers (the largest group's size; each group uses their front). No pinned allocation,
-// hence no implicit synchronization, happens inside a step.
+// and losses per micro-batch, the norm's partials, and with moments on storage the optimizer's two
+// pairs of m and v buffers (the largest storage group's size; each group uses their front). No
+// pinned allocation, hence no implicit synchronization, happens inside a step.
 #pragma once
 
 #include <strata/backend/backend.hpp>            // Backend
@@ -50,11 +58,13 @@
 #include <strata/optim/offloaded_adamw.hpp>      // offloaded_adamw
 #include <strata/stream/prefetch_pipeline.hpp>   // prefetch_pipeline, pipeline_engine
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
+#include <strata/tier/group_home.hpp>            // group_home
+#include <strata/train/initialize.hpp>           // initialize_groups
 #include <strata/train/trainer.hpp>              // train_options, step_result, trainer
 
 #include <array>        // std::array
 #include <cmath>        // std::sqrt, std::isfinite
-#include <memory>       // std::unique_ptr
+#include <mutex>        // std::mutex, std::lock_guard
 #include <optional>     // std::optional
 #include <string_view>  // std::string_view
 #include <type_traits>  // std::is_same_v
@@ -78,54 +88,70 @@ public:
         : m_backend(backend),
           m_model(model),
           m_options(std::move(options)),
+          m_homes(homes_of(model, m_options)),
           m_compute(backend.make_stream("compute")),
           m_optimizer("optimizer"),
           m_io(backend.make_stream("storage I/O")),
           m_adamw(m_options.adamw),
-          m_engine(backend, largest_block(model, false), largest_block(model, true)),
+          m_engine(backend, largest_streamed_block(model, m_homes, false), largest_streamed_block(model, m_homes, true)),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
           m_norm_workspace(backend, shape{detail::norm_workspace_doubles<B>(model.groups())}, "grad_norm.workspace"),
           m_norm_partials_host(backend, shape{model.groups().size()}, "grad_norm.partials.host") {
         const auto& groups = model.groups();
-        for (std::size_t g = 0; g < groups.size(); ++g) {
-            const std::string n = "g" + std::to_string(g);
+        const std::size_t n = groups.size();
+        for (auto* v : {&m_params, &m_grads, &m_m, &m_v}) v->resize(n);
+        for (auto* v : {&m_stored_m, &m_stored_v}) v->resize(n);
+        for (auto* v : {&m_dev_params, &m_dev_grads, &m_dev_m, &m_dev_v}) v->resize(n);
+        std::size_t largest_stored = 0;
+        for (std::size_t g = 0; g < n; ++g) {
+            const std::string name = "g" + std::to_string(g);
             const shape s{groups[g].numel()}, ts{groups[g].trainable_numel()};
             const bool trains = !groups[g].frozen();
-            m_params.emplace_back(backend, s, "params." + n);
-            std::fill(m_params.back().span().begin(), m_params.back().span().end(), R(0));
-            m_grads.emplace_back();
-            m_m.emplace_back();
-            m_v.emplace_back();
-            if (trains) {
-                m_grads.back().emplace(backend, ts, "grads." + n);
-                m_m.back().emplace(backend, ts, "adam_m." + n);
-                m_v.back().emplace(backend, ts, "adam_v." + n);
-                std::fill(m_grads.back()->span().begin(), m_grads.back()->span().end(), R(0));
+            if (on_device(g)) {
+                m_dev_params[g].emplace(backend, s, "params." + name);
+                if (trains) {
+                    m_dev_grads[g].emplace(backend, ts, "grads." + name);
+                    m_dev_m[g].emplace(backend, ts, "adam_m." + name);
+                    m_dev_v[g].emplace(backend, ts, "adam_v." + name);
+                }
+                continue;
             }
-            if (pinned(g)) {
-                m_pinned_params.emplace_back(backend, s, "pinned.params." + n);
-                m_pinned_grads.emplace_back();
-                if (trains) m_pinned_grads.back().emplace(backend, ts, "pinned.grads." + n);
+            m_params[g].emplace(backend, s, "params." + name);
+            std::fill(m_params[g]->span().begin(), m_params[g]->span().end(), R(0));
+            if (trains) {
+                m_grads[g].emplace(backend, ts, "grads." + name);
+                std::fill(m_grads[g]->span().begin(), m_grads[g]->span().end(), R(0));
+                if (m_homes[g].moments == tier_id::storage) {
+                    m_stored_m[g].emplace(backend, ts, "adam_m." + name);
+                    m_stored_v[g].emplace(backend, ts, "adam_v." + name);
+                    largest_stored = std::max(largest_stored, ts.numel());
+                } else {
+                    m_m[g].emplace(backend, ts, "adam_m." + name);
+                    m_v[g].emplace(backend, ts, "adam_v." + name);
+                }
+            }
+            if (used_at_both_ends(g)) {  // pinned: a device copy for the whole step
+                m_dev_params[g].emplace(backend, s, "pinned.params." + name);
+                if (trains) m_dev_grads[g].emplace(backend, ts, "pinned.grads." + name);
             }
         }
-        m_last_d2h.resize(groups.size());
+        m_last_d2h.resize(n);
+        m_updated.resize(n);
+        m_uploaded.assign(n, false);
         const std::size_t BT = m_options.batch * m_options.seq;
         for (std::size_t k = 0; k < std::max<std::size_t>(m_options.accum, 1); ++k) {
             m_staged_tokens.emplace_back(backend, shape{BT}, "tokens.host");
             m_staged_tokens.emplace_back(backend, shape{BT}, "targets.host");
             m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
         }
-        if constexpr (std::is_same_v<MomentsTier, storage_tier>) {
-            std::size_t largest = 0;
-            for (const auto& g : groups) largest = std::max(largest, g.trainable_numel());
-            if (largest > 0) {  // (nothing trains: no moments, no staging; the planner counts 0)
-                m_moments_staging.emplace_back(backend, shape{largest}, "adam_m.staging");
-                m_moments_staging.emplace_back(backend, shape{largest}, "adam_v.staging");
+        // Two pairs: one group's moments are updated while the next one's are read.
+        if (largest_stored > 0)
+            for (const char* pair : {"0", "1"}) {
+                m_moments_staging.emplace_back(backend, shape{largest_stored}, std::string("adam_m.staging.") + pair);
+                m_moments_staging.emplace_back(backend, shape{largest_stored}, std::string("adam_v.staging.") + pair);
             }
-        }
-        m_updated.resize(groups.size());
-        zero_moments();
+        zero_state();
     }
 
     // Queued work (the optimizer's updates; after a failed step, the rest of that step) uses the
@@ -134,12 +160,18 @@ public:
     streamed_trainer(const streamed_trainer&) = delete;
     streamed_trainer& operator=(const streamed_trainer&) = delete;
 
-    // Named host wait: every update a step scheduled has finished (rethrows an update's failure).
-    // step() does not wait for them: they overlap the next step, which waits per group.
-    void finish_updates() { m_optimizer.synchronize(); }
+    // Named host wait: every update a step scheduled has finished, moments written back to
+    // storage included (rethrows an update's failure). step() does not wait for them: they
+    // overlap the next step, which waits per group.
+    void finish_updates() {
+        m_optimizer.synchronize();
+        m_io.synchronize();
+    }
 
     const model_type& model() const { return m_model; }
     const train_options& options() const { return m_options; }
+    // Each group's home (train_options::homes, or the default: host, moments in MomentsTier).
+    const std::vector<group_home>& homes() const { return m_homes; }
     long step_count() const { return m_step; }
     void set_step_count(long step) { m_step = step; }
     B& backend() { return m_backend; }
@@ -158,10 +190,21 @@ public:
         f("storage I/O", m_io);
     }
 
+    // The model's initialization from a seed (initialize_groups: one generator per group, all
+    // cores), straight into each group's home.
     void initialize(std::uint64_t seed) {
         finish_updates();
-        rng gen(seed);
-        for (std::size_t g = 0; g < m_params.size(); ++g) m_model.initialize(g, m_params[g].span(), gen);
+        std::mutex copying;  // device-homed groups: one copy at a time on the compute stream
+        initialize_groups(m_model, seed, [&](std::size_t g, std::span<const R> block) {
+            if (m_params[g]) {
+                std::copy(block.begin(), block.end(), m_params[g]->span().begin());
+                return;
+            }
+            std::lock_guard lock(copying);
+            m_backend.copy(m_dev_params[g]->device_data().get(), tier_id::device, block.data(), tier_id::host,
+                           block.size_bytes(), m_compute)
+                .wait();  // named: the worker refills its buffer next
+        });
     }
 
     void download(state_kind k, std::size_t g, std::span<R> out) { host_copy(k, g, out, /*to_host=*/true); }
@@ -182,7 +225,7 @@ public:
     double evaluate(std::span<const data::batch> batches) {
         const std::size_t BT = m_options.batch * m_options.seq;
         finish_updates();
-        begin_pinned();
+        begin_pass(/*zero_grads=*/false);
         double total = 0;
         std::size_t counted = 0;
         for (const auto& b : batches) {
@@ -204,7 +247,7 @@ private:
     step_result step_or_throw(std::span<const data::batch> micro, std::size_t counted) {
         const long update = m_step + 1;
         const std::size_t BT = m_options.batch * m_options.seq;
-        begin_pinned();
+        begin_pass(/*zero_grads=*/true);
         for (std::size_t k = 0; k < micro.size(); ++k) {
             stage_tokens(micro[k], k);
             m_engine.begin(make_pass(/*backward=*/true, k == 0));
@@ -214,7 +257,7 @@ private:
             m_engine.end();
             copy_async(m_backend, m_staged_losses[k].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
         }
-        download_pinned_grads();  // also the pinned groups' sums of squares
+        end_backward();  // the sums of squares of the groups with a device copy; pinned gradients home
 
         step_result r;
         r.step = update;
@@ -224,18 +267,20 @@ private:
         // The per-group partials follow the losses on the compute stream: one wait for both, while
         // the last gradient copies may still be landing.
         m_norm_partials_host.copy_from(m_norm_partials, m_compute).wait();  // named: grad norm (and the losses)
-        r.grad_norm = grad_norm(m_norm_partials_host);
+        r.grad_norm = detail::global_norm(m_model.groups(), m_norm_partials_host.span());
         for (std::size_t k = 0; k < micro.size(); ++k)
             for (R x : m_staged_losses[k].span()) r.loss += static_cast<double>(x);
         r.loss /= static_cast<double>(counted);
         detail::check_finite(r, update);  // before any update is scheduled, clipping or not
         // As the resident trainer: scale only when the norm is over the max, by R(coefficient).
         const double coefficient = m_options.clip > 0 ? clip_coefficient(r.grad_norm, m_options.clip, update) : 1.0;
-        schedule_adamw_in_use_order(r.lr, update, coefficient < 1 ? static_cast<R>(coefficient) : R(1));
-        // No wait for the updates: the next step waits for each group's just before its weights
-        // go to the device (wait_updated).
-        wait_gradients();  // named: every copy of the step has finished (the pinned gradients' device
-                           // buffers are zeroed by the next step)
+        update_device_groups(coefficient, r.lr, update);
+        schedule_host_updates(r.lr, update, coefficient < 1 ? static_cast<R>(coefficient) : R(1));
+        // No wait for the updates: the device ones are ahead of the next step on the compute
+        // stream, and the next step waits for each host group's just before its weights go to the
+        // device (wait_updated).
+        for (auto& e : m_last_d2h) e.wait();  // named: every gradient copy of the step has landed
+                                              // (the pinned groups' device gradients are zeroed next)
         m_step = update;
         return r;
     }
@@ -252,15 +297,33 @@ private:
         });
     }
 
-    // Groups used at both ends of a pass stay on the device for the whole step.
-    bool pinned(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
-    std::size_t pinned_index(std::size_t g) const { return g == 0 ? 0 : 1; }
+    static std::vector<group_home> homes_of(const model_type& model, const train_options& o) {
+        const std::size_t n = model.groups().size();
+        if (o.homes.empty()) return std::vector<group_home>(n, {tier_id::host, id_of<MomentsTier>});
+        if (o.homes.size() != n)
+            throw error("train_options::homes has " + std::to_string(o.homes.size()) + " entries for a model of " +
+                            std::to_string(n) + " layer groups",
+                        "give one home per group (memory_plan::homes), or none");
+        for (std::size_t g = 0; g < n; ++g) validate(o.homes[g], g);
+        return o.homes;
+    }
 
-    // Elements of the largest transformer block (trainable: of its trainable prefix).
-    static std::size_t largest_block(const model_type& model, bool trainable) {
+    bool on_device(std::size_t g) const { return m_homes[g].weights == tier_id::device; }
+    // Groups used at both ends of a pass: when host-homed, on the device for the whole step.
+    bool used_at_both_ends(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
+    // Host-homed groups that do not stream block by block (their device copy is the step's).
+    bool pinned(std::size_t g) const { return !on_device(g) && used_at_both_ends(g); }
+    bool streams(std::size_t g) const { return !on_device(g) && !used_at_both_ends(g); }
+
+    // Elements of the largest streamed transformer block (trainable: of its trainable prefix);
+    // 0 when none streams.
+    static std::size_t largest_streamed_block(const model_type& model, const std::vector<group_home>& homes,
+                                              bool trainable) {
         std::size_t n = 0;
         for (std::size_t l = 0; l < model.block_count(); ++l) {
-            const auto& layout = model.groups()[model.block_group(l)];
+            const std::size_t g = model.block_group(l);
+            if (homes[g].weights == tier_id::device) continue;
+            const auto& layout = model.groups()[g];
             n = std::max(n, trainable ? layout.trainable_numel() : layout.numel());
         }
         return n;
@@ -269,27 +332,28 @@ private:
     // group g's sum of squares into its partial, on the compute stream, from its device gradients
     // (none for a frozen group).
     void sum_of_squares(std::size_t g, const R* grads) {
-        if (!m_grads[g]) return;
+        if (m_model.groups()[g].frozen()) return;
         op::sum_of_squares(m_compute, m_norm_partials.device_data().get() + g, m_norm_workspace.device_data().get(), grads,
-                           m_grads[g]->numel());
+                           m_model.groups()[g].trainable_numel());
     }
 
     struct binder {
         streamed_trainer& t;
         bool last_micro;
         const R* params(std::size_t g, stream& s, group_use u) {
+            if (t.on_device(g)) return t.m_dev_params[g]->device_data().get();
             if (t.pinned(g)) return t.pinned_params(g);
             return t.m_engine.params(g, s, u);
         }
         R* grads(std::size_t g, stream& s) {
-            if (t.pinned(g)) {
-                auto& grads = t.m_pinned_grads[t.pinned_index(g)];
+            if (!t.streams(g)) {
+                auto& grads = t.m_dev_grads[g];
                 return grads ? grads->device_data().get() : nullptr;
             }
             return t.m_engine.grads(g, s);
         }
         void done(std::size_t g, stream& s, group_use u) {
-            if (t.pinned(g)) return;  // summed in download_pinned_grads, after their last use
+            if (!t.streams(g)) return;  // summed in end_backward, after their last use
             // The slot holds the block's final gradients; summed before done() releases the slot
             // (its "free" event, which the D2H copy and the slot's next user wait for, follows).
             if (last_micro && u == group_use::backward) t.sum_of_squares(g, t.m_engine.grads_in_use());
@@ -300,17 +364,20 @@ private:
     typename pipeline_engine<R, B, Depth>::pass make_pass(bool backward, bool first_micro) {
         typename pipeline_engine<R, B, Depth>::pass p;
         const std::size_t L = m_model.block_count();
-        for (std::size_t l = 0; l < L; ++l) p.order.push_back({m_model.block_group(l), group_use::forward});
+        for (std::size_t l = 0; l < L; ++l)
+            if (streams(m_model.block_group(l))) p.order.push_back({m_model.block_group(l), group_use::forward});
         if (backward)
-            for (std::size_t l = L; l-- > 0;) p.order.push_back({m_model.block_group(l), group_use::backward});
-        p.host_params.assign(m_params.size(), nullptr);
-        p.host_grads.assign(m_params.size(), nullptr);
-        p.bytes.assign(m_params.size(), 0);
-        p.grad_bytes.assign(m_params.size(), 0);
-        for (std::size_t g = 0; g < m_params.size(); ++g)
-            if (!pinned(g)) {
-                p.host_params[g] = m_params[g].data();
-                p.bytes[g] = m_params[g].bytes();
+            for (std::size_t l = L; l-- > 0;)
+                if (streams(m_model.block_group(l))) p.order.push_back({m_model.block_group(l), group_use::backward});
+        const std::size_t n = m_homes.size();
+        p.host_params.assign(n, nullptr);
+        p.host_grads.assign(n, nullptr);
+        p.bytes.assign(n, 0);
+        p.grad_bytes.assign(n, 0);
+        for (std::size_t g = 0; g < n; ++g)
+            if (streams(g)) {
+                p.host_params[g] = m_params[g]->data();
+                p.bytes[g] = m_params[g]->bytes();
                 if (m_grads[g]) {
                     p.host_grads[g] = m_grads[g]->data();
                     p.grad_bytes[g] = m_grads[g]->bytes();
@@ -332,174 +399,215 @@ private:
         m_act.targets_tensor().copy_from(tgt, m_compute);
     }
 
-    // Named host wait: the previous step's update of group g has finished, so its host weights
-    // are final. Called just before they are first copied to the device in a pass.
+    // Named host wait: the previous step's update of host group g has finished, so its host
+    // weights are final. Called just before they are first copied to the device in a pass.
     void wait_updated(std::size_t g) { m_updated[g].wait(); }
 
-    // Pinned groups at the start of a pass: zeroed gradients; their weights go up at first use
-    // (pinned_params), once their update has finished: the final norm's comes last.
-    void begin_pinned() {
-        m_pinned_uploaded = {false, false};
-        for (std::size_t g : {std::size_t{0}, m_model.final_group()})
-            if (auto& grads = m_pinned_grads[pinned_index(g)]) op::zero(m_compute, grads->device_data().get(), grads->numel());
+    // At the start of a pass: the device gradients of the groups that keep them on the device
+    // start from zero (a step's, not an evaluation's); the pinned groups' weights go up at first
+    // use (pinned_params), once their update has finished: the final norm's comes last.
+    void begin_pass(bool zero_grads) {
+        std::fill(m_uploaded.begin(), m_uploaded.end(), false);
+        if (!zero_grads) return;
+        for (auto& grads : m_dev_grads)
+            if (grads) op::zero(m_compute, grads->device_data().get(), grads->numel());
     }
     // The device copy of pinned group g for this step, uploaded at its first use (compute waits).
     const R* pinned_params(std::size_t g) {
-        const std::size_t i = pinned_index(g);
-        auto& dev = m_pinned_params[i];
-        if (!m_pinned_uploaded[i]) {
+        auto& dev = *m_dev_params[g];
+        if (!m_uploaded[g]) {
             wait_updated(g);
-            m_compute.wait(dev.copy_from(m_params[g], m_engine.h2d()));
+            m_compute.wait(dev.copy_from(*m_params[g], m_engine.h2d()));
             m_engine.counters().h2d_bytes += dev.bytes();
-            m_pinned_uploaded[i] = true;
+            m_uploaded[g] = true;
         }
         return dev.device_data().get();
     }
-    void download_pinned_grads() {
-        for (std::size_t g : {std::size_t{0}, m_model.final_group()})
-            if (auto& grads = m_pinned_grads[pinned_index(g)]) sum_of_squares(g, grads->device_data().get());
-        for (std::size_t g : {std::size_t{0}, m_model.final_group()}) {
-            auto& grads = m_pinned_grads[pinned_index(g)];
-            if (!grads) continue;  // frozen: nothing comes back
+    // After the last backward: the sums of squares of the groups whose gradients are on the device
+    // (device-homed and pinned), and the pinned groups' gradients to the host.
+    void end_backward() {
+        for (std::size_t g = 0; g < m_homes.size(); ++g)
+            if (!streams(g) && m_dev_grads[g]) sum_of_squares(g, m_dev_grads[g]->device_data().get());
+        for (std::size_t g = 0; g < m_homes.size(); ++g) {
+            if (!pinned(g) || !m_grads[g]) continue;  // frozen: nothing comes back
             m_engine.d2h().wait(m_compute.record());
-            m_last_d2h[g] = m_grads[g]->copy_from(*grads, m_engine.d2h());
+            m_last_d2h[g] = m_grads[g]->copy_from(*m_dev_grads[g], m_engine.d2h());
             m_engine.counters().d2h_bytes += m_grads[g]->bytes();
         }
     }
-    void wait_gradients() {
-        for (auto& e : m_last_d2h) e.wait();
-        m_compute.synchronize();
-    }
 
-    // Exact global norm: the device's per-group partials summed in group order on the host, then
-    // sqrt: the resident trainer's grad_norm(), bit for bit.
-    double grad_norm(const tiered_tensor<double, host_tier, B>& partials) const {
-        return detail::global_norm(m_model.groups(), partials.span());
-    }
-
-
-    // Once the loss and the norm are known to be finite: AdamW of every group on the optimizer
-    // thread, each behind its own last gradient copy, in the order the next step uses the groups,
-    // so that its forward waits as little as possible (group order: embeddings, blocks, final norm).
-    void schedule_adamw_in_use_order(double lr, long update, R grad_scale) {
-        for (std::size_t g = 0; g < m_grads.size(); ++g) enqueue_adamw(g, lr, update, grad_scale);
-    }
-    void enqueue_adamw(std::size_t g, double lr, long update, R grad_scale) {
-        if (!m_grads[g]) return;  // frozen
-        event landed = m_last_d2h[g];
-        m_optimizer.enqueue(
-            [this, landed, g, lr, update, grad_scale] {
-                landed.wait();
-                adamw_group(g, lr, update, grad_scale);
-            },
-            "adamw");
-        m_updated[g] = m_optimizer.record();
-        if constexpr (std::is_same_v<MomentsTier, storage_tier>) {  // counted when issued, on this thread
-            m_engine.counters().storage_read_bytes += m_m[g]->bytes() + m_v[g]->bytes();
-            m_engine.counters().storage_write_bytes += m_m[g]->bytes() + m_v[g]->bytes();
-        }
-    }
-
-    // AdamW over one group, tensor by tensor (weight decay per tensor), the clip folded in as
-    // grad_scale (1: none); moments read from and written back to the storage tier when they live there.
-    void adamw_group(std::size_t g, double lr, long update, R grad_scale) {
-        R* p = m_params[g].data();
-        R* grad = m_grads[g]->data();
-        auto run = [&](R* m, R* v) {
-            for (const auto& slot : m_model.groups()[g].slots()) {
+    // The device-homed groups' updates, on the compute stream, as the resident trainer runs them:
+    // gradients scaled in place by the clip coefficient when it is < 1, then AdamW per tensor.
+    void update_device_groups(double coefficient, double lr, long update) {
+        const auto& groups = m_model.groups();
+        for (std::size_t g = 0; g < groups.size(); ++g) {
+            if (!on_device(g) || groups[g].frozen()) continue;
+            R* grad = m_dev_grads[g]->device_data().get();
+            if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
+            for (const auto& slot : groups[g].slots()) {
                 if (!slot.spec.trainable) continue;
                 const std::size_t o = slot.offset, n = slot.spec.shape.numel();
-                if constexpr (std::is_same_v<R, float>)
-                    m_adamw.step_block({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, lr, update, slot.spec.decay,
-                                       grad_scale);
-                else
-                    adamw_update<R>({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, m_options.adamw, lr, update,
-                                    slot.spec.decay, grad_scale);
+                op::adamw(m_compute, m_dev_params[g]->device_data().get() + o, grad + o,
+                          m_dev_m[g]->device_data().get() + o, m_dev_v[g]->device_data().get() + o, n, m_options.adamw,
+                          lr, update, slot.spec.decay);
             }
-        };
-        auto& mg = *m_m[g];
-        auto& vg = *m_v[g];
-        if constexpr (std::is_same_v<MomentsTier, host_tier>) {
-            run(mg.data(), vg.data());
-        } else {
-            auto m = m_moments_staging[0].view().flat(0, mg.shape());
-            auto v = m_moments_staging[1].view().flat(0, vg.shape());
-            copy_async(m_backend, m, mg.view(), m_io);
-            copy_async(m_backend, v, vg.view(), m_io).wait();  // named: moments read from storage
-            run(m.data(), v.data());
-            copy_async(m_backend, mg.view(), m, m_io);
-            copy_async(m_backend, vg.view(), v, m_io).wait();  // named: moments written back before the staging is reused
         }
     }
 
-    void zero_moments() {
-        for (std::size_t g = 0; g < m_m.size(); ++g) {
-            if (!m_m[g]) continue;  // frozen
-            std::vector<R> zeros(m_m[g]->numel(), R(0));
-            upload(state_kind::adam_m, g, zeros);
-            upload(state_kind::adam_v, g, zeros);
+    // Once the loss and the norm are known to be finite: AdamW of every host group on the
+    // optimizer thread, each behind its own last gradient copy, in the order the next step uses
+    // them, so that its forward waits as little as possible (group order: embeddings, blocks,
+    // final norm). Storage groups' moments are read one group ahead (update_stored).
+    void schedule_host_updates(double lr, long update, R grad_scale) {
+        std::vector<std::size_t> stored;
+        for (std::size_t g = 0; g < m_homes.size(); ++g)
+            if (m_stored_m[g]) stored.push_back(g);
+        std::size_t next_stored = 0;
+        for (std::size_t g = 0; g < m_homes.size(); ++g) {
+            if (!m_grads[g]) continue;  // frozen, or on the device
+            event landed = m_last_d2h[g];
+            if (m_stored_m[g]) {
+                const std::size_t j = next_stored++;
+                const std::size_t following = j + 1 < stored.size() ? stored[j + 1] : m_homes.size();
+                m_optimizer.enqueue(
+                    [this, landed, g, j, following, lr, update, grad_scale] {
+                        if (j == 0) read_stored(g, 0);
+                        if (following < m_homes.size()) read_stored(following, (j + 1) % 2);
+                        landed.wait();
+                        m_read[j % 2].wait();  // named: this group's moments are in their staging
+                        auto m = m_moments_staging[2 * (j % 2)].view().flat(0, m_stored_m[g]->shape());
+                        auto v = m_moments_staging[2 * (j % 2) + 1].view().flat(0, m_stored_v[g]->shape());
+                        adamw_group(g, m.data(), v.data(), lr, update, grad_scale);
+                        copy_async(m_backend, m_stored_m[g]->view(), m, m_io);  // written back behind the next
+                        copy_async(m_backend, m_stored_v[g]->view(), v, m_io);  // group's read, on m_io
+                    },
+                    "adamw");
+                m_engine.counters().storage_read_bytes += m_stored_m[g]->bytes() + m_stored_v[g]->bytes();
+                m_engine.counters().storage_write_bytes += m_stored_m[g]->bytes() + m_stored_v[g]->bytes();
+            } else {
+                m_optimizer.enqueue(
+                    [this, landed, g, lr, update, grad_scale] {
+                        landed.wait();
+                        adamw_group(g, m_m[g]->data(), m_v[g]->data(), lr, update, grad_scale);
+                    },
+                    "adamw");
+            }
+            m_updated[g] = m_optimizer.record();
         }
+    }
+
+    // Storage group g's m and v into staging pair `pair`, on the storage I/O stream (behind the
+    // write-back of the pair's previous group). Optimizer thread only.
+    void read_stored(std::size_t g, std::size_t pair) {
+        auto m = m_moments_staging[2 * pair].view().flat(0, m_stored_m[g]->shape());
+        auto v = m_moments_staging[2 * pair + 1].view().flat(0, m_stored_v[g]->shape());
+        copy_async(m_backend, m, m_stored_m[g]->view(), m_io);
+        m_read[pair] = copy_async(m_backend, v, m_stored_v[g]->view(), m_io);
+    }
+
+    // AdamW over one host group, tensor by tensor (weight decay per tensor), the clip folded in as
+    // grad_scale (1: none), with its moments at m, v (host homes, or the storage staging).
+    void adamw_group(std::size_t g, R* m, R* v, double lr, long update, R grad_scale) {
+        R* p = m_params[g]->data();
+        R* grad = m_grads[g]->data();
+        for (const auto& slot : m_model.groups()[g].slots()) {
+            if (!slot.spec.trainable) continue;
+            const std::size_t o = slot.offset, n = slot.spec.shape.numel();
+            if constexpr (std::is_same_v<R, float>)
+                m_adamw.step_block({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, lr, update, slot.spec.decay,
+                                   grad_scale);
+            else
+                adamw_update<R>({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, m_options.adamw, lr, update,
+                                slot.spec.decay, grad_scale);
+        }
+    }
+
+    // Gradients and moments start at zero (host weights and gradients are zero-filled when made).
+    void zero_state() {
+        for (auto* set : {&m_dev_grads, &m_dev_m, &m_dev_v})
+            for (auto& t : *set)
+                if (t) op::zero(m_compute, t->device_data().get(), t->numel());
+        for (auto* set : {&m_m, &m_v})
+            for (auto& t : *set)
+                if (t) std::fill(t->span().begin(), t->span().end(), R(0));
+        for (std::size_t g = 0; g < m_homes.size(); ++g)
+            if (m_stored_m[g]) {
+                std::vector<R> zeros(m_stored_m[g]->numel(), R(0));
+                upload(state_kind::adam_m, g, zeros);
+                upload(state_kind::adam_v, g, zeros);
+            }
+        m_compute.synchronize();  // named: the state is ready before the first step
     }
 
     void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
         finish_updates();  // the state of the last step, complete
-        auto frozen = [&] {
-            return error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
+        if (k != state_kind::params && m_model.groups()[g].frozen())
+            throw error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
+        auto check_size = [&](std::size_t numel) {
+            if (buf.size() != numel)
+                throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
         };
-        if (k == state_kind::params || k == state_kind::grads) {
-            if (k == state_kind::grads && !m_grads[g]) throw frozen();
-            auto& t = k == state_kind::params ? m_params[g] : *m_grads[g];
-            if (buf.size() != t.numel()) throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
+        if (on_device(g)) {  // behind the device updates, on the compute stream
+            auto& t = k == state_kind::params  ? m_dev_params[g]
+                      : k == state_kind::grads ? m_dev_grads[g]
+                      : k == state_kind::adam_m ? m_dev_m[g]
+                                                : m_dev_v[g];
+            check_size(t->numel());
             if (to_host)
-                std::copy(t.span().begin(), t.span().end(), buf.begin());
+                m_backend.copy(buf.data(), tier_id::host, t->device_data().get(), tier_id::device, t->bytes(), m_compute)
+                    .wait();  // named: checkpoint I/O
             else
-                std::copy(buf.begin(), buf.end(), t.span().begin());
+                m_backend.copy(t->device_data().get(), tier_id::device, buf.data(), tier_id::host, t->bytes(), m_compute)
+                    .wait();  // named: checkpoint I/O
             return;
         }
-        if (!m_m[g]) throw frozen();
-        auto& t = k == state_kind::adam_m ? *m_m[g] : *m_v[g];
-        if (buf.size() != t.numel()) throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
-        if constexpr (std::is_same_v<MomentsTier, host_tier>) {
+        auto host = [&](tiered_tensor<R, host_tier, B>& t) {
+            check_size(t.numel());
             if (to_host)
                 std::copy(t.span().begin(), t.span().end(), buf.begin());
             else
                 std::copy(buf.begin(), buf.end(), t.span().begin());
+        };
+        if (k == state_kind::params) return host(*m_params[g]);
+        if (k == state_kind::grads) return host(*m_grads[g]);
+        if (!m_stored_m[g]) return host(k == state_kind::adam_m ? *m_m[g] : *m_v[g]);
+        auto& t = k == state_kind::adam_m ? *m_stored_m[g] : *m_stored_v[g];
+        check_size(t.numel());
+        auto staging = m_moments_staging[0].view().flat(0, t.shape());  // between steps: free
+        if (to_host) {
+            copy_async(m_backend, staging, t.view(), m_io).wait();  // named: checkpoint I/O
+            std::copy(staging.data(), staging.data() + staging.numel(), buf.begin());
         } else {
-            // between steps: the optimizer's staging is free
-            auto staging = m_moments_staging[0].view().flat(0, t.shape());
-            if (to_host) {
-                copy_async(m_backend, staging, t.view(), m_io).wait();  // named: checkpoint I/O
-                std::copy(staging.data(), staging.data() + staging.numel(), buf.begin());
-            } else {
-                std::copy(buf.begin(), buf.end(), staging.data());
-                copy_async(m_backend, t.view(), staging, m_io).wait();  // named: checkpoint I/O
-            }
+            std::copy(buf.begin(), buf.end(), staging.data());
+            copy_async(m_backend, t.view(), staging, m_io).wait();  // named: checkpoint I/O
         }
     }
 
     B& m_backend;
     const model_type& m_model;
     train_options m_options;
+    std::vector<group_home> m_homes;  // by group
     stream m_compute;
     cpu::stream m_optimizer;
     stream m_io;
     offloaded_adamw m_adamw;
     pipeline_engine<R, B, Depth> m_engine;
     typename model_type::activations m_act;
-    std::vector<tiered_tensor<R, host_tier, B>> m_params;
-    std::vector<std::optional<tiered_tensor<R, host_tier, B>>> m_grads;  // empty: a frozen group
-    std::vector<std::optional<tiered_tensor<R, MomentsTier, B>>> m_m, m_v;
-    std::vector<tiered_tensor<R, device_tier, B>> m_pinned_params;
-    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_pinned_grads;
+    // By group; empty where the group has no such state in that tier (frozen, or another home).
+    std::vector<std::optional<tiered_tensor<R, host_tier, B>>> m_params, m_grads, m_m, m_v;  // host homes
+    std::vector<std::optional<tiered_tensor<R, storage_tier, B>>> m_stored_m, m_stored_v;  // moments on storage
+    // Device homes; for pinned groups, the step's device copies of weights and gradients.
+    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_dev_params, m_dev_grads, m_dev_m, m_dev_v;
     tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
     tiered_tensor<double, device_tier, B> m_norm_workspace;  // sum_of_squares' workspace
     tiered_tensor<double, host_tier, B> m_norm_partials_host;  // their copy on the host
     std::vector<tiered_tensor<std::int32_t, host_tier, B>> m_staged_tokens;  // (accum x 2) tokens, targets
     std::vector<tiered_tensor<R, host_tier, B>> m_staged_losses;             // (accum) per-token losses
-    std::vector<tiered_tensor<R, host_tier, B>> m_moments_staging;           // moments on storage: m, v of one group
+    std::vector<tiered_tensor<R, host_tier, B>> m_moments_staging;  // moments on storage: m, v of two groups
+    std::array<event, 2> m_read;  // by staging pair: its moments have been read (optimizer thread)
     std::vector<event> m_last_d2h;
     std::vector<cpu::event> m_updated;  // by group: its last scheduled update (empty: none pending)
-    std::array<bool, 2> m_pinned_uploaded{};  // this pass: the pinned groups' weights are on the device
+    std::vector<bool> m_uploaded;       // this pass: the pinned group's weights are on the device
     long m_step = 0;
 };
 

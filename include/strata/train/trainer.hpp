@@ -27,14 +27,17 @@
 #include <strata/model/gpt.hpp>             // gpt_model, GroupBinder
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
+#include <strata/tier/group_home.hpp>        // group_home
 #include <strata/train/adamw.hpp>           // adamw_hparams
 #include <strata/train/clip.hpp>            // clip_coefficient, require_finite_grad_norm
+#include <strata/train/initialize.hpp>      // initialize_groups
 #include <strata/train/rng.hpp>             // rng
 #include <strata/train/schedule.hpp>        // lr_schedule, lr_at
 
 #include <algorithm>  // std::max
 #include <cmath>    // std::sqrt, std::isfinite
 #include <cstddef>  // std::size_t
+#include <mutex>    // std::mutex, std::lock_guard
 #include <optional> // std::optional
 #include <span>     // std::span
 #include <string>   // std::string
@@ -53,6 +56,9 @@ struct train_options {
     // only their input and recompute (model/activations.hpp). The planner's memory_plan::kept
     // says how many fit; none() keeps the least memory, all() recomputes nothing.
     kept_activations activations = kept_activations::none();
+    // Where each layer group's state lives (memory_plan::homes), for the streamed trainer; empty:
+    // its default. The resident trainer keeps every group on the device and takes only that.
+    std::vector<group_home> homes;
 };
 
 struct step_result {
@@ -144,6 +150,12 @@ public:
           m_compute(backend.make_stream("compute")),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations) {
         validate(m_options.adamw);
+        for (std::size_t g = 0; g < m_options.homes.size(); ++g)
+            if (m_options.homes[g] != group_home::device())
+                throw error("the resident trainer keeps every group on the device; group " + std::to_string(g) +
+                                "'s home has weights in the " + std::string(name_of(m_options.homes[g].weights)) +
+                                " tier",
+                            "train a plan with host or storage homes with the streamed trainer (with_planned_trainer)");
         if (m_options.seq > model.max_seq())
             throw error("sequence length " + std::to_string(m_options.seq) + " exceeds the model's context " +
                             std::to_string(model.max_seq()),
@@ -188,14 +200,16 @@ public:
         f("compute", m_compute);
     }
 
-    // GPT-2 initialization from a seed, group by group, through one host buffer.
+    // The model's initialization from a seed (initialize_groups: one generator per group, all
+    // cores); each group reaches the device by one copy from its worker's buffer.
     void initialize(std::uint64_t seed) {
-        rng gen(seed);
-        for (std::size_t g = 0; g < m_params.size(); ++g) {
-            tiered_tensor<R, host_tier, B> host(m_backend, m_params[g].shape(), "init.host");
-            m_model.initialize(g, host.span(), gen);
-            m_params[g].copy_from(host, m_compute).wait();  // named: the host buffer is freed next
-        }
+        std::mutex copying;  // one copy at a time on the compute stream
+        initialize_groups(m_model, seed, [&](std::size_t g, std::span<const R> block) {
+            std::lock_guard lock(copying);
+            m_backend.copy(m_params[g].device_data().get(), tier_id::device, block.data(), tier_id::host,
+                           block.size_bytes(), m_compute)
+                .wait();  // named: the worker refills its buffer next
+        });
     }
 
     // ---- state, for checkpoints: one group's block of weights / m / v, to and from the host ----

@@ -1,0 +1,42 @@
+// group_home: where one layer group's training state lives, the planner's answer per group.
+//
+//   weights  device: weights, gradients and AdamW moments all on the device; the group never
+//                    moves and its update runs on the device (as in the resident trainer).
+//            host:   weights and gradients in pinned host memory; the group streams to the device
+//                    for each use (or, for the groups used at both ends of a pass, once per step)
+//                    and its update runs on the host.
+//   moments  with device weights: device. With host weights: host, or storage (read before the
+//            group's update and written back after it).
+#pragma once
+
+#include <strata/core/error.hpp>  // strata::error
+#include <strata/tier/tier.hpp>   // tier_id, name_of
+
+#include <cstddef>  // std::size_t
+#include <string>   // std::string, std::to_string
+
+namespace strata {
+
+struct group_home {
+    tier_id weights = tier_id::host;  // and the gradients
+    tier_id moments = tier_id::host;  // AdamW m and v
+
+    static constexpr group_home device() { return {tier_id::device, tier_id::device}; }
+    static constexpr group_home host() { return {tier_id::host, tier_id::host}; }
+    static constexpr group_home storage() { return {tier_id::host, tier_id::storage}; }
+
+    friend constexpr bool operator==(const group_home&, const group_home&) = default;
+};
+
+// Throws for a combination no trainer implements (group g's).
+inline void validate(const group_home& h, std::size_t g) {
+    const bool ok = h.weights == tier_id::device ? h.moments == tier_id::device
+                                                 : h.weights == tier_id::host && h.moments != tier_id::device;
+    if (!ok)
+        throw error("group " + std::to_string(g) + ": weights in the " + std::string(name_of(h.weights)) +
+                        " tier with AdamW moments in the " + std::string(name_of(h.moments)) +
+                        " tier is not a home any trainer implements",
+                    "device weights keep their moments on the device; host weights keep them on the host or storage");
+}
+
+}  // namespace strata
