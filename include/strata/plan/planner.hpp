@@ -561,22 +561,23 @@ memory_plan plan(const plan_request& request) {
         }
         return p;
     };
-    // Every group streamed (activations planned first: as many blocks keep theirs as fit); then,
-    // unless the placement is forced to streamed, groups move to the device while it holds them:
-    // the embeddings and the final norm (whose device copies exist anyway), then blocks 0, 1, ...
-    // (the first blocks: the next step's forward uses them while the host still updates the rest).
-    auto streamed = [&](std::size_t slots) {
-        const auto all_host = detail::uniform_homes(G, tier_id::host);
-        memory_plan p = most_kept([&](std::size_t k) { return spill(all_host, slots, k); });
-        if (!p.fits() || request.where == placement::streamed) return p;
+    // The homes for `kept` blocks keeping their activations: every group streamed from the host;
+    // then, unless the placement is forced to streamed, groups move to the device while it holds
+    // them: the embeddings and the final norm (whose device copies exist anyway), then blocks 0,
+    // 1, ... (the first blocks: the next step's forward uses them while the host still updates
+    // the rest). What the device does not take stays on the host, and the moments the host
+    // cannot hold go to storage.
+    auto placed = [&](std::size_t slots, std::size_t kept) {
+        auto homes = detail::uniform_homes(G, tier_id::host);
+        memory_plan p = spill(homes, slots, kept);
+        if (request.where == placement::streamed) return p;
         std::vector<std::size_t> order{0, G - 1};
         for (std::size_t g = 1; g + 1 < G; ++g) order.push_back(g);
-        auto homes = all_host;
         for (std::size_t g : order) {
             auto trial = homes;
             trial[g] = group_home::device();
-            memory_plan q = spill(trial, slots, p.kept_blocks);
-            if (!q.fits()) {
+            memory_plan q = spill(trial, slots, kept);
+            if (q.total(tier_id::device) > q.budgets.device) {
                 if (g == 0 || g == G - 1) continue;
                 break;  // the device-homed blocks stay a prefix
             }
@@ -584,6 +585,11 @@ memory_plan plan(const plan_request& request) {
             p = std::move(q);
         }
         return p;
+    };
+    // Activations come first: as many blocks keep theirs as leave a plan that fits (the groups
+    // fill what the device has left).
+    auto streamed = [&](std::size_t slots) {
+        return most_kept([&](std::size_t k) { return placed(slots, k); });
     };
     // Why m, v are on storage when nobody asked: the host alone cannot hold them.
     auto moments_note = [&](const memory_plan& p) -> std::string {

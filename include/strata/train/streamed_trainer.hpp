@@ -195,11 +195,8 @@ public:
     void initialize(std::uint64_t seed) {
         finish_updates();
         std::mutex copying;  // device-homed groups: one copy at a time on the compute stream
-        initialize_groups(m_model, seed, [&](std::size_t g, std::span<const R> block) {
-            if (m_params[g]) {
-                std::copy(block.begin(), block.end(), m_params[g]->span().begin());
-                return;
-            }
+        auto home = [&](std::size_t g) { return m_params[g] ? m_params[g]->span() : std::span<R>{}; };
+        initialize_groups(m_model, seed, home, [&](std::size_t g, std::span<const R> block) {
             std::lock_guard lock(copying);
             m_backend.copy(m_dev_params[g]->device_data().get(), tier_id::device, block.data(), tier_id::host,
                            block.size_bytes(), m_compute)

@@ -204,7 +204,7 @@ public:
     // cores); each group reaches the device by one copy from its worker's buffer.
     void initialize(std::uint64_t seed) {
         std::mutex copying;  // one copy at a time on the compute stream
-        initialize_groups(m_model, seed, [&](std::size_t g, std::span<const R> block) {
+        initialize_groups(m_model, seed, [](std::size_t) { return std::span<R>{}; }, [&](std::size_t g, std::span<const R> block) {
             std::lock_guard lock(copying);
             m_backend.copy(m_params[g].device_data().get(), tier_id::device, block.data(), tier_id::host,
                            block.size_bytes(), m_compute)
