@@ -67,3 +67,56 @@ TEST_CASE("bytes_to_chunk_end: copies split there stay inside one chunk") {
     CHECK(bytes_to_chunk_end(base + 1) == pinned_chunk - 1);
     CHECK(bytes_to_chunk_end(base + pinned_chunk - 1) == 1);
 }
+
+TEST_CASE_TEMPLATE("a host-tier allocation past a pinned chunk: counted, charged as before, copied across the boundary",
+                   B, STRATA_TEST_BACKENDS) {
+    auto backend = test::make_backend<B>({.host_bytes = 2 * pinned_chunk});
+    if (!backend) return;
+    const std::size_t bytes = pinned_chunk + 5 * page_size + 123;  // chunked, the last chunk partial
+    const std::size_t charged = round_up(bytes, page_size);
+    const pinning_stats before = backend->pinning();
+
+    auto* host = static_cast<std::byte*>(backend->allocate(tier_id::host, bytes, "big"));
+    CHECK(backend->budget(tier_id::host).used() == charged);  // the budget is charged exactly as before
+    CHECK(backend->pinning().bytes == before.bytes + charged);
+    CHECK(backend->pinning().seconds >= before.seconds);
+    if constexpr (B::name == std::string_view("cuda")) CHECK(is_aligned(host, pinned_chunk));
+
+    // 2 MiB across the first chunk boundary of the allocation: host -> device -> host, back to a
+    // window that crosses the boundary at another offset. Only these pages are touched.
+    const std::size_t window = std::size_t{2} << 20;
+    std::byte* const boundary = host + bytes_to_chunk_end(host);
+    std::byte* const src = boundary - window / 2;
+    std::byte* const dst = boundary - window / 4;
+    REQUIRE(dst + window <= host + bytes);
+    for (std::size_t i = 0; i < window; ++i) src[i] = static_cast<std::byte>(i * 7 + 1);
+    const std::vector<std::byte> expected(src, src + window);
+    void* device = backend->allocate(tier_id::device, window, "window");
+    auto s = backend->make_stream("pinning test");
+    backend->copy(device, tier_id::device, src, tier_id::host, window, s);
+    backend->copy(dst, tier_id::host, device, tier_id::device, window, s).wait();
+    CHECK(std::memcmp(dst, expected.data(), window) == 0);
+
+    backend->deallocate(tier_id::device, device, window);
+    backend->deallocate(tier_id::host, host, bytes);
+    CHECK(backend->budget(tier_id::host).used() == 0);
+    CHECK(backend->pinning().bytes == before.bytes + charged);  // a total: freeing does not take it back
+}
+
+#ifdef STRATA_TESTS_WITH_CUDA
+TEST_CASE("cuda_backend: pinning more than MemAvailable is refused before the OS is asked") {
+    const auto available = mem_available_bytes();
+    if (!available) {
+        test::skip("no MemAvailable in /proc/meminfo");
+        return;
+    }
+    const std::size_t asked = round_up(*available + pinned_chunk, page_size);
+    auto backend = test::make_backend<cuda_backend>({.host_bytes = 2 * asked});
+    if (!backend) return;
+    const pinning_stats before = backend->pinning();
+    CHECK_THROWS_WITH_AS(backend->allocate(tier_id::host, asked, "too much"),
+                         doctest::Contains("of host memory for 'too much': it is more than"), strata::error);
+    CHECK(backend->budget(tier_id::host).used() == 0);  // nothing kept from the refused allocation
+    CHECK(backend->pinning().bytes == before.bytes);
+}
+#endif
