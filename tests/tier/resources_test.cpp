@@ -51,6 +51,8 @@ TEST_CASE("/proc/meminfo: MemAvailable in bytes") {
     CHECK_FALSE(parse_mem_available("MemTotal: 1 kB\nMemFree: 1 kB\n").has_value());  // kernels before 3.14
     CHECK_FALSE(parse_mem_available("XMemAvailable: 5 kB\n").has_value());
     CHECK_FALSE(parse_mem_available("MemAvailable: lots\n").has_value());
+    CHECK_FALSE(parse_mem_available("MemAvailable: 18014398509481984 kB\n").has_value());  // 2^64 bytes
+    CHECK(parse_mem_available("MemAvailable: 18014398509481983 kB\n") == 18014398509481983ull * 1024);
 }
 
 TEST_CASE("the cgroup memory limit: the smallest on the way up, v1 as fallback, none when absent") {

@@ -142,7 +142,7 @@ inline std::optional<std::size_t> parse_mem_available(std::string_view proc_memi
         value = detail::trim(value.substr(0, value.size() - 2));
     }
     const auto count = detail::parse_count(value);
-    if (!count) return std::nullopt;
+    if (!count || *count > static_cast<std::size_t>(-1) / scale) return std::nullopt;
     return *count * scale;
 }
 
