@@ -16,11 +16,11 @@
 #include <strata/backend/cuda/pinned_host.hpp>  // pin_host, unpin_host
 #include <strata/backend/cuda/stream.hpp>       // cuda::stream, cuda::event, failure_slot
 #include <strata/backend/pinning.hpp>           // pinning_meter, pinning_stats, bytes_to_chunk_end
-#include <strata/core/bytes.hpp>            // page_size, round_up, format_bytes
-#include <strata/core/error.hpp>            // strata::error
-#include <strata/storage/storage_file.hpp>  // storage_file
-#include <strata/tier/resources.hpp>        // tier_resources, tier_options
-#include <strata/tier/tier.hpp>             // tier_id
+#include <strata/core/bytes.hpp>                // page_size, round_up, format_bytes
+#include <strata/core/error.hpp>                // strata::error
+#include <strata/storage/storage_file.hpp>      // storage_file
+#include <strata/tier/resources.hpp>            // tier_resources, tier_options
+#include <strata/tier/tier.hpp>                 // tier_id
 
 #include <cuda_runtime.h>  // cudaMalloc, cudaMemcpyAsync
 
