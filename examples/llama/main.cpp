@@ -30,7 +30,7 @@
 #include <strata/report/loss_plot.hpp>     // write_loss_svg, loss_point
 #include <strata/report/metrics.hpp>       // metrics_writer
 #include <strata/report/progress.hpp>      // progress_reporter, stdout_is_terminal, format_loss
-#include <strata/strata.hpp>               // cpu_backend, tier_options
+#include <strata/strata.hpp>               // cpu_backend, tier_options, format_pinning
 #include <strata/text/byte_tokenizer.hpp>  // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>  // gpt2_tokenizer
 #include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
@@ -130,6 +130,7 @@ template <class Trainer, class B>
 int train_loop(B& backend, const llama::llama_model<B>& model, const train_options& o, run_context& ctx) {
     const train_args& a = ctx.a;
     Trainer t(backend, model, o);
+    print_line(format_pinning(backend.pinning()));
     t.initialize(a.seed);
     for (std::size_t g = 0; g < ctx.init.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init[g]);
     auto train_loader = data::make_train_loader(ctx.prepared.train, a.batch, a.seed);

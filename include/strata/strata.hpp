@@ -4,6 +4,7 @@
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/backend/cpu_backend.hpp>   // cpu_backend
+#include <strata/backend/pinning.hpp>       // pinning_stats, format_pinning
 #include <strata/core/bytes.hpp>            // page_size, format_bytes
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/core/log.hpp>              // log_note, set_log_sink

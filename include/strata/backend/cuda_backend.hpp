@@ -1,26 +1,31 @@
 // cuda_backend: the tier/stream/event interface of cpu_backend on one NVIDIA GPU.
 //
-// device tier: cudaMalloc; host tier: cudaHostAlloc (pinned, so copies run at link speed);
+// device tier: cudaMalloc; host tier: pinned memory, so copies run at link speed (cudaHostAlloc
+// up to pinned_chunk, larger ones mmap + cudaHostRegister chunk by chunk: cuda/pinned_host.hpp;
+// a refusal is one error naming the bytes and the OS's limits; pinning() says how long it took);
 // storage tier: files, moved in stream order by cudaLaunchHostFunc callbacks that call
 // storage_file::read/write (each keeps many requests in flight on the io_engine: pread/pwrite or
 // io_uring, never a CUDA call) and staged through a pinned buffer to and from the device.
 // Copies between memory tiers are cudaMemcpyAsync on the given stream.
 //
-// Named synchronization: deallocating device or pinned memory (cudaFree, cudaFreeHost) waits
-// for the GPU. Allocate once, outside the step loop.
+// Named synchronization: deallocating device or pinned memory (cudaFree, cudaFreeHost,
+// cudaHostUnregister) waits for the GPU. Allocate once, outside the step loop.
 #pragma once
 
-#include <strata/backend/cuda/check.hpp>    // check, device_count
-#include <strata/backend/cuda/stream.hpp>   // cuda::stream, cuda::event, failure_slot
-#include <strata/core/bytes.hpp>            // page_size, round_up, format_bytes
-#include <strata/core/error.hpp>            // strata::error
-#include <strata/storage/storage_file.hpp>  // storage_file
-#include <strata/tier/resources.hpp>        // tier_resources, tier_options
-#include <strata/tier/tier.hpp>             // tier_id
+#include <strata/backend/cuda/check.hpp>        // check, device_count
+#include <strata/backend/cuda/pinned_host.hpp>  // pin_host, unpin_host
+#include <strata/backend/cuda/stream.hpp>       // cuda::stream, cuda::event, failure_slot
+#include <strata/backend/pinning.hpp>           // pinning_meter, pinning_stats, bytes_to_chunk_end
+#include <strata/core/bytes.hpp>                // page_size, round_up, format_bytes
+#include <strata/core/error.hpp>                // strata::error
+#include <strata/storage/storage_file.hpp>      // storage_file
+#include <strata/tier/resources.hpp>            // tier_resources, tier_options
+#include <strata/tier/tier.hpp>                 // tier_id
 
-#include <cuda_runtime.h>  // cudaMalloc, cudaHostAlloc, cudaMemcpyAsync
+#include <cuda_runtime.h>  // cudaMalloc, cudaMemcpyAsync
 
 #include <algorithm>    // std::min
+#include <chrono>       // std::chrono::steady_clock
 #include <cstddef>      // std::size_t, std::byte
 #include <memory>       // std::unique_ptr, std::shared_ptr
 #include <string>       // std::string
@@ -52,6 +57,9 @@ public:
     tier_budget& budget(tier_id t) { return m_tiers.budget(t); }
     const std::filesystem::path& storage_dir() const { return m_tiers.storage_dir(); }
 
+    // The host tier's pinned allocations so far and the time pinning took.
+    pinning_stats pinning() const { return m_pinning.stats(); }
+
     stream make_stream(std::string stream_name) { return stream(std::move(stream_name), m_failures); }
 
     // ---- memory of the addressable tiers ----
@@ -60,24 +68,35 @@ public:
         auto& budget = m_tiers.budget(t);
         const std::size_t charged = charge(bytes);
         budget.reserve(charged, what);
+        if (t == tier_id::host) {
+            try {
+                const auto start = std::chrono::steady_clock::now();
+                void* p = cuda::pin_host(charged, what, m_pinning.pinned_now());
+                m_pinning.pinned(charged, std::chrono::steady_clock::now() - start);
+                return p;
+            } catch (...) {
+                budget.release(charged);
+                throw;
+            }
+        }
         void* p = nullptr;
-        const cudaError_t status = t == tier_id::device ? cudaMalloc(&p, charged)
-                                                        : cudaHostAlloc(&p, charged, cudaHostAllocPortable);
-        if (status != cudaSuccess) {
+        if (const cudaError_t status = cudaMalloc(&p, charged); status != cudaSuccess) {
             budget.release(charged);
             (void)cudaGetLastError();
-            throw error(std::string(t == tier_id::device ? "cudaMalloc" : "cudaHostAlloc") + " of " +
-                            format_bytes(charged) + " for '" + what + "' failed: " + cudaGetErrorString(status),
-                        "the " + std::string(name_of(t)) + " tier budget is larger than what is free; lower it");
+            throw error("cudaMalloc of " + format_bytes(charged) + " for '" + what + "' failed: " +
+                            cudaGetErrorString(status),
+                        "the device tier budget is larger than what is free; lower it");
         }
         return p;
     }
 
     void deallocate(tier_id t, void* p, std::size_t bytes) noexcept {
-        if (t == tier_id::device)
+        if (t == tier_id::device) {
             cudaFree(p);
-        else
-            cudaFreeHost(p);
+        } else {
+            cuda::unpin_host(p, charge(bytes));
+            m_pinning.unpinned(charge(bytes));
+        }
         m_tiers.budget(t).release(charge(bytes));
     }
 
@@ -90,9 +109,19 @@ public:
 
     // ---- asynchronous copies ----
 
-    event copy(void* dst, tier_id, const void* src, tier_id, std::size_t bytes, stream& s) {
+    // A host side is split at pinned_chunk boundaries: a range over two cudaHostRegister'ed
+    // chunks is not one pinned allocation to the driver, which could copy it as pageable memory.
+    event copy(void* dst, tier_id dst_tier, const void* src, tier_id src_tier, std::size_t bytes, stream& s) {
         cuda::trace_span span(s, "copy");
-        if (bytes) cuda::check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s.native()), "cudaMemcpyAsync");
+        for (std::size_t done = 0; done < bytes;) {
+            auto* const to = static_cast<std::byte*>(dst) + done;
+            const auto* const from = static_cast<const std::byte*>(src) + done;
+            std::size_t n = bytes - done;
+            if (dst_tier == tier_id::host) n = std::min(n, bytes_to_chunk_end(to));
+            if (src_tier == tier_id::host) n = std::min(n, bytes_to_chunk_end(from));
+            cuda::check(cudaMemcpyAsync(to, from, n, cudaMemcpyDefault, s.native()), "cudaMemcpyAsync");
+            done += n;
+        }
         return s.record();
     }
 
@@ -163,6 +192,7 @@ private:
     int m_device;
     std::shared_ptr<cuda::failure_slot> m_failures = std::make_shared<cuda::failure_slot>();
     tier_resources m_tiers;
+    pinning_meter m_pinning;
 };
 
 }  // namespace strata

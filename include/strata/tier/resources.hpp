@@ -1,5 +1,7 @@
 // tier_resources: what every backend shares: the byte budget of each tier, the machine's
 // defaults for them, and the storage directory where storage-tier tensors get their files.
+// Also the operating system's limits on host memory (RLIMIT_MEMLOCK, the cgroup's memory limit,
+// MemAvailable) that a pinned host tier runs into: small parsers of the files' text, then readers.
 #pragma once
 
 #include <strata/core/bytes.hpp>            // format_bytes, page_size, round_up
@@ -8,17 +10,24 @@
 #include <strata/tier/budget.hpp>           // tier_budget
 #include <strata/tier/tier.hpp>             // tier_id
 
-#include <sys/statvfs.h>  // statvfs
-#include <unistd.h>       // sysconf, getpid
+#include <sys/resource.h>  // getrlimit, RLIMIT_MEMLOCK
+#include <sys/statvfs.h>   // statvfs
+#include <unistd.h>        // sysconf, getpid
 
-#include <cctype>      // std::isalnum
-#include <cstddef>     // std::size_t
-#include <filesystem>  // std::filesystem
-#include <memory>      // std::unique_ptr
-#include <mutex>       // std::mutex
-#include <optional>    // std::optional
-#include <set>         // std::set
-#include <string>      // std::string
+#include <algorithm>     // std::min, std::find
+#include <cctype>        // std::isalnum
+#include <charconv>      // std::from_chars
+#include <cstddef>       // std::size_t
+#include <filesystem>    // std::filesystem
+#include <fstream>       // std::ifstream
+#include <iterator>      // std::istreambuf_iterator
+#include <memory>        // std::unique_ptr
+#include <mutex>         // std::mutex
+#include <optional>      // std::optional
+#include <set>           // std::set
+#include <string>        // std::string
+#include <string_view>   // std::string_view
+#include <system_error>  // std::errc
 
 namespace strata {
 
@@ -40,6 +49,166 @@ inline std::size_t free_disk_bytes(std::filesystem::path dir) {
     struct statvfs info {};
     if (dir.empty() || ::statvfs(dir.c_str(), &info) != 0) return 0;
     return static_cast<std::size_t>(info.f_bavail) * info.f_frsize;
+}
+
+// ---- the operating system's limits on host memory ----
+//
+// The parsers take a file's text (tests feed them samples); the readers read the real files.
+// std::nullopt means "no limit" (or, for MemAvailable, "not known").
+
+namespace detail {
+inline std::string_view trim(std::string_view text) {
+    const auto first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos) return {};
+    return text.substr(first, text.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+inline std::optional<std::size_t> parse_count(std::string_view text) {
+    std::size_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) return std::nullopt;
+    return value;
+}
+
+// Calls f(hierarchy_id, controllers, path) for each "id:controllers:path" line of /proc/self/cgroup.
+template <class F>
+void for_each_cgroup_line(std::string_view proc_self_cgroup, F&& f) {
+    while (!proc_self_cgroup.empty()) {
+        const auto end = proc_self_cgroup.find('\n');
+        const std::string_view line = proc_self_cgroup.substr(0, end);
+        proc_self_cgroup = end == std::string_view::npos ? std::string_view{} : proc_self_cgroup.substr(end + 1);
+        const auto first = line.find(':');
+        const auto second = first == std::string_view::npos ? first : line.find(':', first + 1);
+        if (second == std::string_view::npos) continue;
+        f(line.substr(0, first), line.substr(first + 1, second - first - 1), trim(line.substr(second + 1)));
+    }
+}
+
+inline std::optional<std::string> read_text(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return std::nullopt;
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+}  // namespace detail
+
+// The process's cgroup v2 path: the "0::/path" line of /proc/self/cgroup.
+inline std::optional<std::string> cgroup_v2_path(std::string_view proc_self_cgroup) {
+    std::optional<std::string> path;
+    detail::for_each_cgroup_line(proc_self_cgroup, [&](std::string_view id, std::string_view controllers,
+                                                       std::string_view p) {
+        if (id == "0" && controllers.empty()) path = std::string(p);
+    });
+    return path;
+}
+
+// The process's cgroup v1 memory path: the line whose controllers include "memory"
+// ("4:memory:/path", "7:cpu,memory:/path").
+inline std::optional<std::string> cgroup_v1_memory_path(std::string_view proc_self_cgroup) {
+    std::optional<std::string> path;
+    detail::for_each_cgroup_line(proc_self_cgroup, [&](std::string_view, std::string_view controllers,
+                                                       std::string_view p) {
+        while (!controllers.empty()) {
+            const auto comma = controllers.find(',');
+            if (controllers.substr(0, comma) == "memory") path = std::string(p);
+            controllers = comma == std::string_view::npos ? std::string_view{} : controllers.substr(comma + 1);
+        }
+    });
+    return path;
+}
+
+// cgroup v1 writes "no limit" as the largest page-aligned signed 64-bit count (9223372036854771712);
+// no machine has 4 EiB, so anything from here up is no limit.
+inline constexpr std::size_t cgroup_no_limit_from = std::size_t{1} << 62;
+
+// The text of memory.max (v2: bytes, or "max") or memory.limit_in_bytes (v1: bytes): the limit,
+// or std::nullopt for no limit (and for text that is not a count).
+inline std::optional<std::size_t> parse_cgroup_memory_limit(std::string_view text) {
+    const auto limit = detail::parse_count(detail::trim(text));
+    if (!limit || *limit >= cgroup_no_limit_from) return std::nullopt;
+    return limit;
+}
+
+// MemAvailable of /proc/meminfo ("MemAvailable:   123456 kB") in bytes.
+inline std::optional<std::size_t> parse_mem_available(std::string_view proc_meminfo) {
+    constexpr std::string_view key = "MemAvailable:";
+    std::size_t at = proc_meminfo.find(key);
+    while (at != std::string_view::npos && at != 0 && proc_meminfo[at - 1] != '\n') at = proc_meminfo.find(key, at + 1);
+    if (at == std::string_view::npos) return std::nullopt;
+    std::string_view value = proc_meminfo.substr(at + key.size());
+    value = detail::trim(value.substr(0, value.find('\n')));
+    std::size_t scale = 1;
+    if (value.ends_with("kB")) {
+        scale = 1024;
+        value = detail::trim(value.substr(0, value.size() - 2));
+    }
+    const auto count = detail::parse_count(value);
+    if (!count || *count > static_cast<std::size_t>(-1) / scale) return std::nullopt;
+    return *count * scale;
+}
+
+// The soft RLIMIT_MEMLOCK in bytes; std::nullopt when unlimited.
+inline std::optional<std::size_t> memlock_limit_bytes() {
+    struct rlimit limit {};
+    if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+    return static_cast<std::size_t>(limit.rlim_cur);
+}
+
+// The memory limit of this process's cgroup: the smallest memory.max from its cgroup up to the
+// root of `cgroup_root` (a parent's limit binds its children too; in a container the namespace's
+// root is the container's own cgroup). cgroup v1's memory.limit_in_bytes under
+// `cgroup_root`/memory when no v2 file is there. std::nullopt: no limit, or no cgroup files.
+inline std::optional<std::size_t> cgroup_memory_limit_bytes(
+    const std::filesystem::path& proc_self_cgroup = "/proc/self/cgroup",
+    const std::filesystem::path& cgroup_root = "/sys/fs/cgroup") {
+    const auto membership = detail::read_text(proc_self_cgroup);
+    if (!membership) return std::nullopt;
+    // The smallest limit in the files `file_name` from root/path up to root; found: any file read.
+    const auto smallest = [](const std::filesystem::path& root, const std::string& path, const char* file_name,
+                             bool& found) {
+        std::filesystem::path relative = std::filesystem::path(path).relative_path().lexically_normal();
+        if (std::find(relative.begin(), relative.end(), "..") != relative.end())
+            relative.clear();  // a cgroup outside our namespace: only the namespace's root is visible
+        std::optional<std::size_t> limit;
+        for (std::filesystem::path dir = relative.empty() ? root : root / relative;; dir = dir.parent_path()) {
+            if (const auto text = detail::read_text(dir / file_name)) {
+                found = true;
+                if (const auto here = parse_cgroup_memory_limit(*text)) limit = limit ? std::min(*limit, *here) : *here;
+            }
+            if (dir == root || dir == dir.parent_path()) break;
+        }
+        return limit;
+    };
+    bool found = false;
+    if (const auto v2 = cgroup_v2_path(*membership)) {
+        const auto limit = smallest(cgroup_root, *v2, "memory.max", found);
+        if (found) return limit;
+    }
+    if (const auto v1 = cgroup_v1_memory_path(*membership))
+        return smallest(cgroup_root / "memory", *v1, "memory.limit_in_bytes", found);
+    return std::nullopt;
+}
+
+inline std::optional<std::size_t> mem_available_bytes(const std::filesystem::path& proc_meminfo = "/proc/meminfo") {
+    const auto text = detail::read_text(proc_meminfo);
+    return text ? parse_mem_available(*text) : std::nullopt;
+}
+
+// The limits that pinned host memory runs into, read now.
+struct host_memory_limits {
+    std::optional<std::size_t> memlock;        // RLIMIT_MEMLOCK; nullopt: unlimited
+    std::optional<std::size_t> cgroup_memory;  // the cgroup's memory limit; nullopt: none
+    std::optional<std::size_t> mem_available;  // MemAvailable; nullopt: not known
+};
+
+inline host_memory_limits read_host_memory_limits() {
+    return {memlock_limit_bytes(), cgroup_memory_limit_bytes(), mem_available_bytes()};
+}
+
+// "RLIMIT_MEMLOCK unlimited, cgroup memory limit none, MemAvailable 100.00 GiB (107374182400 B)"
+inline std::string describe(const host_memory_limits& limits) {
+    return "RLIMIT_MEMLOCK " + (limits.memlock ? format_bytes(*limits.memlock) : std::string("unlimited")) +
+           ", cgroup memory limit " + (limits.cgroup_memory ? format_bytes(*limits.cgroup_memory) : std::string("none")) +
+           ", MemAvailable " + (limits.mem_available ? format_bytes(*limits.mem_available) : std::string("unknown"));
 }
 
 class tier_resources {
