@@ -128,8 +128,16 @@ template <class Trainer, class B, class Model>
 int train_loop(B& backend, const Model& model, const train_options& o, run_context& ctx) {
     const train_args& a = ctx.a;
     using kind = typename Trainer::state_kind;
+    const auto built = std::chrono::steady_clock::now();
     Trainer t(backend, model, o);
+    print_line(format_pinning(backend.pinning()));
     t.initialize(a.seed);
+    {
+        char line[96];
+        std::snprintf(line, sizeof line, "trainer built and %zu groups initialized in %.1f s", model.groups().size(),
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count());
+        print_line(line);
+    }
     if constexpr (is_lora<Model>) {  // the base checkpoint's weights by name; the adapters as initialized
         lora::upload_base_weights(t, model, ctx.init_config, ctx.init_blocks);
     } else {
@@ -387,6 +395,10 @@ int run_train(const train_args& a) {
                          .activations = examples::activation_policy_of(a), .element_bytes = sizeof(float), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
 #ifdef STRATA_WITH_CUDA
+    if (cuda) {  // the links the plan's transfer estimate uses, measured (a moment, 256 MiB each way)
+        cuda_backend probe(tier_options{});
+        request.links = measure_links(probe);
+    }
     if (cuda)
         describe_model<cuda_backend>(request, a, config);
     else

@@ -373,8 +373,10 @@ TEST_CASE("the table lists every tier and category, and its totals are the sums"
                      ": host, AdamW m, v on storage; final norm: host, AdamW m, v on storage") != std::string::npos);
 
     const auto rows = table_rows(table);
-    REQUIRE(rows.size() == 3 + 1 + all_plan_categories.size() + 3);
-    CHECK(rows[3] == std::vector<std::string>{"device", "host", "storage"});
+    // the header lines (placement, homes, activations, traffic per step), then the grid
+    const std::size_t head = 4;
+    REQUIRE(rows.size() == head + 1 + all_plan_categories.size() + 3);
+    CHECK(rows[head] == std::vector<std::string>{"device", "host", "storage"});
     for (tier_id t : all_tiers) {
         std::size_t sum = 0;
         for (plan_category c2 : all_plan_categories) sum += p.bytes_of(c2, t);
@@ -385,9 +387,9 @@ TEST_CASE("the table lists every tier and category, and its totals are the sums"
                               "staging", "total", "budget", "used"})
         CHECK(table.find(std::string("\n") + label) != std::string::npos);
     // read the numbers back: per column, the category cells add up to the total cell
-    const std::size_t total_row = 4 + all_plan_categories.size();
+    const std::size_t total_row = head + 1 + all_plan_categories.size();
     std::array<cell_value, 3> sums{};
-    for (std::size_t row = 4; row < total_row; ++row) {
+    for (std::size_t row = head + 1; row < total_row; ++row) {
         const auto cells = tier_cells(rows[row]);
         for (std::size_t t = 0; t < 3; ++t) {
             sums[t].bytes += cells[t].bytes;
@@ -407,7 +409,7 @@ TEST_CASE("the table lists every tier and category, and its totals are the sums"
     // columns line up: every line of the grid has the same width
     std::istringstream lines(table);
     std::string line;
-    for (int header = 0; header < 3; ++header) std::getline(lines, line);
+    for (std::size_t header = 0; header < head; ++header) std::getline(lines, line);
     std::size_t width = 0;
     while (std::getline(lines, line)) {
         if (width == 0) width = line.size();

@@ -233,10 +233,18 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
         CHECK(backend.budget(tier_id::storage).used() == p.total(tier_id::storage));
         t.initialize(4);
         for (int s = 0; s < steps; ++s) {
+            const transfer_counters before = t.counters();
             const step_result res = t.step(batches(s));
             losses.push_back(res.loss);
             norms.push_back(res.grad_norm);
+            // the plan's traffic per step is what the step moves, link by link
+            CHECK(t.counters().h2d_bytes - before.h2d_bytes == p.per_step.h2d);
+            CHECK(t.counters().d2h_bytes - before.d2h_bytes == p.per_step.d2h);
+            CHECK(t.counters().storage_read_bytes - before.storage_read_bytes == p.per_step.storage_read);
+            CHECK(t.counters().storage_write_bytes - before.storage_write_bytes == p.per_step.storage_write);
         }
+        CHECK(p.per_step.storage_read > 0);
+        CHECK(p.to_table().find("per step: H2D ") != std::string::npos);
         CHECK(backend.budget(tier_id::device).peak() == p.total(tier_id::device));
         CHECK(backend.budget(tier_id::host).peak() == p.total(tier_id::host));
         CHECK(backend.budget(tier_id::storage).peak() == p.total(tier_id::storage));

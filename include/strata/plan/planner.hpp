@@ -42,6 +42,7 @@
 #include <strata/model/gpt.hpp>           // gpt_model (activations' block sizes), gpt_*_params
 #include <strata/model/gpt_config.hpp>    // gpt_config
 #include <strata/model/param_layout.hpp>  // param_layout
+#include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
 #include <strata/train/trainer.hpp>       // detail::norm_workspace_doubles
 #include <strata/tier/group_home.hpp>     // group_home
 #include <strata/tier/resources.hpp>      // physical_memory_bytes, free_disk_bytes
@@ -49,6 +50,7 @@
 
 #include <algorithm>    // std::max
 #include <array>        // std::array
+#include <chrono>       // std::chrono::steady_clock
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int32_t
 #include <cstdio>       // std::snprintf
@@ -125,6 +127,16 @@ struct model_footprint {
     // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
 };
 
+// Bytes per second of each link the training state crosses; 0: unknown.
+struct link_bandwidths {
+    double h2d = 0, d2h = 0, storage_read = 0, storage_write = 0;
+};
+
+// Bytes one optimizer step moves over each link (what transfer_counters count in a step).
+struct link_bytes {
+    std::size_t h2d = 0, d2h = 0, storage_read = 0, storage_write = 0;
+};
+
 struct plan_request {
     gpt_config model;                          // the GPT to plan, unless `footprint` is set
     std::optional<model_footprint> footprint;  // any other model (decoder_model): footprint_of<B>
@@ -139,6 +151,7 @@ struct plan_request {
     placement where = placement::automatic;
     bool moments_on_storage = false;  // the user gave --storage-dir: AdamW m, v go to storage when streamed
     std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
+    link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
 };
 
 // What the bytes are for: the rows of the plan's table. `slots` and `pinned` are the device copies
@@ -179,6 +192,9 @@ struct memory_plan {
     // from the host, the last ones' AdamW moments on storage when the host cannot hold them.
     // weights_home / m_home above are the slowest tier any group's weights / moments use.
     std::vector<group_home> homes;
+    // Streamed plans: the bytes a step moves per link, and the bandwidths the estimate uses.
+    link_bytes per_step;
+    link_bandwidths links;
 
     std::size_t parameters = 0;           // real parameters of the model
     std::size_t trainable_parameters = 0; // of them, the trainable ones (the rest is frozen)
@@ -224,6 +240,9 @@ struct memory_plan {
     // "embeddings, final norm, blocks 0-23: device; blocks 24-31: host; blocks 32-39: host, AdamW
     // m, v on storage": the homes as runs of groups.
     std::string homes_summary() const;
+    // "H2D 38.20 GiB (0.76 s at 50.1 GB/s), D2H ...": per_step per link, with the seconds the
+    // bandwidths give (bytes only where a bandwidth is unknown).
+    std::string traffic_summary() const;
 
     std::string to_table() const;
 };
@@ -390,6 +409,28 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
             largest_block_grads = std::max(largest_block_grads, t);
         }
     }
+    // A step's traffic: per micro-batch, each streamed block's weights go up for its forward and
+    // again for its backward, its gradients come down after the backward and (after the first
+    // micro-batch) go up again to accumulate; the pinned groups' weights go up and their gradients
+    // come down once per step; each storage group's m and v are read and written back once.
+    const std::size_t A = r.accum;
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+        const group_home h = homes[g];
+        if (h.weights == tier_id::device) continue;
+        const std::size_t w = groups[g], t = trainable[g];
+        if (g == 0 || g + 1 == groups.size()) {
+            p.per_step.h2d += w;
+            p.per_step.d2h += t;
+        } else {
+            p.per_step.h2d += A * 2 * w + (A - 1) * t;
+            p.per_step.d2h += A * t;
+        }
+        if (h.moments == tier_id::storage) {
+            p.per_step.storage_read += 2 * t;
+            p.per_step.storage_write += 2 * t;
+        }
+    }
+    p.links = r.links;
     // No block streams: no slots (the trainer's pipeline allocates none).
     p.of(plan_category::slots).device = largest_block == 0 ? 0 : slots * (largest_block + largest_block_grads);
     p.of(plan_category::pinned).device = p.pinned_group_bytes + p.pinned_grad_bytes;
@@ -464,6 +505,30 @@ inline void validate(const plan_request& r, const model_footprint& model) {
 }
 
 }  // namespace detail
+
+// The host <-> device links of `backend`, measured: the best of three copies of `bytes` each way
+// between pinned host memory and the device (allocated from the tiers' budgets, given back).
+// Storage is not measured (the page cache would answer, not the disk): its entries stay 0.
+template <Backend B>
+link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) << 20) {
+    tiered_tensor<std::byte, host_tier, B> host(backend, shape{bytes}, "links.host");
+    tiered_tensor<std::byte, device_tier, B> device(backend, shape{bytes}, "links.device");
+    auto s = backend.make_stream("links");
+    auto best = [&](auto copy) {
+        double seconds = 0;
+        for (int i = 0; i < 3; ++i) {
+            const auto start = std::chrono::steady_clock::now();
+            copy().wait();  // named: one timed copy
+            const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            seconds = i == 0 ? t : std::min(seconds, t);
+        }
+        return seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0;
+    };
+    link_bandwidths l;
+    l.h2d = best([&] { return device.copy_from(host, s); });
+    l.d2h = best([&] { return host.copy_from(device, s); });
+    return l;
+}
 
 // Chooses a placement for `request` on backend B, or throws a strata::error with every tier's
 // needed and available bytes. Nothing is allocated.
@@ -631,6 +696,24 @@ inline std::string memory_plan::homes_summary() const {
     return "embeddings: " + where_of(homes.front()) + "; " + blocks + "; final norm: " + where_of(homes.back());
 }
 
+inline std::string memory_plan::traffic_summary() const {
+    std::string out;
+    auto link = [&](const char* name, std::size_t bytes, double bandwidth) {
+        if (!out.empty()) out += ", ";
+        out += std::string(name) + " " + detail::short_bytes(bytes);
+        if (bytes > 0 && bandwidth > 0) {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, " (%.2f s at %.1f GB/s)", static_cast<double>(bytes) / bandwidth, bandwidth / 1e9);
+            out += buf;
+        }
+    };
+    link("H2D", per_step.h2d, links.h2d);
+    link("D2H", per_step.d2h, links.d2h);
+    link("storage read", per_step.storage_read, links.storage_read);
+    link("storage write", per_step.storage_write, links.storage_write);
+    return out;
+}
+
 // Rows = categories, columns = tiers, then the total, the budget and the share of it used.
 inline std::string memory_plan::to_table() const {
     std::string out = "memory plan: " + std::string(name_of(where)) + " placement";
@@ -661,6 +744,7 @@ inline std::string memory_plan::to_table() const {
            std::string(name_of(activations_home)) + ": " + std::to_string(kept_blocks) + " of " +
            std::to_string(block_count) + " blocks keep theirs (" + detail::short_bytes(block_activation_bytes) +
            " each), " + std::to_string(block_count - kept_blocks) + " recompute from their input\n";
+    if (where == placement::streamed) out += "per step: " + traffic_summary() + "\n";
 
     constexpr std::size_t label_width = 14, column_width = 13;
     auto row = [&](const std::string& label, auto cell) {
