@@ -1,24 +1,29 @@
 // What the example trainers check about a run besides its directory: the ranges of numeric
-// flags, that a resumed run has the options it was saved with, that a checkpoint is never saved
-// from a diverged run, and a clean stop on SIGINT / SIGTERM.
+// flags, that a resumed run has the options it was saved with, that its checkpoints fit on the
+// disk (--save), that a checkpoint is never saved from a diverged run, and a clean stop on
+// SIGINT / SIGTERM.
 // Example code, not library code: both strata-gpt and strata-llama include it.
 #pragma once
 
-#include <strata/core/error.hpp>         // strata::error
-#include <strata/report/loss_plot.hpp>  // loss_point
+#include <strata/core/bytes.hpp>          // format_bytes_short
+#include <strata/core/error.hpp>          // strata::error
+#include <strata/report/loss_plot.hpp>    // loss_point
+#include <strata/tier/resources.hpp>      // free_disk_bytes
+#include <strata/train/checkpoint.hpp>    // checkpoint_contents, check_checkpoint_fits, json_file_text
 
 #include <CLI/CLI.hpp>        // CLI::Validator
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <signal.h>  // sigaction, SIGINT, SIGTERM
 
-#include <algorithm>  // std::min
-#include <cmath>    // std::isfinite
-#include <csignal>  // std::sig_atomic_t
-#include <iostream>  // std::cout
-#include <string>    // std::string
-#include <thread>    // std::thread::hardware_concurrency
-#include <vector>    // std::vector
+#include <algorithm>   // std::min
+#include <cmath>       // std::isfinite
+#include <csignal>     // std::sig_atomic_t
+#include <cstdint>     // std::uint64_t
+#include <iostream>    // std::cout
+#include <string>      // std::string
+#include <thread>      // std::thread::hardware_concurrency
+#include <vector>      // std::vector
 
 namespace strata::examples {
 
@@ -61,6 +66,106 @@ inline void check_stop_at(long stop_at, long steps) {
     if (stop_at != 0 && (stop_at < 1 || stop_at > steps))
         throw error("--stop-at " + std::to_string(stop_at) + " is outside the run's steps 1.." + std::to_string(steps),
                     "stop at a step within --steps (the schedule stays that of --steps)");
+}
+
+// ---- checkpoints that the disk can hold (--save) ----
+
+// --save full|weights|none: what each checkpoint holds (none: no checkpoint is written at all).
+inline const std::vector<std::string> save_choices{"full", "weights", "none"};
+
+inline void add_save_option(CLI::App& train, std::string& save) {
+    train.add_option("--save", save,
+                     "what each checkpoint holds: full (weights, AdamW moments, state: a bitwise resume), weights "
+                     "(no moments: a third of the bytes; a resume starts AdamW afresh) or none (no checkpoint at all)")
+        ->check(CLI::IsMember(save_choices))
+        ->capture_default_str();
+}
+
+inline checkpoint_contents contents_of_save(const std::string& save) {
+    return save == "weights" ? checkpoint_contents::weights : checkpoint_contents::full;
+}
+
+// Flags that need a checkpoint, with --save none.
+inline void check_save_options(const std::string& save, long save_every, long stop_at) {
+    if (save != "none") return;
+    if (save_every > 0)
+        throw error("--save none with --save-every " + std::to_string(save_every) + ": no checkpoint is saved at all",
+                    "drop --save-every, or keep the weights with --save weights");
+    if (stop_at > 0)
+        throw error("--save none with --stop-at " + std::to_string(stop_at) +
+                        ": the run would stop to be resumed later, from no checkpoint",
+                    "drop --stop-at, or save with --save full (or --save weights)");
+}
+
+// The checkpoints a run writes from step `from` (0, or the resumed step) to `stop`: one at every
+// multiple of save_every, and one at the last step. Each is kept: strata deletes no checkpoint,
+// and a save writes the whole new one (step-N.tmp-PID) before it renames it, while the ones
+// before it stay. So all of them are on the disk at the end; a stop by SIGINT saves one in place
+// of those still to come, never more.
+inline long planned_checkpoints(long from, long stop, long save_every, const std::string& save) {
+    if (save == "none" || from >= stop) return 0;
+    long count = save_every > 0 ? stop / save_every - from / save_every : 0;
+    if (save_every <= 0 || stop % save_every != 0) ++count;
+    return count;
+}
+
+// trainer_state.json grows with the loss curve it keeps: per step at most a training and a
+// validation point, each at most 75 bytes as written (indent 2, 6 deep: "[", a step below 2^40
+// as a double, a loss of at most 24 characters, "],"; about 55 in practice).
+inline constexpr std::uint64_t state_bytes_per_step = 2 * 80;
+
+// The mean size of the run's checkpoints (planned_checkpoints of them): `fixed` bytes (tensors,
+// config, extra files: checkpoint_bytes without the state) plus trainer_state.json, which is `now`
+// as it would be written at step `from` and grows by at most state_bytes_per_step for each step
+// trained before a save. Rounded up, so that count x mean covers them all.
+inline std::uint64_t mean_checkpoint_bytes(std::uint64_t fixed, const nlohmann::json& now, long from, long stop,
+                                           long save_every, const std::string& save) {
+    constexpr std::uint64_t fields_added_by_save = 256;  // step, format, moments_saved
+    const long count = planned_checkpoints(from, stop, save_every, save);
+    if (count == 0) return 0;
+    // the steps trained before each save, summed: saves at every multiple of save_every in
+    // (from, stop], and at stop when it is not one (128 bits: up to 2^40 saves of 2^40 steps)
+    unsigned __int128 steps = 0;
+    if (save_every > 0) {
+        const unsigned __int128 first = from / save_every + 1, last = stop / save_every, n = last + 1 - first;
+        if (last >= first) steps += static_cast<unsigned __int128>(save_every) * (first + last) * n / 2 - n * from;
+    }
+    if (save_every <= 0 || stop % save_every != 0) steps += static_cast<unsigned __int128>(stop - from);
+    const auto mean_steps = static_cast<std::uint64_t>((steps + count - 1) / count);
+    return fixed + json_file_text(now).size() + fields_added_by_save + state_bytes_per_step * mean_steps;
+}
+
+// Before step 1: the run's checkpoints (planned_checkpoints of `one_checkpoint` bytes each, their
+// mean_checkpoint_bytes) must fit in the free space of --out, or the run is refused with the bytes
+// needed and free and the choices. Prints what will be saved.
+template <class Args>
+void check_checkpoints_fit(const Args& a, std::uint64_t one_checkpoint, long from, long stop) {
+    if (a.save == "none") {
+        std::cout << "checkpoints: none (--save none): nothing of this run is saved" << std::endl;
+        return;
+    }
+    const long copies = planned_checkpoints(from, stop, a.save_every, a.save);
+    const std::uint64_t free = free_disk_bytes(a.out);
+    std::string hint = "another --out on a disk with more free space";
+    if (a.save == "full") hint += ", --save weights (the weights without AdamW's moments)";
+    hint += ", or --save none (no checkpoint)";
+    if (copies > 1)
+        hint += "; every checkpoint is kept (each --save-every " + std::to_string(a.save_every) +
+                " steps and the last): a larger --save-every writes fewer";
+    check_checkpoint_fits(one_checkpoint, free, copies, a.out, hint);
+    std::cout << "checkpoints: --save " << a.save << ", " << copies << " x " << format_bytes_short(one_checkpoint)
+              << " in " << a.out << " (" << format_bytes_short(free) << " free)" << std::endl;
+}
+
+// The line a resume from a checkpoint without AdamW's moments (--save weights) prints. The
+// trainer's step count drives AdamW's bias correction too, so it is not reset: with zero moments
+// and a correction near 1 the next updates are larger than a fresh optimizer's (up to about 6x
+// at beta1 0.9, beta2 0.999, fading over some hundred steps).
+inline std::string fresh_optimizer_note(const std::string& checkpoint, long step) {
+    return "note: " + checkpoint + " holds the weights without AdamW's moments (--save weights): the optimizer starts "
+           "afresh (moments at zero; bias correction continues from step " + std::to_string(step) +
+           ", so the next updates are larger than the run's were), and this run is not the one an uninterrupted "
+           "run would have been";
 }
 
 // ---- a resumed run has the options it was saved with ----

@@ -61,6 +61,7 @@ struct train_args {
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
     std::string out = "runs/gpt", resume, metrics, device = "auto";
+    std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
     long stop_at = 0;  // stop (and save) after this step without changing the schedule
     std::string placement = "auto", device_budget, host_budget, storage_dir, storage_budget, trace;
     bool plan_only = false;
@@ -169,6 +170,7 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
         train_loader.restore(json_field<data::loader_cursor>(state, "data_cursor", a.resume + "/trainer_state.json"));
         examples::restore_loss_curve(state, train_curve, val_curve, first_loss);
         print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
+        if (!moments_saved(state)) print_line(examples::fresh_optimizer_note(a.resume, t.step_count()));
     }
 
     std::optional<metrics_writer> metrics;
@@ -178,7 +180,7 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
         const fs::path dir = ctx.tokenizer.substr(5);
         extra_files = {dir / "vocab.json", dir / "merges.txt"};
     }
-    auto save = [&] {
+    auto trainer_state = [&] {
         nlohmann::json state{{"data_cursor", train_loader.cursor()},
                              {"seed", a.seed},
                              {"tokenizer", ctx.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
@@ -186,15 +188,19 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
                              {"options", run_options(a, o.schedule.warmup_steps)},
                              {"first_loss", first_loss},
                              {"loss_curve", examples::loss_curve_json(train_curve, val_curve)}};
-        if constexpr (is_lora<Model>) {
-            // the adapters alone (the base is --init-from's, unchanged): export merges them
+        if constexpr (is_lora<Model>)  // the adapters alone (the base is --init-from's, unchanged): export merges them
             state["lora"] = {{"rank", a.lora_rank}, {"base", fs::absolute(a.init_from).string()},
                              {"adapters", "adapters.safetensors"}};
-            return save_checkpoint(t, a.out, state, extra_files, [&](const fs::path& dir) {
-                lora::save_model_adapters(t, model, dir / "adapters.safetensors");
-            });
+        return state;
+    };
+    const checkpoint_contents contents = examples::contents_of_save(a.save);
+    auto save = [&] {
+        if constexpr (is_lora<Model>) {
+            return save_checkpoint(
+                t, a.out, trainer_state(), extra_files,
+                [&](const fs::path& dir) { lora::save_model_adapters(t, model, dir / "adapters.safetensors"); }, contents);
         } else {
-            return save_checkpoint(t, a.out, state, extra_files);
+            return save_checkpoint(t, a.out, trainer_state(), extra_files, contents);
         }
     };
 
@@ -204,12 +210,27 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     bool trace_written = false;
     fs::path last_saved;
     const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
+    // Before step 1: every checkpoint this run writes fits in --out (its exact bytes, from the
+    // model's group layouts), or the run is refused now rather than at its final save.
+    const std::uint64_t weights_bytes = [&] {
+        if constexpr (is_lora<Model>)
+            return lora::model_adapters_bytes(model);
+        else
+            return model_files_bytes(model);
+    }();
+    const std::uint64_t one_checkpoint = examples::mean_checkpoint_bytes(
+        checkpoint_bytes(model, contents, weights_bytes, 0, extra_files), trainer_state(), t.step_count(), stop,
+        a.save_every, a.save);
+    examples::check_checkpoints_fit(a, one_checkpoint, t.step_count(), stop);
     transfer_counters before{};
-    // A checkpoint is written last, then OUT/latest names it; never one of a diverged run.
+    // A checkpoint is written last, then OUT/latest names it; never one of a diverged run. With
+    // --save none only the loss curve is written.
     auto save_and_plot = [&](long step, double loss) {
-        examples::require_saveable_loss(loss, first_loss, step, last_saved.string());
-        last_saved = save();
-        examples::write_latest(a.out, last_saved);
+        if (a.save != "none") {
+            examples::require_saveable_loss(loss, first_loss, step, last_saved.string());
+            last_saved = save();
+            examples::write_latest(a.out, last_saved);
+        }
         write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-gpt: " + a.data);
     };
     examples::interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop
@@ -264,14 +285,19 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     progress.finish();
     if (trace_written) print_line("trace of steps 2-3: " + a.trace + " (open it in ui.perfetto.dev)");
     if (!last_saved.empty())
-        print_line("saved " + last_saved.string() + " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
+        print_line("saved " + last_saved.string() + (a.save == "weights" ? " (weights only: no AdamW moments)" : "") +
+                   " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
+    if (a.save == "none")
+        print_line("no checkpoint saved (--save none); loss curve: " + (fs::path(a.out) / "loss.svg").string());
     if (is_lora<Model> && !last_saved.empty())
         print_line("adapters only; a merged GPT-2 checkpoint: strata-gpt export --adapters " + last_saved.string() +
                    " --out DIR");
     if (interrupt.interrupted() && t.step_count() < stop) {
         const std::string from = last_saved.empty() ? a.resume : last_saved.string();
         print_line(std::string("stopped by ") + interrupt.name() + " after step " + std::to_string(t.step_count()) +
-                   (from.empty() ? std::string() : "; continue with --resume " + from));
+                   (a.save == "none" ? std::string("; no checkpoint saved (--save none)")
+                    : from.empty()   ? std::string()
+                                     : "; continue with --resume " + from));
         return interrupt.exit_code();
     }
     return 0;
@@ -305,6 +331,7 @@ using examples::inputs_of;
 void check_consistency(const train_args& a) {
     examples::check_threads(a.threads);
     examples::check_stop_at(a.stop_at, a.steps);
+    examples::check_save_options(a.save, a.save_every, a.stop_at);
     if (!a.resume.empty() && !a.init_from.empty() && a.lora_rank == 0)
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
                     "drop --init-from to continue the run, or --resume to start afresh from the weights");
@@ -553,7 +580,8 @@ int main(int argc, char** argv) {
     train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str()->check(count_in(1, max_count));
     train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str()->check(unsigned_number);
     train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg")->capture_default_str();
-    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end)")->capture_default_str()->check(count_in(0, max_count));
+    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end); every one is kept")->capture_default_str()->check(count_in(0, max_count));
+    examples::add_save_option(*train, t.save);
     train->add_option("--resume", t.resume, "resume from a checkpoint directory (OUT/step-N, or OUT: its latest), with the run's options")->check(CLI::ExistingDirectory);
     train->add_flag("--allow-option-changes", t.allow_option_changes, "resume with options that differ from the checkpoint's (each change is printed; the run no longer equals one never interrupted)");
     train->add_flag("--overwrite", t.overwrite, "start afresh in an --out holding another run's checkpoints (they are removed), and overwrite --metrics/--trace files strata did not write");

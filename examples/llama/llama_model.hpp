@@ -9,7 +9,8 @@
 // shape and gives the three configs decoder_model takes.
 //
 // Checkpoints in Hugging Face's format (transformers.LlamaForCausalLM.from_pretrained loads them):
-// write_model_files writes model.safetensors + config.json, load_llama_files reads them back,
+// write_model_files writes model.safetensors + config.json (write_trainer_model_files: straight
+// from a trainer, group by group), load_llama_files reads them back,
 // bit for bit; save_llama_checkpoint / load_llama_checkpoint add a trainer's state (strata's
 // save_checkpoint / load_checkpoint with these files as the weights). The layouts differ from strata's in two ways:
 // - strata's matmul takes (in, out) weights; nn.Linear stores (out, in): every 2-D block weight
@@ -27,18 +28,19 @@
 
 #include <strata/backend/cpu_backend.hpp>  // strata::cpu_backend (layouts for loading)
 #include <strata/core/error.hpp>           // strata::error
-#include <strata/io/json_file.hpp>         // strata::read_json_file, strata::write_json_file
+#include <strata/io/json_file.hpp>         // strata::read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
 #include <strata/model/decoder.hpp>        // strata::decoder_model, strata::decoder_config
 #include <strata/model/param_layout.hpp>   // strata::param_slot
 #include <strata/nn/cpu_ops.hpp>           // strata::ops<cpu_backend>
-#include <strata/train/checkpoint.hpp>     // strata::save_checkpoint, load_checkpoint, download_blocks
+#include <strata/train/checkpoint.hpp>     // strata::save_checkpoint, load_checkpoint, for_each_block
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <algorithm>   // std::copy, std::equal
 #include <cmath>       // std::isfinite
 #include <cstddef>     // std::size_t
+#include <cstdint>     // std::uint64_t
 #include <filesystem>  // std::filesystem::path, exists
 #include <set>         // std::set
 #include <span>        // std::span
@@ -288,25 +290,64 @@ inline std::string join(const std::vector<std::string>& names) {
 }
 }  // namespace detail
 
+// model.safetensors of a model, declared: HF names and shapes, no lm_head (tied).
+template <class R, strata::Backend B>
+strata::safetensors_writer declared_model_tensors(
+    const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model) {
+    strata::safetensors_writer w;
+    w.set_metadata("format", "pt");
+    for (std::size_t g = 0; g < model.group_count(); ++g)
+        for (const auto& slot : model.groups()[g].slots())
+            for (const hf_tensor& t : hf_tensors_of(model, g, slot)) w.declare<R>(t.name, t.shape);
+    return w;
+}
+
+// The bytes of model.safetensors + config.json, exactly.
+template <class R, strata::Backend B>
+std::uint64_t model_files_bytes(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model) {
+    return declared_model_tensors(model).file_size() + strata::json_file_text(config_of(model).to_hf_json()).size();
+}
+
+namespace detail {
+// model.safetensors and config.json from blocks handed over group by group: for_each_block(visit)
+// calls visit(g, group g's whole block) for every group in order.
+template <class R, strata::Backend B, class ForEachBlock>
+void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
+                                ForEachBlock&& for_each_block, const std::filesystem::path& dir) {
+    declared_model_tensors(model).write_streamed(dir / "model.safetensors", [&](strata::safetensors_writer::stream& out) {
+        for_each_block([&](std::size_t g, std::span<const R> block) {
+            for (const auto& slot : model.groups()[g].slots()) {
+                const R* p = block.data() + slot.offset;
+                for (const hf_tensor& t : hf_tensors_of(model, g, slot)) {
+                    if (t.transposed)
+                        out.write(t.name, std::span<const R>(to_hf(p, slot.spec.shape.extents()[1], t)));
+                    else
+                        out.write(t.name, std::span<const R>(p, slot.spec.shape.numel()));
+                }
+            }
+        });
+    });
+    strata::write_json_file(dir / "config.json", config_of(model).to_hf_json());
+}
+}  // namespace detail
+
 // model.safetensors (HF names and layouts, no lm_head: tied) and config.json into `dir`.
 // blocks[g]: group g's parameter block in the model's layout (trainer download, checkpoint load).
 template <class R, strata::Backend B>
 void write_model_files(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
                        const std::vector<std::vector<R>>& blocks, const std::filesystem::path& dir) {
-    strata::safetensors_writer w;
-    w.set_metadata("format", "pt");
-    for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots()) {
-            const R* p = blocks[g].data() + slot.offset;
-            for (const hf_tensor& t : hf_tensors_of(model, g, slot)) {
-                if (t.transposed)
-                    w.add(t.name, t.shape, detail::to_hf(p, slot.spec.shape.extents()[1], t));
-                else
-                    w.add(t.name, t.shape, std::span<const R>(p, slot.spec.shape.numel()));
-            }
-        }
-    w.write(dir / "model.safetensors");
-    strata::write_json_file(dir / "config.json", config_of(model).to_hf_json());
+    detail::write_model_files_by_group(
+        model, [&](auto&& visit) {
+            for (std::size_t g = 0; g < model.group_count(); ++g) visit(g, std::span<const R>(blocks[g]));
+        },
+        dir);
+}
+
+// The same from a trainer's weights, streamed group by group (one host buffer of the largest group).
+template <class Trainer>
+void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir) {
+    detail::write_model_files_by_group(
+        t.model(), [&](auto&& visit) { strata::for_each_block(t, Trainer::state_kind::params, visit); }, dir);
 }
 
 // The weights of a Llama directory in strata's group layout.
@@ -396,14 +437,15 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
 // ---- trainer checkpoints ----
 
 // OUT/step-<N>/ of a trainer of a llama_model, written atomically: the HF Llama files above, AdamW's
-// moments (optimizer.safetensors) and trainer_state.json, plus extra_files (a tokenizer's).
+// moments (optimizer.safetensors, unless `contents` is weights) and trainer_state.json, plus
+// extra_files (a tokenizer's).
 template <class Trainer>
 std::filesystem::path save_llama_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
-                                            const std::vector<std::filesystem::path>& extra_files = {}) {
-    using kind = typename Trainer::state_kind;
-    return strata::save_checkpoint(t, out_dir, std::move(trainer_state), extra_files, [&](const std::filesystem::path& dir) {
-        write_model_files(t.model(), strata::download_blocks(t, kind::params), dir);
-    });
+                                            const std::vector<std::filesystem::path>& extra_files = {},
+                                            strata::checkpoint_contents contents = strata::checkpoint_contents::full) {
+    return strata::save_checkpoint(
+        t, out_dir, std::move(trainer_state), extra_files,
+        [&](const std::filesystem::path& dir) { llama::write_trainer_model_files(t, dir); }, contents);
 }
 
 // Restores what save_llama_checkpoint wrote (weights, moments, step count) into a trainer of the

@@ -99,28 +99,54 @@ std::span<R> tensor_of(std::span<R> block, const strata::param_slot& slot) {
 
 }  // namespace detail
 
-// (a) The adapters of blocks[0..n_layer) (host copies, each laid out by `layout`, which is
-// param_layout::of<R>(gpt2_lora_block<R, B>::params(c))) into one safetensors file at `path`,
-// atomically.
+// The adapter file of n_layer blocks, declared (metadata, tensor names and shapes): what
+// save_adapters writes, and its exact size (file_size()) before any block exists.
 template <class R>
-void save_adapters(const std::filesystem::path& path, const gpt2_lora_config& c, const strata::param_layout& layout,
-                   std::span<const std::span<const R>> blocks) {
-    detail::check_blocks("save_adapters", c, layout, blocks);
+strata::safetensors_writer declared_adapter_file(const gpt2_lora_config& c, const strata::param_layout& layout,
+                                                 std::size_t n_layer) {
+    c.validate();
     const std::vector<std::string> targets = c.ordered_targets();
     strata::safetensors_writer writer;
     writer.set_metadata("format", std::string(adapter_file_format));
     writer.set_metadata("rank", std::to_string(c.rank));
     writer.set_metadata("alpha", detail::exact_text(c.alpha));
     writer.set_metadata("targets", detail::joined(targets));
-    writer.set_metadata("n_layer", std::to_string(blocks.size()));
+    writer.set_metadata("n_layer", std::to_string(n_layer));
     writer.set_metadata("n_embd", std::to_string(c.n_embd));
-    for (std::size_t l = 0; l < blocks.size(); ++l)
+    for (std::size_t l = 0; l < n_layer; ++l)
         for (const std::string& proj : targets)
-            for (std::string_view m : {"lora_A", "lora_B"}) {
-                const strata::param_slot& slot = layout.find(proj + "." + std::string(m));
-                writer.add(adapter_tensor_name(l, proj, m), slot.spec.shape.extents(), detail::tensor_of(blocks[l], slot));
-            }
-    writer.write(path);
+            for (std::string_view m : {"lora_A", "lora_B"})
+                writer.declare<R>(adapter_tensor_name(l, proj, m), layout.find(proj + "." + std::string(m)).spec.shape.extents());
+    return writer;
+}
+
+// (a) The adapters of n_layer blocks into one safetensors file at `path`, atomically; block_of(l)
+// gives layer l's whole block (laid out by `layout`, which is param_layout::of<R>(
+// gpt2_lora_block<R, B>::params(c))), valid until the next call: a trainer's weights stream
+// through one buffer.
+template <class R, class BlockOf>
+void save_adapters_by_layer(const std::filesystem::path& path, const gpt2_lora_config& c,
+                            const strata::param_layout& layout, std::size_t n_layer, BlockOf&& block_of) {
+    const std::vector<std::string> targets = c.ordered_targets();
+    declared_adapter_file<R>(c, layout, n_layer).write_streamed(path, [&](strata::safetensors_writer::stream& out) {
+        for (std::size_t l = 0; l < n_layer; ++l) {
+            const std::span<const R> block = block_of(l);
+            const std::span<const std::span<const R>> one(&block, 1);
+            detail::check_blocks("save_adapters", c, layout, one);
+            for (const std::string& proj : targets)
+                for (std::string_view m : {"lora_A", "lora_B"})
+                    out.write(adapter_tensor_name(l, proj, m),
+                              detail::tensor_of(block, layout.find(proj + "." + std::string(m))));
+        }
+    });
+}
+
+// (a) The same from host copies of blocks[0..n_layer).
+template <class R>
+void save_adapters(const std::filesystem::path& path, const gpt2_lora_config& c, const strata::param_layout& layout,
+                   std::span<const std::span<const R>> blocks) {
+    detail::check_blocks("save_adapters", c, layout, blocks);
+    save_adapters_by_layer<R>(path, c, layout, blocks.size(), [&](std::size_t l) { return blocks[l]; });
 }
 
 // (b) The metadata of an adapter file; a file that is not one is a strata::error.

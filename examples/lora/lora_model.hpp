@@ -13,7 +13,7 @@
 // (transformer.h.<l>.attn.c_attn.lora_A): a plain GPT-2 checkpoint maps onto it by name.
 #pragma once
 
-#include "adapters.hpp"         // save_adapters, load_adapters, merge_adapters
+#include "adapters.hpp"         // save_adapters_by_layer, declared_adapter_file, load_adapters, merge_adapters
 #include "gpt2_lora_block.hpp"  // gpt2_lora_block, gpt2_lora_config
 
 #include <strata/core/error.hpp>          // strata::error
@@ -24,6 +24,7 @@
 
 #include <algorithm>   // std::copy
 #include <cstddef>     // std::size_t
+#include <cstdint>     // std::uint64_t
 #include <filesystem>  // std::filesystem::path
 #include <map>         // std::map
 #include <span>        // std::span
@@ -113,12 +114,24 @@ std::vector<std::vector<float>> download_block_weights(Trainer& t, const Model& 
     return blocks;
 }
 
-// The adapters of the trainer's weights, as their own safetensors file (adapters.hpp's format).
+// The adapters of the trainer's weights, as their own safetensors file (adapters.hpp's format),
+// layer by layer through one host copy of a block.
 template <class Trainer, class Model>
 void save_model_adapters(Trainer& t, const Model& model, const std::filesystem::path& path) {
-    const auto blocks = download_block_weights(t, model);
-    const std::vector<std::span<const float>> spans(blocks.begin(), blocks.end());
-    save_adapters<float>(path, model.block_layer_config(), model.groups()[model.block_group(0)], spans);
+    const auto& layout = model.groups()[model.block_group(0)];
+    std::vector<float> block(layout.numel());
+    save_adapters_by_layer<float>(path, model.block_layer_config(), layout, model.block_count(), [&](std::size_t l) {
+        t.download(Trainer::state_kind::params, model.block_group(l), block);
+        return std::span<const float>(block);
+    });
+}
+
+// The bytes save_model_adapters writes, exactly.
+template <class Model>
+std::uint64_t model_adapters_bytes(const Model& model) {
+    return declared_adapter_file<float>(model.block_layer_config(), model.groups()[model.block_group(0)],
+                                        model.block_count())
+        .file_size();
 }
 
 // The adapters of `path` into the trainer's weights (the base weights stay as they are).

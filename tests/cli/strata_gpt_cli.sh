@@ -177,8 +177,9 @@ points=$(grep -o '<polyline id="train"[^>]*points="[^"]*"' "$work/half/loss.svg"
 
 # stale temporaries of a killed run are removed at start; a second run on a locked --out is refused;
 # SIGTERM saves the step, writes latest and stops cleanly (no temporaries), and the run resumes
+# (2000 steps: enough to be stopped midway; all its checkpoints must fit on the disk, checked first)
 mkdir -p "$work/sig/step-000002.tmp-2147483646/junk"
-"$gpt" train "${tiny[@]}" --steps 100000 --save-every 1 --out "$work/sig" --metrics "$work/sig.jsonl" > "$work/sig.log" &
+"$gpt" train "${tiny[@]}" --steps 2000 --save-every 1 --out "$work/sig" --metrics "$work/sig.jsonl" > "$work/sig.log" &
 pid=$!
 trap 'kill "$pid" 2> /dev/null || true' EXIT  # a failed check must not leave the run behind
 for _ in $(seq 1 600); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
@@ -210,6 +211,50 @@ refuses "is or holds the --base input" "$gpt" export --adapters "$work/lora/step
 refuses "is or holds the --adapters input" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/lora"
 refuses "not a merge strata-gpt export wrote" "$gpt" export --adapters "$work/lora/step-000004" --out "$work/cfg"
 "$gpt" export --adapters "$work/lora/step-000004" --out "$work/merged" > /dev/null || fail "a second export over the first"
+
+# ---- issue 13: checkpoints that the disk can hold (--save full|weights|none) ----
+# a full checkpoint says its moments are saved; the plan of the checkpoints is printed before step 1
+grep -q '"moments_saved": true' "$work/full/step-000004/trainer_state.json" || fail "a full checkpoint does not record its moments"
+grep -q "checkpoints: --save full, 1 x .* in $work/full" "$work/full.log" || fail "no checkpoint plan printed: $(head -12 "$work/full.log")"
+# none: no checkpoint at all (no step directory, no latest), and the last line says so
+"$gpt" train "${tiny[@]}" --steps 3 --save none --out "$work/save-none" > "$work/save-none.log"
+ls "$work/save-none" | grep -q '^step-' && fail "--save none wrote a checkpoint: $(ls "$work/save-none")"
+[[ ! -e "$work/save-none/latest" ]] || fail "--save none wrote OUT/latest"
+tail -n 1 "$work/save-none.log" | grep -q "no checkpoint saved (--save none)" ||
+  fail "--save none: the last line is: $(tail -n 1 "$work/save-none.log")"
+refuses "--save none with --save-every 1" "$gpt" train "${tiny[@]}" --steps 2 --save none --save-every 1 --out "$work/x"
+refuses "--save none with --stop-at 1" "$gpt" train "${tiny[@]}" --steps 2 --save none --stop-at 1 --out "$work/x"
+refuses "--save: half not in {full,weights,none}" "$gpt" train "${tiny[@]}" --steps 2 --save half --out "$work/x"
+# weights: the model and the trainer state, no AdamW moments; a resume says the optimizer starts
+# afresh and trains on with finite losses
+"$gpt" train "${tiny[@]}" --steps 4 --stop-at 2 --save weights --out "$work/save-w" --metrics "$work/save-w.jsonl" \
+  > "$work/save-w.log"
+wckpt="$work/save-w/step-000002"
+[[ -f "$wckpt/model.safetensors" && -f "$wckpt/config.json" && -f "$wckpt/trainer_state.json" ]] ||
+  fail "--save weights: $(ls "$wckpt")"
+[[ ! -e "$wckpt/optimizer.safetensors" ]] || fail "--save weights wrote AdamW's moments"
+grep -q '"moments_saved": false' "$wckpt/trainer_state.json" || fail "--save weights: the state does not say the moments are missing"
+grep -q "(weights only: no AdamW moments)" "$work/save-w.log" || fail "--save weights: $(tail -2 "$work/save-w.log")"
+"$gpt" train "${tiny[@]}" --steps 4 --save weights --out "$work/save-w" --resume "$wckpt" --metrics "$work/save-w.jsonl" \
+  > "$work/save-w2.log"
+grep -q "resumed from $wckpt at step 2" "$work/save-w2.log" || fail "weights resume: $(tail -5 "$work/save-w2.log")"
+grep -q "without AdamW's moments (--save weights): the optimizer starts afresh (moments at zero" "$work/save-w2.log" ||
+  fail "a resume from a weights-only checkpoint does not say the optimizer starts afresh: $(grep -A1 resumed "$work/save-w2.log")"
+[[ -d "$work/save-w/step-000004" ]] || fail "the weights-only resume saved nothing"
+for step in 3 4; do
+  loss=$(grep "\"step\":$step," "$work/save-w.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2)
+  awk -v l="$loss" 'BEGIN { exit !(l + 0 == l && l > 0 && l < 100) }' || fail "step $step after a weights-only resume: loss '$loss'"
+done
+# the space check: every checkpoint a run writes is kept, so a billion --save-every 1 checkpoints
+# cannot fit anywhere: refused before step 1, naming the bytes needed and free and the choices
+refuses "will not fit in '$work/huge': 1000000000 checkpoints of" \
+  "$gpt" train "${tiny[@]}" --steps 1000000000 --save-every 1 --out "$work/huge" --metrics "$work/huge.jsonl"
+for choice in "another --out" "--save weights" "--save none" "a larger --save-every"; do
+  grep -q -- "$choice" "$work/refused.err" || fail "the refusal does not offer '$choice': $(cat "$work/refused.err")"
+done
+grep -q "are free there" "$work/refused.err" || fail "the refusal does not name the free bytes: $(cat "$work/refused.err")"
+[[ ! -s "$work/huge.jsonl" ]] || fail "the space check ran after step 1"
+ls "$work/huge" | grep -q '^step-' && fail "a refused run wrote a checkpoint"
 
 # the demo script: flags given override its defaults (--steps twice was an error), its run
 # directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last)

@@ -235,6 +235,61 @@ TEST_CASE("add copies the data; add_view reads it at write time") {
     CHECK(writer.data_size() == 16);
 }
 
+TEST_CASE("declared tensors stream to the file byte for byte as added ones would, in the size file_size() said") {
+    scratch_dir dir;
+    const std::vector<float> a{1, 2, 3, 4, 5, 6}, b{7, 8};
+    const std::vector<double> c{9.5};
+    safetensors_writer added;
+    added.set_metadata("format", "pt");
+    added.add("a", {2, 3}, a);
+    added.add("b", {2}, b);
+    added.add("c", {1}, c);
+
+    safetensors_writer declared;
+    declared.set_metadata("format", "pt");
+    declared.declare<float>("a", {2, 3});
+    declared.add("b", {2}, b);  // a tensor that carries its bytes goes out when its turn comes
+    declared.declare("c", safetensors_dtype::f64, {1});
+    CHECK(declared.file_size() == added.to_bytes().size());
+    CHECK(declared.data_size() == added.data_size());
+    std::vector<float> reused(a);  // one buffer, refilled between the tensors
+    declared.write_streamed(dir / "streamed.safetensors", [&](safetensors_writer::stream& out) {
+        out.write("a", std::span<const float>(reused));
+        reused.assign(6, -1.0f);
+        out.write("c", std::as_bytes(std::span(c)));
+    });
+    CHECK(strata::test::read_bytes(dir / "streamed.safetensors") == added.to_bytes());
+    CHECK(std::filesystem::file_size(dir / "streamed.safetensors") == declared.file_size());
+    CHECK_THROWS_WITH_AS((void)declared.to_bytes(), doctest::Contains("tensor 'a' was declared without its bytes"),
+                         strata::error);
+}
+
+TEST_CASE("a streamed write given tensors out of order, of the wrong size or dtype, or incomplete leaves no file") {
+    scratch_dir dir;
+    safetensors_writer w;
+    w.declare<float>("a", {2});
+    w.declare<float>("b", {3});
+    const std::vector<float> two(2), three(3);
+    const std::vector<double> two_doubles(2);
+    const auto path = dir / "x.safetensors";
+    CHECK_THROWS_WITH_AS(w.write_streamed(path, [&](auto& out) { out.write("b", std::span<const float>(three)); }),
+                         doctest::Contains("tensor 'b' was given where 'a' comes next"), strata::error);
+    CHECK_THROWS_WITH_AS(w.write_streamed(path, [&](auto& out) { out.write("a", std::span<const float>(three)); }),
+                         doctest::Contains("tensor 'a' is 8 bytes ([2] of F32), but 12 bytes were given"), strata::error);
+    CHECK_THROWS_WITH_AS(w.write_streamed(path, [&](auto& out) { out.write("a", std::span<const double>(two_doubles)); }),
+                         doctest::Contains("tensor 'a' was declared F32 and given as F64"), strata::error);
+    CHECK_THROWS_WITH_AS(w.write_streamed(path, [&](auto& out) { out.write("a", std::span<const float>(two)); }),
+                         doctest::Contains("tensor 'b' was declared but never given"), strata::error);
+    CHECK_THROWS_WITH_AS(w.write_streamed(path,
+                                          [&](auto& out) {
+                                              out.write("a", std::span<const float>(two));
+                                              out.write("b", std::span<const float>(three));
+                                              out.write("b", std::span<const float>(three));
+                                          }),
+                         doctest::Contains("tensor 'b' was given after every declared tensor"), strata::error);
+    CHECK(dir.list().empty());  // no target, no temporary
+}
+
 TEST_CASE("the writer rejects duplicate names, wrong byte counts and reserved or invalid names") {
     safetensors_writer writer;
     writer.add("w", {2, 3}, std::vector<float>(6));

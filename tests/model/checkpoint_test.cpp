@@ -9,7 +9,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <set>
 #include <vector>
 
 using namespace strata;
@@ -79,6 +81,113 @@ TEST_CASE_TEMPLATE("resuming from a checkpoint gives bitwise the same losses as 
     l2.restore(state.at("data_cursor").template get<data::loader_cursor>());
     const auto tail = run_steps(resumed, l2, 5);
     for (int i = 0; i < 5; ++i) CHECK(tail[i] == expected[3 + i]);  // bitwise, not approximately
+}
+
+TEST_CASE_TEMPLATE("checkpoint_bytes is what a save writes, computed before it, for full and weights-only checkpoints", B,
+                   STRATA_TEST_BACKENDS) {
+    scratch s;
+    auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!made) return;
+    gpt_model<float, B> model(config);
+    trainer<float, B> t(*made, model, options);
+    t.initialize(3);
+    const nlohmann::json state{{"data_cursor", 17}};
+    for (const auto contents : {checkpoint_contents::full, checkpoint_contents::weights}) {
+        const fs::path dir = save_checkpoint(t, s.dir / (contents == checkpoint_contents::full ? "full" : "weights"),
+                                             state, {}, contents);
+        const auto size_of = [&](const char* file) { return fs::exists(dir / file) ? fs::file_size(dir / file) : 0; };
+        CHECK(size_of("model.safetensors") + size_of("config.json") == model_files_bytes(model));
+        const std::uint64_t state_bytes = size_of("trainer_state.json");
+        std::uint64_t on_disk = 0;
+        for (const auto& e : fs::directory_iterator(dir)) on_disk += e.file_size();
+        CHECK(on_disk == checkpoint_bytes(model, contents, model_files_bytes(model), state_bytes));
+        if (contents == checkpoint_contents::full) {
+            CHECK(size_of("optimizer.safetensors") == optimizer_file_bytes(model));
+            // every parameter trains: m and v are twice the weights' data
+            const std::uint64_t weights_data = declared_model_tensors(model).data_size();
+            CHECK(declared_optimizer_tensors(model).data_size() == 2 * weights_data);
+            CHECK(weights_data == 4 * config.parameter_count());
+        } else {
+            CHECK_FALSE(fs::exists(dir / "optimizer.safetensors"));
+        }
+        CHECK(moments_saved(read_json_file(dir / "trainer_state.json")) == (contents == checkpoint_contents::full));
+    }
+}
+
+TEST_CASE_TEMPLATE("a weights-only checkpoint resumes with the weights and step, and AdamW's moments at zero", B,
+                   STRATA_TEST_BACKENDS) {
+    scratch s;
+    auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!made) return;
+    gpt_model<float, B> model(config);
+    using kind = typename trainer<float, B>::state_kind;
+    trainer<float, B> first(*made, model, options);
+    first.initialize(5);
+    auto loader = data::make_train_loader(toy_data(8), 2, 11);
+    run_steps(first, loader, 3);
+    const fs::path saved = save_checkpoint(first, s.dir, {{"data_cursor", loader.cursor()}}, {}, checkpoint_contents::weights);
+
+    trainer<float, B> resumed(*made, model, options);
+    resumed.initialize(999);
+    run_steps(resumed, loader, 1);  // moments that are not zero, which the resume must clear
+    const auto state = load_checkpoint(resumed, saved);
+    CHECK_FALSE(moments_saved(state));
+    CHECK(resumed.step_count() == 3);
+    CHECK(download_blocks(resumed, kind::params) == download_blocks(first, kind::params));
+    std::size_t nonzero = 0;
+    for (const auto k : {kind::adam_m, kind::adam_v})
+        for (const auto& block : download_blocks(resumed, k))
+            for (float x : block) nonzero += x != 0.0f;
+    CHECK(nonzero == 0);
+    const auto losses = run_steps(resumed, loader, 2);
+    CHECK(std::isfinite(losses[0]));
+    CHECK(std::isfinite(losses[1]));
+
+    // without the field, a missing optimizer file is still an error (a damaged full checkpoint)
+    auto full_state = read_json_file(saved / "trainer_state.json");
+    full_state.erase("moments_saved");
+    write_json_file(saved / "trainer_state.json", full_state);
+    CHECK_THROWS_WITH_AS(load_checkpoint(resumed, saved), doctest::Contains("optimizer.safetensors is missing"),
+                         strata::error);
+}
+
+TEST_CASE("a save hands the trainer's state to the files group by group through one buffer") {
+    cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    gpt_model<float, cpu_backend> model(config);
+    trainer<float, cpu_backend> t(backend, model, options);
+    t.initialize(2);
+    using kind = trainer<float, cpu_backend>::state_kind;
+    for (const auto k : {kind::params, kind::adam_m}) {
+        const auto whole = download_blocks(t, k);
+        std::vector<std::size_t> seen;
+        std::set<const float*> buffers;
+        for_each_block(t, k, [&](std::size_t g, std::span<const float> block) {
+            seen.push_back(g);
+            buffers.insert(block.data());
+            CHECK(std::equal(block.begin(), block.end(), whole[g].begin(), whole[g].end()));
+        });
+        CHECK(seen == std::vector<std::size_t>{0, 1, 2, 3});
+        CHECK(buffers.size() == 1);  // one buffer, reused: never the whole state at once
+    }
+    CHECK(largest_block(model, true) == model.groups()[1].numel());  // a transformer block, the largest group here
+}
+
+TEST_CASE("check_checkpoint_fits: copies x bytes against the free bytes, refused with both numbers") {
+    CHECK_NOTHROW(check_checkpoint_fits(1000, 3000, 3, "/out"));  // exactly fits
+    CHECK_NOTHROW(check_checkpoint_fits(1000, 0, 0, "/out"));     // nothing saved: nothing needed
+    CHECK_THROWS_WITH_AS(check_checkpoint_fits(1000, 2999, 3, "/out"),
+                         doctest::Contains("3 checkpoints of 1000 B each need 2.93 KiB (3000 B), and 2.93 KiB (2999 B) are free"),
+                         strata::error);
+    CHECK_THROWS_WITH_AS(check_checkpoint_fits(80ull << 30, 10ull << 30, 1, "/small"),
+                         doctest::Contains("will not fit in '/small': a checkpoint of 80.00 GiB"), strata::error);
+    CHECK_THROWS_WITH_AS(check_checkpoint_fits(1ull << 62, ~0ull, 8, "/out"), doctest::Contains("more than 2^64 bytes"),
+                         strata::error);
+    try {
+        check_checkpoint_fits(2, 1, 1, "/out", "pass --save none");
+        FAIL("not refused");
+    } catch (const strata::error& e) {
+        CHECK(std::string(e.hint()) == "pass --save none");
+    }
 }
 
 TEST_CASE("model.safetensors uses Hugging Face GPT-2 names and Conv1D layouts") {

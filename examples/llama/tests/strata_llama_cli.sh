@@ -108,7 +108,7 @@ refuses "is not writable" "$llama" train "${tiny[@]}" --steps 2 --out /proc/self
 points=$(grep -o '<polyline id="train"[^>]*points="[^"]*"' "$work/half/loss.svg" | grep -o ',' | wc -l)
 [[ "$points" == 4 ]] || fail "loss.svg of the resumed run has $points points, not 4"
 # a second run on a locked --out is refused naming the holder; SIGINT saves and stops cleanly
-"$llama" train "${tiny[@]}" --steps 100000 --save-every 1 --out "$work/sig" > "$work/sig.log" &
+"$llama" train "${tiny[@]}" --steps 2000 --save-every 1 --out "$work/sig" > "$work/sig.log" &
 pid=$!
 trap 'kill "$pid" 2> /dev/null || true' EXIT  # a failed check must not leave the run behind
 for _ in $(seq 1 600); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
@@ -118,4 +118,18 @@ rc=0; wait "$pid" || rc=$?
 [[ "$rc" == 130 ]] || fail "SIGINT: exit code $rc, not 130: $(tail -3 "$work/sig.log")"
 ls "$work/sig" | grep -q tmp && fail "SIGINT left temporaries: $(ls "$work/sig")"
 [[ -f "$work/sig/$(cat "$work/sig/latest")/trainer_state.json" ]] || fail "latest names no complete checkpoint"
+# --save (examples/common, as strata-gpt): none writes no checkpoint and says so last; weights has no
+# AdamW moments and its resume says the optimizer starts afresh; checkpoints that cannot fit are refused
+"$llama" train "${tiny[@]}" --steps 2 --save none --out "$work/save-none" > "$work/save-none.log"
+ls "$work/save-none" | grep -q '^step-' && fail "--save none wrote a checkpoint: $(ls "$work/save-none")"
+tail -n 1 "$work/save-none.log" | grep -q "no checkpoint saved (--save none)" || fail "--save none: $(tail -n 1 "$work/save-none.log")"
+refuses "--save none with --save-every 1" "$llama" train "${tiny[@]}" --steps 2 --save none --save-every 1 --out "$work/x"
+"$llama" train "${tiny[@]}" --steps 3 --stop-at 1 --save weights --out "$work/save-w" > /dev/null
+[[ -f "$work/save-w/step-000001/model.safetensors" && ! -e "$work/save-w/step-000001/optimizer.safetensors" ]] ||
+  fail "--save weights: $(ls "$work/save-w/step-000001")"
+"$llama" train "${tiny[@]}" --steps 3 --save weights --out "$work/save-w" --resume "$work/save-w" > "$work/save-w.log"
+grep -q "the optimizer starts afresh" "$work/save-w.log" || fail "weights-only resume: $(tail -5 "$work/save-w.log")"
+[[ -d "$work/save-w/step-000003" ]] || fail "the weights-only resume saved nothing"
+refuses "checkpoints of" "$llama" train "${tiny[@]}" --steps 1000000000 --save-every 1 --out "$work/huge"
+grep -q -- "--save weights" "$work/refused.err" || fail "no choices in the refusal: $(cat "$work/refused.err")"
 echo "strata-llama CLI: all checks passed"

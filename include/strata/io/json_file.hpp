@@ -78,9 +78,10 @@ Json read_json_file(const std::filesystem::path& path) {
     return parse_json_text<Json>(detail::read_text_file(path, "JSON file"), path.string());
 }
 
-// Written with a trailing newline, through write_file_atomically.
+// The text write_json_file writes: the value indented, with a trailing newline (so its size is
+// the file's, known before writing). `path` names the file in errors.
 template <class Json>
-void write_json_file(const std::filesystem::path& path, const Json& value, int indent = 2) {
+std::string json_file_text(const Json& value, const std::filesystem::path& path = {}, int indent = 2) {
     std::string text;
     try {
         text = value.dump(indent);
@@ -89,7 +90,13 @@ void write_json_file(const std::filesystem::path& path, const Json& value, int i
                     "every string in the JSON value must be valid UTF-8");
     }
     text += '\n';
-    write_file_atomically(path, std::string_view(text));
+    return text;
+}
+
+// Written through write_file_atomically.
+template <class Json>
+void write_json_file(const std::filesystem::path& path, const Json& value, int indent = 2) {
+    write_file_atomically(path, std::string_view(json_file_text(value, path, indent)));
 }
 
 // object[key] as T, with an error naming the source and the key instead of nlohmann's bare

@@ -19,11 +19,12 @@
 #include <algorithm>    // std::sort, std::min
 #include <array>        // std::array
 #include <bit>          // std::endian
-#include <concepts>     // std::convertible_to
+#include <concepts>     // std::convertible_to, std::invocable
 #include <cstddef>      // std::byte, std::size_t
 #include <cstdint>      // std::uint8_t, std::uint64_t, std::int*_t, std::uintptr_t
 #include <cstring>      // std::memcpy
 #include <filesystem>   // std::filesystem::path
+#include <functional>   // std::invoke
 #include <map>          // std::map
 #include <memory>       // std::unique_ptr
 #include <new>          // std::align_val_t, operator new[]
@@ -151,8 +152,16 @@ inline bool is_valid_utf8(const std::string& text) {
 
 // Collects tensors and metadata, then writes one file. Tensors appear in the order they were added
 // (in the header and in the buffer), so the same calls always give the same bytes.
+//
+// A tensor may also be declared by name, dtype and shape alone: the header depends on nothing
+// else, so file_size() is exact before any data exists, and write_streamed() writes the header
+// first and then takes each declared tensor's bytes in order, from a buffer the caller reuses
+// (a multi-GB checkpoint goes to disk without being staged whole in memory).
 class safetensors_writer {
 public:
+    class stream;
+
+
     // Copies the bytes: the caller's buffer may change or go away right after.
     void add(std::string name, safetensors_dtype dtype, std::vector<std::size_t> shape,
              std::span<const std::byte> bytes) {
@@ -164,6 +173,17 @@ public:
     void add_view(std::string name, safetensors_dtype dtype, std::vector<std::size_t> shape,
                   std::span<const std::byte> bytes) {
         add_entry(std::move(name), dtype, std::move(shape), bytes, false);
+    }
+
+    // A tensor whose bytes are handed over during write_streamed(), in declaration order.
+    void declare(std::string name, safetensors_dtype dtype, std::vector<std::size_t> shape) {
+        const std::uint64_t bytes = checked_size(name, dtype, shape);
+        push_entry({std::move(name), dtype, std::move(shape), {}, {}, entry_data::declared, bytes});
+    }
+
+    template <SafetensorsElement T>
+    void declare(std::string name, std::vector<std::size_t> shape) {
+        declare(std::move(name), safetensors_dtype_v<T>, std::move(shape));
     }
 
     // Typed convenience: the dtype follows from the element type (float -> F32, ...). Copies.
@@ -185,6 +205,8 @@ public:
 
     std::size_t size() const noexcept { return m_entries.size(); }
     std::uint64_t data_size() const noexcept { return m_data_size; }
+    // The bytes the file will have: the length field, the padded header and the data.
+    std::uint64_t file_size() const { return 8 + header().size() + m_data_size; }
 
     // The header as written: compact JSON, padded with spaces to a multiple of 8 bytes. Assembled
     // entry by entry because a JSON object keyed in insertion order costs a linear search per key.
@@ -193,7 +215,7 @@ public:
         if (!m_metadata.empty()) text += R"("__metadata__":)" + m_metadata.dump();
         std::uint64_t offset = 0;
         for (const entry& e : m_entries) {
-            const std::uint64_t end = offset + e.bytes().size();
+            const std::uint64_t end = offset + e.size;
             nlohmann::ordered_json info = nlohmann::ordered_json::object();
             info["dtype"] = to_string(e.dtype);
             info["shape"] = e.shape;
@@ -208,14 +230,14 @@ public:
     }
 
     // Hands the file to `sink(std::span<const std::byte>)` in order, chunk by chunk.
+    // Every tensor must carry its bytes (add, add_view): declared ones go through write_streamed.
     template <class Sink>
     void write_to(Sink&& sink) const {
-        const std::string text = header();
-        std::array<std::byte, 8> length{};
-        for (std::size_t i = 0; i < 8; ++i)
-            length[i] = static_cast<std::byte>((static_cast<std::uint64_t>(text.size()) >> (8 * i)) & 0xff);
-        sink(std::span<const std::byte>(length));
-        sink(std::as_bytes(std::span(text.data(), text.size())));
+        for (const entry& e : m_entries)
+            if (e.data == entry_data::declared)
+                throw error("safetensors_writer: tensor '" + e.name + "' was declared without its bytes",
+                            "write a file with declared tensors through write_streamed()");
+        write_header_to(sink);
         for (const entry& e : m_entries)
             if (!e.bytes().empty()) sink(e.bytes());
     }
@@ -233,20 +255,44 @@ public:
         });
     }
 
+    // Atomic like write(): the header goes out first, then fill(stream&) hands over the bytes of
+    // every declared tensor, in declaration order, with stream::write(name, bytes); tensors added
+    // with their bytes are written by the stream when their turn comes. A tensor given out of
+    // order, with the wrong size or dtype, or never given, is an error and the target stays as it was.
+    template <class Fill>
+        requires std::invocable<Fill&, stream&>
+    void write_streamed(const std::filesystem::path& path, Fill&& fill) const;
+
 private:
+    enum class entry_data { copied, viewed, declared };
+
     struct entry {
         std::string name;
         safetensors_dtype dtype;
         std::vector<std::size_t> shape;
         std::vector<std::byte> copy;
         std::span<const std::byte> view;
-        bool owns;
+        entry_data data;
+        std::uint64_t size;  // bytes in the buffer
 
-        std::span<const std::byte> bytes() const { return owns ? std::span<const std::byte>(copy) : view; }
+        std::span<const std::byte> bytes() const {
+            return data == entry_data::copied ? std::span<const std::byte>(copy) : view;
+        }
     };
 
-    void add_entry(std::string name, safetensors_dtype dtype, std::vector<std::size_t> shape,
-                   std::span<const std::byte> bytes, bool copy) {
+    template <class Sink>
+    void write_header_to(Sink&& sink) const {
+        const std::string text = header();
+        std::array<std::byte, 8> length{};
+        for (std::size_t i = 0; i < 8; ++i)
+            length[i] = static_cast<std::byte>((static_cast<std::uint64_t>(text.size()) >> (8 * i)) & 0xff);
+        sink(std::span<const std::byte>(length));
+        sink(std::as_bytes(std::span(text.data(), text.size())));
+    }
+
+    // Checks a new tensor's name and shape; returns its size in bytes.
+    std::uint64_t checked_size(const std::string& name, safetensors_dtype dtype,
+                               const std::vector<std::size_t>& shape) const {
         if (name.empty())
             throw error("safetensors_writer: a tensor needs a non-empty name", "name every tensor");
         if (name == "__metadata__")
@@ -263,18 +309,29 @@ private:
             throw error("safetensors_writer: tensor '" + name + "' has shape " + detail::shape_string(shape) +
                             " whose size in bytes overflows 64 bits",
                         "check the shape");
-        if (*expected != bytes.size())
+        return *expected;
+    }
+
+    void add_entry(std::string name, safetensors_dtype dtype, std::vector<std::size_t> shape,
+                   std::span<const std::byte> bytes, bool copy) {
+        const std::uint64_t expected = checked_size(name, dtype, shape);
+        if (expected != bytes.size())
             throw error("safetensors_writer: tensor '" + name + "' has shape " + detail::shape_string(shape) +
-                            " of " + std::string(to_string(dtype)) + ", which is " + std::to_string(*expected) +
+                            " of " + std::string(to_string(dtype)) + ", which is " + std::to_string(expected) +
                             " bytes, but " + std::to_string(bytes.size()) + " bytes were given",
                         "pass the shape and dtype that describe the data");
-        entry e{std::move(name), dtype, std::move(shape), {}, {}, copy};
+        entry e{std::move(name), dtype, std::move(shape), {}, {}, copy ? entry_data::copied : entry_data::viewed,
+                expected};
         if (copy)
             e.copy.assign(bytes.begin(), bytes.end());
         else
             e.view = bytes;
+        push_entry(std::move(e));
+    }
+
+    void push_entry(entry e) {
         m_names.insert(e.name);
-        m_data_size += bytes.size();
+        m_data_size += e.size;
         m_entries.push_back(std::move(e));
     }
 
@@ -283,6 +340,89 @@ private:
     nlohmann::ordered_json m_metadata = nlohmann::ordered_json::object();
     std::uint64_t m_data_size = 0;
 };
+
+// The data side of safetensors_writer::write_streamed(): takes each declared tensor's bytes, in
+// declaration order, straight to the file (nothing is copied or kept).
+class safetensors_writer::stream {
+public:
+    stream(const stream&) = delete;
+    stream& operator=(const stream&) = delete;
+
+    // The bytes of the next declared tensor, which must be `name`.
+    void write(std::string_view name, std::span<const std::byte> bytes) {
+        const entry& e = expect(name);
+        if (bytes.size() != e.size)
+            throw error("safetensors_writer: '" + m_out.target().string() + "': tensor '" + e.name + "' is " +
+                            std::to_string(e.size) + " bytes (" + detail::shape_string(e.shape) + " of " +
+                            std::string(to_string(e.dtype)) + "), but " + std::to_string(bytes.size()) +
+                            " bytes were given",
+                        "hand over the whole tensor in one write");
+        m_out.write(bytes);
+        ++m_next;
+    }
+
+    // Typed: the element type must be the declared dtype's.
+    template <SafetensorsElement T>
+    void write(std::string_view name, std::span<const T> values) {
+        const entry& e = expect(name);
+        if (e.dtype != safetensors_dtype_v<T>)
+            throw error("safetensors_writer: '" + m_out.target().string() + "': tensor '" + e.name +
+                            "' was declared " + std::string(to_string(e.dtype)) + " and given as " +
+                            std::string(to_string(safetensors_dtype_v<T>)),
+                        "declare and write a tensor with the same element type");
+        write(name, std::as_bytes(values));
+    }
+
+private:
+    friend class safetensors_writer;
+    using entry = safetensors_writer::entry;
+
+    stream(const safetensors_writer& writer, atomic_file_writer& out) : m_writer(writer), m_out(out) {}
+
+    // Tensors added with their bytes go out as soon as they are next.
+    void write_added() {
+        const auto& entries = m_writer.m_entries;
+        for (; m_next < entries.size() && entries[m_next].data != entry_data::declared; ++m_next)
+            if (!entries[m_next].bytes().empty()) m_out.write(entries[m_next].bytes());
+    }
+
+    const entry& expect(std::string_view name) {
+        write_added();
+        const auto& entries = m_writer.m_entries;
+        if (m_next == entries.size())
+            throw error("safetensors_writer: '" + m_out.target().string() + "': tensor '" + std::string(name) +
+                            "' was given after every declared tensor",
+                        "declare each tensor before write_streamed(), and give it once");
+        if (entries[m_next].name != name)
+            throw error("safetensors_writer: '" + m_out.target().string() + "': tensor '" + std::string(name) +
+                            "' was given where '" + entries[m_next].name + "' comes next",
+                        "give the declared tensors in the order they were declared");
+        return entries[m_next];
+    }
+
+    void finish() {
+        write_added();
+        if (m_next < m_writer.m_entries.size())
+            throw error("safetensors_writer: '" + m_out.target().string() + "': tensor '" +
+                            m_writer.m_entries[m_next].name + "' was declared but never given",
+                        "give every declared tensor's bytes during write_streamed()");
+    }
+
+    const safetensors_writer& m_writer;
+    atomic_file_writer& m_out;
+    std::size_t m_next = 0;
+};
+
+template <class Fill>
+    requires std::invocable<Fill&, safetensors_writer::stream&>
+void safetensors_writer::write_streamed(const std::filesystem::path& path, Fill&& fill) const {
+    write_file_atomically(path, [&](atomic_file_writer& out) {
+        write_header_to([&](std::span<const std::byte> chunk) { out.write(chunk); });
+        stream s(*this, out);
+        std::invoke(fill, s);
+        s.finish();
+    });
+}
 
 // ---- reader ------------------------------------------------------------------------------------
 

@@ -2,16 +2,25 @@
 //   model.safetensors     the weights under Hugging Face GPT-2 names and layouts (Conv1D [in, out]),
 //                         loadable by transformers.GPT2LMHeadModel.from_pretrained
 //   config.json           Hugging Face's GPT2 config
-//   optimizer.safetensors AdamW's m and v under the same names, prefixed "m." / "v."
-//   trainer_state.json    step, data cursor, seeds, tokenizer, options: what a resume needs
+//   optimizer.safetensors AdamW's m and v under the same names, prefixed "m." / "v." (group by
+//                         group: the group's m tensors, then its v tensors); absent when the
+//                         checkpoint holds the weights only (checkpoint_contents::weights)
+//   trainer_state.json    step, data cursor, seeds, tokenizer, options, whether the moments were
+//                         saved ("moments_saved"): what a resume needs
 //   + any extra files (the GPT-2 tokenizer's vocab.json and merges.txt)
 // The directory is written as OUT/step-<N>.tmp-<pid>/ and renamed into place once complete and
 // fsynced, so a crash never leaves a half-written checkpoint where a resume would look.
+// The tensors go from the trainer to the files group by group through one host buffer of the
+// largest group's block: saving needs that much memory, not the whole state's.
+// checkpoint_bytes() gives a checkpoint's size before anything is written (from the group
+// layouts: the safetensors headers and data), and check_checkpoint_fits() compares it with the
+// free space, so a run can refuse before step 1 instead of failing its final save.
 #pragma once
 
+#include <strata/core/bytes.hpp>          // format_bytes
 #include <strata/core/error.hpp>          // strata::error
 #include <strata/io/atomic_write.hpp>     // commit_directory_atomically
-#include <strata/io/json_file.hpp>        // read_json_file, write_json_file
+#include <strata/io/json_file.hpp>        // read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>      // safetensors_writer, safetensors_file
 #include <strata/model/gpt.hpp>           // gpt_model
 #include <strata/model/gpt_config.hpp>    // gpt_config
@@ -21,11 +30,17 @@
 
 #include <unistd.h>  // getpid
 
-#include <cstdio>      // std::snprintf
-#include <filesystem>  // std::filesystem
-#include <set>         // std::set
-#include <string>      // std::string
-#include <vector>      // std::vector
+#include <algorithm>    // std::max
+#include <cstdint>      // std::uint64_t
+#include <cstdio>       // std::snprintf
+#include <filesystem>   // std::filesystem
+#include <optional>     // std::optional
+#include <set>          // std::set
+#include <span>         // std::span
+#include <string>       // std::string
+#include <type_traits>  // std::false_type, std::true_type
+#include <utility>      // std::pair
+#include <vector>       // std::vector
 
 namespace strata {
 
@@ -38,6 +53,11 @@ inline std::string checkpoint_dir_name(long step) {
 // Host copies of every parameter block of a model, in the model's group layout.
 template <class R>
 using host_blocks = std::vector<std::vector<R>>;
+
+// What a checkpoint holds besides the trainer state: everything a bitwise resume needs (FP32: 12
+// bytes per trained parameter, weights, m and v), or the weights without AdamW's moments (4 bytes
+// per parameter; a resume from it starts the moments from zero).
+enum class checkpoint_contents { full, weights };
 
 // The weights of a GPT-2 directory (strata's or Hugging Face's) in strata's group layout.
 template <class R>
@@ -60,17 +80,84 @@ inline std::string hf_key(const safetensors_file& f, const std::string& name) {
 }
 }  // namespace detail
 
+template <class Model>
+struct is_gpt_model : std::false_type {};
 template <class R, Backend B>
-void write_model_files(const gpt_model<R, B>& model, const host_blocks<R>& blocks, const std::filesystem::path& dir) {
+struct is_gpt_model<gpt_model<R, B>> : std::true_type {};
+
+// model.safetensors of a GPT-2 model, declared: Hugging Face's names, the group layouts' shapes.
+template <class R, Backend B>
+safetensors_writer declared_model_tensors(const gpt_model<R, B>& model) {
     safetensors_writer w;
     w.set_metadata("format", "pt");
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots()) {
-            const R* p = blocks[g].data() + slot.offset;
-            w.add(model.hf_name(g, slot), slot.spec.shape.extents(), std::span<const R>(p, slot.spec.shape.numel()));
-        }
-    w.write(dir / "model.safetensors");
+        for (const auto& slot : model.groups()[g].slots()) w.declare<R>(model.hf_name(g, slot), slot.spec.shape.extents());
+    return w;
+}
+
+// The bytes of model.safetensors + config.json of a GPT-2 model, exactly.
+template <class R, Backend B>
+std::uint64_t model_files_bytes(const gpt_model<R, B>& model) {
+    return declared_model_tensors(model).file_size() + json_file_text(model.config().to_hf_json()).size();
+}
+
+namespace detail {
+// model.safetensors + config.json from blocks handed over group by group:
+// for_each_block(visit) calls visit(g, group g's whole block) for every group in order.
+template <class R, Backend B, class ForEachBlock>
+void write_model_files_by_group(const gpt_model<R, B>& model, ForEachBlock&& for_each_block,
+                                const std::filesystem::path& dir) {
+    declared_model_tensors(model).write_streamed(dir / "model.safetensors", [&](safetensors_writer::stream& out) {
+        for_each_block([&](std::size_t g, std::span<const R> block) {
+            for (const auto& slot : model.groups()[g].slots())
+                out.write(model.hf_name(g, slot), block.subspan(slot.offset, slot.spec.shape.numel()));
+        });
+    });
     write_json_file(dir / "config.json", model.config().to_hf_json());
+}
+}  // namespace detail
+
+// The largest block of one kind of a model's state: whole weight blocks, or the trainable prefixes
+// that gradients and moments have.
+template <class Model>
+std::size_t largest_block(const Model& model, bool whole) {
+    std::size_t largest = 0;
+    for (const auto& layout : model.groups()) largest = std::max(largest, whole ? layout.numel() : layout.trainable_numel());
+    return largest;
+}
+
+// Hands one kind of the trainer's state to visit(g, block) group by group, in group order, through
+// one host buffer of the largest block (block is valid until visit returns): the weights' whole
+// blocks, or for gradients and moments the trainable prefixes (frozen groups are skipped).
+template <class Trainer, class Visit>
+void for_each_block(Trainer& t, typename Trainer::state_kind kind, Visit&& visit) {
+    using R = typename Trainer::model_type::value_type;
+    const bool whole = kind == Trainer::state_kind::params;
+    std::vector<R> buffer(largest_block(t.model(), whole));
+    for (std::size_t g = 0; g < t.model().group_count(); ++g) {
+        const auto& layout = t.model().groups()[g];
+        const std::span<R> block(buffer.data(), whole ? layout.numel() : layout.trainable_numel());
+        if (block.empty()) continue;
+        t.download(kind, g, block);
+        visit(g, std::span<const R>(block));
+    }
+}
+
+template <class R, Backend B>
+void write_model_files(const gpt_model<R, B>& model, const host_blocks<R>& blocks, const std::filesystem::path& dir) {
+    detail::write_model_files_by_group(
+        model, [&](auto&& visit) {
+            for (std::size_t g = 0; g < model.group_count(); ++g) visit(g, std::span<const R>(blocks[g]));
+        },
+        dir);
+}
+
+// The trainer's weights as model.safetensors + config.json, streamed group by group.
+template <class Trainer>
+    requires is_gpt_model<typename Trainer::model_type>::value
+void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir) {
+    detail::write_model_files_by_group(
+        t.model(), [&](auto&& visit) { for_each_block(t, Trainer::state_kind::params, visit); }, dir);
 }
 
 // Reads config.json + model.safetensors. Tied weights: lm_head.weight, when present, must equal
@@ -146,7 +233,8 @@ loaded_model<R> load_model_files(const std::filesystem::path& dir) {
 }
 
 // One host block per group: the weights' whole blocks, or for gradients and moments the
-// trainable prefixes (empty for a frozen group).
+// trainable prefixes (empty for a frozen group). The whole state in memory at once: for tests and
+// small models; checkpoints go through for_each_block instead.
 template <class Trainer, class R = typename Trainer::model_type::value_type>
 host_blocks<R> download_blocks(Trainer& t, typename Trainer::state_kind kind) {
     host_blocks<R> blocks;
@@ -159,15 +247,77 @@ host_blocks<R> download_blocks(Trainer& t, typename Trainer::state_kind kind) {
     return blocks;
 }
 
-// Saves everything a resume needs into OUT/step-<N>/ atomically; returns that directory.
+// optimizer.safetensors of a model, declared: for each group with trainable tensors, "m." + the
+// hf_name of each trainable tensor, then "v." + each (the order one group's block of m, then of
+// v, reaches the file in).
+template <class Model>
+safetensors_writer declared_optimizer_tensors(const Model& model) {
+    using R = typename Model::value_type;
+    safetensors_writer w;
+    w.set_metadata("format", "pt");
+    for (std::size_t g = 0; g < model.group_count(); ++g)
+        for (const char* moment : {"m.", "v."})
+            for (const auto& slot : model.groups()[g].slots())
+                if (slot.spec.trainable) w.declare<R>(moment + model.hf_name(g, slot), slot.spec.shape.extents());
+    return w;
+}
+
+// The bytes of optimizer.safetensors, exactly.
+template <class Model>
+std::uint64_t optimizer_file_bytes(const Model& model) {
+    return declared_optimizer_tensors(model).file_size();
+}
+
+// The bytes one checkpoint of `model` writes: the weights' files (weights_bytes: model_files_bytes
+// for a GPT-2, or what a model's own weights writer writes), optimizer.safetensors when `contents`
+// is full, trainer_state.json (state_bytes: the caller's bound, since the loss curve it holds grows
+// with the run) and the extra files as they are now. File-system blocks (a few KiB per file) are
+// not counted.
+template <class Model>
+std::uint64_t checkpoint_bytes(const Model& model, checkpoint_contents contents, std::uint64_t weights_bytes,
+                               std::uint64_t state_bytes, const std::vector<std::filesystem::path>& extra_files = {}) {
+    std::uint64_t bytes = weights_bytes + state_bytes;
+    if (contents == checkpoint_contents::full) bytes += optimizer_file_bytes(model);
+    for (const auto& f : extra_files) bytes += std::filesystem::file_size(f);
+    return bytes;
+}
+
+// Refuses, before any is written, `copies` checkpoints of `bytes` each that do not fit in the `free`
+// bytes of `where` (the directory they go to; the caller measures free, e.g. with free_disk_bytes).
+// The error names the bytes needed and free; `hint` says what the caller can do instead.
+inline void check_checkpoint_fits(std::uint64_t bytes, std::uint64_t free, long copies, const std::string& where,
+                                  const std::string& hint = "write the checkpoints to a disk with more free space, "
+                                                            "save the weights without AdamW's moments, or save none") {
+    if (copies <= 0) return;
+    std::uint64_t needed = 0;
+    const bool overflows = __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(copies), &needed);
+    if (!overflows && needed <= free) return;
+    const std::string count = copies == 1 ? std::string("a checkpoint of ")
+                                          : std::to_string(copies) + " checkpoints of ";
+    throw error("the checkpoints will not fit in '" + where + "': " + count + format_bytes(bytes) +
+                    (copies == 1 ? std::string() : " each") + " need " +
+                    (overflows ? std::string("more than 2^64 bytes") : format_bytes(needed)) + ", and " +
+                    format_bytes(free) + " are free there",
+                hint);
+}
+
+// Whether a checkpoint's trainer_state.json says AdamW's moments were saved (checkpoints written
+// before this field existed always saved them).
+inline bool moments_saved(const nlohmann::json& trainer_state) {
+    return !trainer_state.is_object() || trainer_state.value("moments_saved", true);
+}
+
+// Saves what a resume needs into OUT/step-<N>/ atomically; returns that directory.
 // write_weights(dir) writes the weights' files into the directory being assembled; the default
 // (the overload below) writes a GPT-2 model.safetensors + config.json. A model whose weights are
-// saved otherwise (LoRA: only the adapters) passes its own. AdamW's m and v of every trainable
-// tensor go to optimizer.safetensors, named "m." / "v." + the model's hf_name.
+// saved otherwise (LoRA: only the adapters) passes its own. With checkpoint_contents::full, AdamW's
+// m and v of every trainable tensor go to optimizer.safetensors, named "m." / "v." + the model's
+// hf_name; with ::weights there is no such file and trainer_state.json says "moments_saved": false.
 template <class Trainer, class WriteWeights>
 std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
                                       const std::vector<std::filesystem::path>& extra_files,
-                                      WriteWeights&& write_weights) {
+                                      WriteWeights&& write_weights,
+                                      checkpoint_contents contents = checkpoint_contents::full) {
     using kind = typename Trainer::state_kind;
     using R = typename Trainer::model_type::value_type;
     const auto final_dir = out_dir / checkpoint_dir_name(t.step_count());
@@ -176,22 +326,29 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
     std::filesystem::create_directories(tmp_dir);
     try {
         write_weights(tmp_dir);
-        safetensors_writer opt;
-        opt.set_metadata("format", "pt");
-        const auto m = download_blocks(t, kind::adam_m);
-        const auto v = download_blocks(t, kind::adam_v);
-        for (std::size_t g = 0; g < t.model().group_count(); ++g)
-            for (const auto& slot : t.model().groups()[g].slots()) {
-                if (!slot.spec.trainable) continue;  // frozen: no moments
-                const std::size_t n = slot.spec.shape.numel();
-                opt.add("m." + t.model().hf_name(g, slot), slot.spec.shape.extents(),
-                        std::span<const R>(m[g].data() + slot.offset, n));
-                opt.add("v." + t.model().hf_name(g, slot), slot.spec.shape.extents(),
-                        std::span<const R>(v[g].data() + slot.offset, n));
-            }
-        opt.write(tmp_dir / "optimizer.safetensors");
+        const bool with_moments = contents == checkpoint_contents::full;
+        if (with_moments) {
+            const auto& model = t.model();
+            // One host buffer of the largest trainable prefix, refilled per group: m's block, then v's.
+            std::vector<R> buffer(largest_block(model, /*whole=*/false));
+            declared_optimizer_tensors(model).write_streamed(
+                tmp_dir / "optimizer.safetensors", [&](safetensors_writer::stream& out) {
+                    for (std::size_t g = 0; g < model.group_count(); ++g) {
+                        const std::span<R> block(buffer.data(), model.groups()[g].trainable_numel());
+                        if (block.empty()) continue;  // frozen: no moments
+                        for (const auto& [moment, k] : {std::pair{"m.", kind::adam_m}, std::pair{"v.", kind::adam_v}}) {
+                            t.download(k, g, block);
+                            for (const auto& slot : model.groups()[g].slots())
+                                if (slot.spec.trainable)
+                                    out.write(moment + model.hf_name(g, slot),
+                                              std::span<const R>(block.subspan(slot.offset, slot.spec.shape.numel())));
+                        }
+                    }
+                });
+        }
         trainer_state["step"] = t.step_count();
         trainer_state["format"] = "strata-gpt checkpoint 1";
+        trainer_state["moments_saved"] = with_moments;
         write_json_file(tmp_dir / "trainer_state.json", trainer_state);
         for (const auto& f : extra_files) std::filesystem::copy_file(f, tmp_dir / f.filename());
         commit_directory_atomically(tmp_dir, final_dir, {.replace_existing = true});
@@ -205,37 +362,44 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
 
 template <class Trainer>
 std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
-                                      const std::vector<std::filesystem::path>& extra_files = {}) {
-    using kind = typename Trainer::state_kind;
-    return save_checkpoint(t, out_dir, std::move(trainer_state), extra_files, [&](const std::filesystem::path& dir) {
-        write_model_files(t.model(), download_blocks(t, kind::params), dir);
-    });
+                                      const std::vector<std::filesystem::path>& extra_files = {},
+                                      checkpoint_contents contents = checkpoint_contents::full) {
+    return save_checkpoint(
+        t, out_dir, std::move(trainer_state), extra_files,
+        [&](const std::filesystem::path& dir) { write_trainer_model_files(t, dir); }, contents);
 }
 
 // Restores weights, AdamW moments and the step count; returns trainer_state.json. read_weights(dir)
 // puts the weights into the trainer (the default, below: a GPT-2 model.safetensors of the same
-// shape); the moments come from optimizer.safetensors.
+// shape); the moments come from optimizer.safetensors. A checkpoint saved without the moments
+// (moments_saved(state) is false) sets them to zero: the optimizer starts afresh, and the run no
+// longer equals one never interrupted (the caller says so).
 template <class Trainer, class ReadWeights>
 nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, ReadWeights&& read_weights) {
     using kind = typename Trainer::state_kind;
     using R = typename Trainer::model_type::value_type;
     const auto state_path = dir / "trainer_state.json";
-    if (!std::filesystem::exists(state_path) || !std::filesystem::exists(dir / "optimizer.safetensors"))
-        throw error("'" + dir.string() + "' cannot be resumed: trainer_state.json or optimizer.safetensors is missing",
+    if (!std::filesystem::exists(state_path))
+        throw error("'" + dir.string() + "' cannot be resumed: trainer_state.json is missing",
                     "resume from a directory strata-gpt wrote (OUT/step-N); to start from weights only, use --init-from");
     auto state = read_json_file(state_path);
+    const bool with_moments = moments_saved(state);
+    if (with_moments && !std::filesystem::exists(dir / "optimizer.safetensors"))
+        throw error("'" + dir.string() + "' cannot be resumed: optimizer.safetensors is missing",
+                    "resume from a directory strata-gpt wrote (OUT/step-N); to start from weights only, use --init-from");
     read_weights(dir);
-    const auto opt = safetensors_file::open(dir / "optimizer.safetensors");
+    std::optional<safetensors_file> opt;  // none: the moments start from zero
+    if (with_moments) opt.emplace(safetensors_file::open(dir / "optimizer.safetensors"));
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         if (t.model().groups()[g].frozen()) continue;
         std::vector<R> m(t.model().groups()[g].trainable_numel(), R(0)), v(m.size(), R(0));
         for (const auto& slot : t.model().groups()[g].slots()) {
-            if (!slot.spec.trainable) continue;
+            if (!slot.spec.trainable || !opt) continue;
             const std::size_t n = slot.spec.shape.numel();
-            opt.copy_to<R>("m." + t.model().hf_name(g, slot), std::span<R>(m.data() + slot.offset, n),
-                           slot.spec.shape.extents());
-            opt.copy_to<R>("v." + t.model().hf_name(g, slot), std::span<R>(v.data() + slot.offset, n),
-                           slot.spec.shape.extents());
+            opt->copy_to<R>("m." + t.model().hf_name(g, slot), std::span<R>(m.data() + slot.offset, n),
+                            slot.spec.shape.extents());
+            opt->copy_to<R>("v." + t.model().hf_name(g, slot), std::span<R>(v.data() + slot.offset, n),
+                            slot.spec.shape.extents());
         }
         t.upload(kind::adam_m, g, m);
         t.upload(kind::adam_v, g, v);
