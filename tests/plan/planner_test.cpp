@@ -502,3 +502,14 @@ TEST_CASE("placement names round-trip and default budgets read the machine") {
     CHECK(static_cast<double>(b.storage) == doctest::Approx(static_cast<double>(free_now)).epsilon(0.01));
     CHECK(default_budgets(1, "/nonexistent-strata-dir/below").storage == free_disk_bytes("/"));
 }
+
+TEST_CASE("measure_links gives each host <-> device link a positive bandwidth, storage none") {
+    cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20, .storage_bytes = 0});
+    const link_bandwidths l = measure_links(backend, 8 << 20);
+    CHECK(l.h2d > 0);
+    CHECK(l.d2h > 0);
+    CHECK(l.storage_read == 0);
+    CHECK(l.storage_write == 0);
+    CHECK(backend.budget(tier_id::device).used() == 0);  // given back
+    CHECK(backend.budget(tier_id::host).used() == 0);
+}
