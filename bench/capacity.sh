@@ -35,7 +35,7 @@ run() {  # name, timeout, options...
 }
 run xl 150 --n-layer 48 --n-embd 1600 --n-head 25 --steps "${STEPS_XL:-6}"
 run 10b 330 --n-layer 40 --n-embd 4608 --n-head 36 --steps "${STEPS_10B:-4}"
-run 16b 560 --n-layer 52 --n-embd 5120 --n-head 40 --steps 3 --storage-budget "${STORAGE_BUDGET:-52G}"
+run 16b 560 --n-layer 52 --n-embd 5120 --n-head 40 --steps 3 --lr 3e-5 --warmup 0 --storage-budget "${STORAGE_BUDGET:-52G}"
 python3 - "$OUT" <<'PY'
 import json, os, statistics, sys
 out = sys.argv[1]

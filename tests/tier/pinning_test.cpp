@@ -72,7 +72,8 @@ TEST_CASE_TEMPLATE("a host-tier allocation past a pinned chunk: counted, charged
                    B, STRATA_TEST_BACKENDS) {
     auto backend = test::make_backend<B>({.host_bytes = 2 * pinned_chunk});
     if (!backend) return;
-    const std::size_t bytes = pinned_chunk + 5 * page_size + 123;  // chunked, the last chunk partial
+    const std::size_t window = std::size_t{2} << 20;
+    const std::size_t bytes = pinned_chunk + window + 5 * page_size + 123;  // chunked, the last chunk partial
     const std::size_t charged = round_up(bytes, page_size);
     const pinning_stats before = backend->pinning();
 
@@ -84,10 +85,13 @@ TEST_CASE_TEMPLATE("a host-tier allocation past a pinned chunk: counted, charged
 
     // 2 MiB across the first chunk boundary of the allocation: host -> device -> host, back to a
     // window that crosses the boundary at another offset. Only these pages are touched.
-    const std::size_t window = std::size_t{2} << 20;
-    std::byte* const boundary = host + bytes_to_chunk_end(host);
+    // (CUDA: the allocation starts on a chunk, so its first boundary is one chunk in; the CPU
+    // backend's host memory has no registrations: any window inside will do.)
+    std::byte* boundary = host + bytes_to_chunk_end(host);
+    if (boundary < host + window || boundary + window > host + bytes) boundary = host + window;
     std::byte* const src = boundary - window / 2;
     std::byte* const dst = boundary - window / 4;
+    REQUIRE(src >= host);
     REQUIRE(dst + window <= host + bytes);
     for (std::size_t i = 0; i < window; ++i) src[i] = static_cast<std::byte>(i * 7 + 1);
     const std::vector<std::byte> expected(src, src + window);
