@@ -12,8 +12,8 @@
 //
 // Placements:
 // - resident: weights, grads, AdamW m and v of every group, the activations and the step's
-//   staging live in the device tier (the trainer of train/trainer.hpp).
-// - streamed: what streamed_trainer<R, B, Depth, MomentsTier> (train/streamed_trainer.hpp)
+//   staging live in the device tier (trainer<R, B>: tiered_trainer with every group on the device).
+// - streamed: what tiered_trainer<R, B, Depth, MomentsTier> (train/streamed_trainer.hpp)
 //   allocates, chosen as trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<host_tier or
 //   storage_tier>>. Weights and grads of every group live in the host tier (pinned), m and v in
 //   the host or the storage tier. The transformer blocks stream through the device: `slots`
@@ -375,7 +375,7 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, s
 }
 
 // A streamed plan with `slots` device slots, `kept` blocks keeping their activations, and each
-// group at its home: what streamed_trainer allocates for train_options::homes = homes.
+// group at its home: what tiered_trainer allocates for train_options::homes = homes.
 inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, std::size_t slots,
                                  const std::vector<group_home>& homes, std::size_t kept) {
     memory_plan p = base_plan(r, in, kept);

@@ -1,5 +1,5 @@
-// streamed_trainer: the trainer of trainer.hpp for any placement of the model's state across the
-// three tiers. Each layer group has a home (tier/group_home.hpp, the planner's per-group answer,
+// tiered_trainer: the one trainer, for any placement of the model's state across the three tiers
+// (trainer<R, B, Model> is its resident configuration, trainer_t picks it for every plan). Each layer group has a home (tier/group_home.hpp, the planner's per-group answer,
 // train_options::homes):
 //   device   weights, gradients, AdamW m and v on the device: the group never moves, and its
 //            update runs on the device after the norm (scale + ops<B>::adamw: the resident
@@ -11,8 +11,9 @@
 //   storage  as host, with m and v in files on the storage tier, read before the group's update
 //            and written back after it, double-buffered (the next storage group's moments are
 //            read while the current one is updated).
-// Without homes, every group is host-homed with its moments in MomentsTier (the plain streamed
-// plan). With every group on the device this is the resident plan. Model: gpt_model (default) or
+// Without homes, every group is homed by MomentsTier: device_tier puts every group on the device
+// (the resident plan: trainer<R, B, Model>), host_tier or storage_tier streams every group from
+// the host with its moments in that tier (the plain streamed plan). Model: gpt_model (default) or
 // a decoder_model of Layers; frozen tensors have no gradients and no moments, and a frozen
 // block's weights stream to the device but nothing comes back.
 //
@@ -73,18 +74,17 @@
 namespace strata {
 
 template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier, class Model = gpt_model<R, B>>
-class streamed_trainer {
-    static_assert(std::is_same_v<MomentsTier, host_tier> || std::is_same_v<MomentsTier, storage_tier>,
-                  "AdamW moments of a streamed trainer live in the host or the storage tier");
-
+class tiered_trainer {
 public:
     using model_type = Model;
     using stream = typename B::stream;
     using event = typename B::event;
     using op = ops<B>;
-    using state_kind = typename trainer<R, B, Model>::state_kind;
+    // One group's block of a kind, for checkpoints (download/upload): weights are the whole
+    // block; gradients, m and v the trainable prefix (nothing for a frozen group).
+    enum class state_kind { params, adam_m, adam_v, grads };
 
-    streamed_trainer(B& backend, const model_type& model, train_options options)
+    tiered_trainer(B& backend, const model_type& model, train_options options)
         : m_backend(backend),
           m_model(model),
           m_options(std::move(options)),
@@ -98,6 +98,7 @@ public:
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
           m_norm_workspace(backend, shape{detail::norm_workspace_doubles<B>(model.groups())}, "grad_norm.workspace"),
           m_norm_partials_host(backend, shape{model.groups().size()}, "grad_norm.partials.host") {
+        validate(m_options.adamw);
         const auto& groups = model.groups();
         const std::size_t n = groups.size();
         for (auto* v : {&m_params, &m_grads, &m_m, &m_v}) v->resize(n);
@@ -156,9 +157,9 @@ public:
 
     // Queued work (the optimizer's updates; after a failed step, the rest of that step) uses the
     // members: it finishes before any is destroyed.
-    ~streamed_trainer() { drain(); }
-    streamed_trainer(const streamed_trainer&) = delete;
-    streamed_trainer& operator=(const streamed_trainer&) = delete;
+    ~tiered_trainer() { drain(); }
+    tiered_trainer(const tiered_trainer&) = delete;
+    tiered_trainer& operator=(const tiered_trainer&) = delete;
 
     // Named host wait: every update a step scheduled has finished, moments written back to
     // storage included (rethrows an update's failure). step() does not wait for them: they
@@ -295,8 +296,16 @@ private:
     }
 
     static std::vector<group_home> homes_of(const model_type& model, const train_options& o) {
+        // (first, before any allocation: a context the model cannot take)
+        if (o.seq > model.max_seq())
+            throw error("sequence length " + std::to_string(o.seq) + " exceeds the model's context " +
+                            std::to_string(model.max_seq()),
+                        "lower --seq-len or build the model with a longer context");
         const std::size_t n = model.groups().size();
-        if (o.homes.empty()) return std::vector<group_home>(n, {tier_id::host, id_of<MomentsTier>});
+        if (o.homes.empty())
+            return std::vector<group_home>(n, std::is_same_v<MomentsTier, device_tier>
+                                                  ? group_home::device()
+                                                  : group_home{tier_id::host, id_of<MomentsTier>});
         if (o.homes.size() != n)
             throw error("train_options::homes has " + std::to_string(o.homes.size()) + " entries for a model of " +
                             std::to_string(n) + " layer groups",
@@ -335,7 +344,7 @@ private:
     }
 
     struct binder {
-        streamed_trainer& t;
+        tiered_trainer& t;
         bool last_micro;
         const R* params(std::size_t g, stream& s, group_use u) {
             if (t.on_device(g)) return t.m_dev_params[g]->device_data().get();
@@ -542,7 +551,7 @@ private:
             throw error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
         auto check_size = [&](std::size_t numel) {
             if (buf.size() != numel)
-                throw error("streamed_trainer: block size mismatch for group " + std::to_string(g));
+                throw error("trainer: block size mismatch for group " + std::to_string(g));
         };
         if (on_device(g)) {  // behind the device updates, on the compute stream
             auto& t = k == state_kind::params  ? m_dev_params[g]
@@ -611,8 +620,19 @@ private:
 }  // namespace strata
 
 namespace strata {
+
+// The resident configuration: every group on the device (no slots, no host state).
+template <class R, Backend B, class Model = gpt_model<R, B>>
+using trainer = tiered_trainer<R, B, 1, device_tier, Model>;
+
+template <class R, Backend B, class Model>
+struct select_trainer<R, B, resident_placement, moments_in<device_tier>, Model> {
+    using type = trainer<R, B, Model>;
+};
 template <class R, Backend B, std::size_t Depth, Tier M, class Model>
 struct select_trainer<R, B, prefetch_pipeline<Depth>, moments_in<M>, Model> {
-    using type = streamed_trainer<R, B, Depth, M, Model>;
+    static_assert(!std::is_same_v<M, device_tier>,
+                  "prefetch_pipeline streams from the host: use moments_in<host_tier> or moments_in<storage_tier>");
+    using type = tiered_trainer<R, B, Depth, M, Model>;
 };
 }  // namespace strata

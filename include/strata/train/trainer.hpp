@@ -1,22 +1,14 @@
-// trainer<R, Backend, Model>: one optimizer step = forward/backward over the micro-batches of
-// gradient accumulation, the exact global gradient norm, clipping, AdamW. Model is the example
-// GPT (gpt_model, the default) or any decoder_model assembled from Layers (model/decoder.hpp).
+// What every trainer shares: train_options, step_result, the checks of a step's micro-batches,
+// the global norm of per-group partial sums, and the compile-time composition trainer_t<R, B,
+// Placement, Moments, Model>. One trainer implements every plan: tiered_trainer
+// (train/streamed_trainer.hpp), whose per-group homes (train_options::homes) put each layer
+// group's state on the device, in pinned host memory, or its AdamW moments on storage.
+// trainer<R, B, Model> is its resident configuration: every group on the device, AdamW where the
+// state lives, only the tokens, the losses and the norm's partial sums crossing the link.
 //
 // Frozen tensors (param_spec::trainable = false) have no gradients and no AdamW moments: each
 // group's gradient and moment blocks hold its trainable prefix (param_layout::trainable_numel),
 // and a wholly frozen group has none (its binder gradients are null).
-//
-// This is the resident configuration: weights, gradients and both AdamW moments of every layer
-// group live in the device tier, one page-aligned block per group and per kind, and AdamW runs
-// where they live. Only the micro-batch tokens travel host -> device, and the per-token losses
-// and the norm's partial sums device -> host.
-//
-// Named host waits per step: (1) "grad norm": the partial sums of squares reach the host, which
-// computes the clip coefficient; (2) "step end": the losses, for the metrics.
-//
-// Host staging (pinned with CUDA: copies from it are asynchronous) is allocated once, here: per
-// micro-batch a tokens, a targets and a losses buffer, and the norm's partial sums. Allocating
-// pinned memory inside a step would be an implicit synchronization (cudaHostAlloc/cudaFreeHost).
 #pragma once
 
 #include <strata/backend/backend.hpp>       // Backend
@@ -136,213 +128,6 @@ std::size_t norm_workspace_doubles(const Groups& groups) {
 }
 }  // namespace detail
 
-template <class R, Backend B, class Model = gpt_model<R, B>>
-class trainer {
-public:
-    using model_type = Model;
-    using stream = typename B::stream;
-    using op = ops<B>;
-
-    trainer(B& backend, const model_type& model, train_options options)
-        : m_backend(backend),
-          m_model(model),
-          m_options(std::move(options)),
-          m_compute(backend.make_stream("compute")),
-          m_act(backend, model, m_options.batch, m_options.seq, m_options.activations) {
-        validate(m_options.adamw);
-        for (std::size_t g = 0; g < m_options.homes.size(); ++g)
-            if (m_options.homes[g] != group_home::device())
-                throw error("the resident trainer keeps every group on the device; group " + std::to_string(g) +
-                                "'s home has weights in the " + std::string(name_of(m_options.homes[g].weights)) +
-                                " tier",
-                            "train a plan with host or storage homes with the streamed trainer (with_planned_trainer)");
-        if (m_options.seq > model.max_seq())
-            throw error("sequence length " + std::to_string(m_options.seq) + " exceeds the model's context " +
-                            std::to_string(model.max_seq()),
-                        "lower --seq-len or build the model with a longer context");
-        const auto& groups = model.groups();
-        for (std::size_t g = 0; g < groups.size(); ++g) {
-            const std::string n = "g" + std::to_string(g);
-            m_params.emplace_back(backend, shape{groups[g].numel()}, "params." + n);
-            m_grads.emplace_back();
-            m_m.emplace_back();
-            m_v.emplace_back();
-            if (groups[g].frozen()) continue;
-            const shape s{groups[g].trainable_numel()};
-            m_grads.back().emplace(backend, s, "grads." + n);
-            m_m.back().emplace(backend, s, "adam_m." + n);
-            m_v.back().emplace(backend, s, "adam_v." + n);
-        }
-        m_norm_partials_dev.emplace_back(backend, shape{groups.size()}, "grad_norm.partials");
-        m_norm_workspace.emplace_back(backend, shape{detail::norm_workspace_doubles<B>(groups)}, "grad_norm.workspace");
-        m_norm_partials_host.emplace_back(backend, shape{groups.size()}, "grad_norm.partials.host");
-        const std::size_t BT = m_options.batch * m_options.seq;
-        for (std::size_t k = 0; k < std::max<std::size_t>(m_options.accum, 1); ++k) {
-            m_staged_tokens.emplace_back(backend, shape{BT}, "tokens.host");
-            m_staged_tokens.emplace_back(backend, shape{BT}, "targets.host");
-            m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
-        }
-        for (auto* set : {&m_m, &m_v, &m_grads})
-            for (auto& t : *set)
-                if (t) op::zero(m_compute, t->device_data().get(), t->numel());
-        m_compute.synchronize();  // named: the state is ready before the first step
-    }
-
-    const model_type& model() const { return m_model; }
-    const train_options& options() const { return m_options; }
-    long step_count() const { return m_step; }
-    B& backend() { return m_backend; }
-    stream& compute_stream() { return m_compute; }
-
-    // Every stream of the trainer with its trace track name (resident: compute only).
-    template <class F>
-    void for_each_stream(F&& f) {
-        f("compute", m_compute);
-    }
-
-    // The model's initialization from a seed (initialize_groups: one generator per group, all
-    // cores); each group reaches the device by one copy from its worker's buffer.
-    void initialize(std::uint64_t seed) {
-        std::mutex copying;  // one copy at a time on the compute stream
-        initialize_groups(m_model, seed, [](std::size_t) { return std::span<R>{}; }, [&](std::size_t g, std::span<const R> block) {
-            std::lock_guard lock(copying);
-            m_backend.copy(m_params[g].device_data().get(), tier_id::device, block.data(), tier_id::host,
-                           block.size_bytes(), m_compute)
-                .wait();  // named: the worker refills its buffer next
-        });
-    }
-
-    // ---- state, for checkpoints: one group's block of weights / m / v, to and from the host ----
-    // (weights: the whole block; gradients, m, v: the trainable prefix, nothing for a frozen group)
-    enum class state_kind { params, adam_m, adam_v, grads };
-    void download(state_kind k, std::size_t g, std::span<R> out) {
-        auto& t = pick(k, g);
-        tiered_tensor<R, host_tier, B> host(m_backend, t.shape(), "download.host");
-        host.copy_from(t, m_compute).wait();  // named: checkpoint I/O
-        std::copy(host.span().begin(), host.span().end(), out.begin());
-    }
-    void upload(state_kind k, std::size_t g, std::span<const R> in) {
-        auto& t = pick(k, g);
-        if (in.size() != t.numel()) throw error("upload: block size mismatch for group " + std::to_string(g));
-        tiered_tensor<R, host_tier, B> host(m_backend, t.shape(), "upload.host");
-        std::copy(in.begin(), in.end(), host.span().begin());
-        t.copy_from(host, m_compute).wait();  // named: checkpoint I/O
-    }
-    void set_step_count(long step) { m_step = step; }
-
-    // One optimizer step over `micro` (accum micro-batches of B x T tokens each).
-    step_result step(std::span<const data::batch> micro) {
-        const long update = m_step + 1;
-        const std::size_t counted = detail::check_micro_batches(micro, m_options, update, m_model.vocab_size());
-        const std::size_t BT = m_options.batch * m_options.seq;
-
-        for (auto& g : m_grads)
-            if (g) op::zero(m_compute, g->device_data().get(), g->numel());
-        resident_binder bind{*this};
-        for (std::size_t k = 0; k < micro.size(); ++k) {
-            stage_tokens(micro[k], k);
-            m_model.forward_backward(bind, m_act, m_options.batch, m_options.seq, 1.0 / static_cast<double>(counted),
-                                     m_compute);
-            copy_async(m_backend, m_staged_losses[k].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute);
-        }
-
-        step_result r;
-        r.step = update;
-        r.tokens = BT * micro.size();
-        r.counted = counted;
-        r.grad_norm = grad_norm();  // named wait inside
-        for (std::size_t k = 0; k < micro.size(); ++k)  // the losses precede the norm's partials on the stream
-            for (R x : m_staged_losses[k].span()) r.loss += static_cast<double>(x);
-        r.loss /= static_cast<double>(counted);
-        detail::check_finite(r, update);
-
-        r.lr = lr_at(m_options.schedule, m_step);
-        const double coefficient = m_options.clip > 0 ? clip_coefficient(r.grad_norm, m_options.clip, update) : 1.0;
-        const auto& groups = m_model.groups();
-        for (std::size_t g = 0; g < groups.size(); ++g) {
-            if (groups[g].frozen()) continue;
-            R* grad = m_grads[g]->device_data().get();
-            if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
-            for (const auto& slot : groups[g].slots()) {
-                if (!slot.spec.trainable) continue;
-                const std::size_t o = slot.offset, n = slot.spec.shape.numel();
-                op::adamw(m_compute, m_params[g].device_data().get() + o, grad + o, m_m[g]->device_data().get() + o,
-                          m_v[g]->device_data().get() + o, n, m_options.adamw, r.lr, update, slot.spec.decay);
-            }
-        }
-        m_compute.synchronize();  // named: step end (the staging is reused by the next step)
-        m_step = update;
-        return r;
-    }
-
-    // Mean loss over the given batches, without touching gradients or the optimizer.
-    double evaluate(std::span<const data::batch> batches) {
-        const std::size_t BT = m_options.batch * m_options.seq;
-        double total = 0;
-        std::size_t counted = 0;
-        resident_binder bind{*this};
-        for (const auto& b : batches) {
-            detail::check_token_ids(b, m_model.vocab_size());
-            for (auto t : b.targets) counted += t != kernels::cpu::ignore_index;
-            stage_tokens(b, 0);
-            m_model.forward(bind, m_act, m_options.batch, m_options.seq, m_compute);
-            copy_async(m_backend, m_staged_losses[0].view(), m_act.losses_tensor().view().flat(0, shape{BT}), m_compute)
-                .wait();  // named: evaluation losses (the staging is reused by the next batch)
-            for (R x : m_staged_losses[0].span()) total += static_cast<double>(x);
-        }
-        return counted ? total / static_cast<double>(counted) : 0.0;
-    }
-
-private:
-    struct resident_binder {
-        trainer& t;
-        const R* params(std::size_t g, stream&, group_use) { return t.m_params[g].device_data().get(); }
-        R* grads(std::size_t g, stream&) { return t.m_grads[g] ? t.m_grads[g]->device_data().get() : nullptr; }
-        void done(std::size_t, stream&, group_use) {}
-    };
-
-    // Micro-batch k's tokens and targets into their staging, and on to the device (asynchronous).
-    void stage_tokens(const data::batch& b, std::size_t k) {
-        auto& tok = m_staged_tokens[2 * k];
-        auto& tgt = m_staged_tokens[2 * k + 1];
-        std::copy(b.inputs.begin(), b.inputs.end(), tok.span().begin());
-        std::copy(b.targets.begin(), b.targets.end(), tgt.span().begin());
-        m_act.tokens_tensor().copy_from(tok, m_compute);
-        m_act.targets_tensor().copy_from(tgt, m_compute);
-    }
-
-    tiered_tensor<R, device_tier, B>& pick(state_kind k, std::size_t g) {
-        if (k == state_kind::params) return m_params[g];
-        auto& t = k == state_kind::adam_m ? m_m[g] : k == state_kind::adam_v ? m_v[g] : m_grads[g];
-        if (!t) throw error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
-        return *t;
-    }
-
-    // Exact global L2 norm: per-group sums of squares in double, summed on the host in group order
-    // (frozen groups have none).
-    double grad_norm() {
-        double* partials = m_norm_partials_dev[0].device_data().get();
-        for (std::size_t g = 0; g < m_grads.size(); ++g)
-            if (m_grads[g])
-                op::sum_of_squares(m_compute, partials + g, m_norm_workspace[0].device_data().get(),
-                                   m_grads[g]->device_data().get(), m_grads[g]->numel());
-        m_norm_partials_host[0].copy_from(m_norm_partials_dev[0], m_compute).wait();  // named: grad norm
-        return detail::global_norm(m_model.groups(), m_norm_partials_host[0].span());
-    }
-
-    B& m_backend;
-    const model_type& m_model;
-    train_options m_options;
-    stream m_compute;
-    typename model_type::activations m_act;
-    std::vector<tiered_tensor<R, device_tier, B>> m_params;
-    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_grads, m_m, m_v;  // empty: a frozen group
-    std::vector<tiered_tensor<double, device_tier, B>> m_norm_partials_dev, m_norm_workspace;
-    std::vector<tiered_tensor<double, host_tier, B>> m_norm_partials_host;
-    std::vector<tiered_tensor<std::int32_t, host_tier, B>> m_staged_tokens;  // (accum x 2) tokens, targets
-    std::vector<tiered_tensor<R, host_tier, B>> m_staged_losses;             // (accum) per-token losses
-    long m_step = 0;
-};
 
 }  // namespace strata
 
@@ -364,10 +149,6 @@ struct select_trainer {
                   "no trainer for this Placement/Moments pair: use resident_placement with moments_in<device_tier>, "
                   "or prefetch_pipeline<N> with moments_in<host_tier> or moments_in<storage_tier>");
 };
-template <class R, Backend B, class Model>
-struct select_trainer<R, B, resident_placement, moments_in<device_tier>, Model> {
-    using type = trainer<R, B, Model>;
-};
 
 // Model: gpt_model<R, B> (default) or a decoder_model of Layers.
 template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>,
@@ -375,3 +156,7 @@ template <class R, Backend B, class Placement = resident_placement, class Moment
 using trainer_t = typename select_trainer<R, B, Placement, Moments, Model>::type;
 
 }  // namespace strata
+
+// The trainer itself, and the specializations of select_trainer (resident and streamed plans are
+// two sets of homes of one trainer): included last, so that including this header is enough.
+#include <strata/train/streamed_trainer.hpp>  // tiered_trainer, trainer
