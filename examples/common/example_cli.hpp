@@ -78,7 +78,8 @@ activation_policy activation_policy_of(const Args& a) {
 }
 
 // Calls f.template operator()<Trainer>() with the trainer type the plan asks for: resident, or
-// streamed with prefetch depth slots - 1 (2 at most) and AdamW moments where the plan puts them.
+// tiered with prefetch depth slots - 1 (2 at most); which group lives where is the plan's data
+// (train_options::homes = memory_plan::trainer_homes()), the Moments tier only its default.
 template <Backend B, class Model, class F>
 int with_planned_trainer(const memory_plan& p, F&& f) {
     using R = typename Model::value_type;
