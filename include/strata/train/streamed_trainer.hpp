@@ -80,9 +80,7 @@ public:
     using stream = typename B::stream;
     using event = typename B::event;
     using op = ops<B>;
-    // One group's block of a kind, for checkpoints (download/upload): weights are the whole
-    // block; gradients, m and v the trainable prefix (nothing for a frozen group).
-    enum class state_kind { params, adam_m, adam_v, grads };
+    using state_kind = trainer_state_kind;
 
     tiered_trainer(B& backend, const model_type& model, train_options options)
         : m_backend(backend),

@@ -53,6 +53,11 @@ struct train_options {
     std::vector<group_home> homes;
 };
 
+// One group's block of a kind, for checkpoints (a trainer's download/upload): weights are the
+// whole block; gradients, m and v the trainable prefix (nothing for a frozen group). One enum for
+// every trainer configuration, so that the state moves between them.
+enum class trainer_state_kind { params, adam_m, adam_v, grads };
+
 struct step_result {
     long step = 0;           // 1-based number of this update
     double loss = 0;         // mean over the counted tokens of the effective batch
