@@ -38,7 +38,7 @@ streamed=(--placement streamed --device-budget 4M --storage-dir "$work/storage")
 "$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --out "$work/streamed" --metrics "$work/streamed.jsonl" \
   --trace "$work/streamed-trace.json" > "$work/streamed.log"
 grep -q "memory plan: streamed placement" "$work/streamed.log" || fail "not streamed: $(head -8 "$work/streamed.log")"
-grep -q "m storage, v storage" "$work/streamed.log" || fail "moments not on storage: $(head -8 "$work/streamed.log")"
+grep -q "AdamW m, v on storage" "$work/streamed.log" || fail "moments not on storage: $(head -8 "$work/streamed.log")"
 [[ "$(grep -o '"loss":[^,}]*' "$work/streamed.jsonl")" == "$full_losses" ]] || fail "streamed losses differ from resident"
 grep -q '"bytes_storage_read":[1-9]' "$work/streamed.jsonl" || fail "no storage traffic in the streamed metrics"
 grep -q '"bytes_h2d":[1-9]' "$work/streamed.jsonl" || fail "no H2D traffic in the streamed metrics"

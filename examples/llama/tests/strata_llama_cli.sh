@@ -20,7 +20,7 @@ common=(--data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 16 --hidden 24 -
   --out "$work/storage-run" --metrics "$work/storage.jsonl" > "$work/storage.log"
 grep -q "resident placement" "$work/resident.log" || fail "resident run did not plan resident: $(cat "$work/resident.log")"
 grep -q "streamed placement" "$work/streamed.log" || fail "streamed run did not plan streamed: $(cat "$work/streamed.log")"
-grep -q "m storage" "$work/storage.log" || fail "--moments storage did not put m on storage: $(cat "$work/storage.log")"
+grep -q "AdamW m, v on storage" "$work/storage.log" || fail "--moments storage did not put m on storage: $(cat "$work/storage.log")"
 ckpt="$work/resident/step-000004"
 for f in model.safetensors config.json optimizer.safetensors trainer_state.json; do
   [[ -f "$ckpt/$f" ]] || fail "checkpoint lacks $f"
