@@ -11,8 +11,10 @@
 # directory with examples/strata-gpt; DATA: a folder with corpus/nlp-corpus.txt and gpt2/ (vocab.json,
 # merges.txt); HOST_BUDGET (default 100G: the pinned tier, leaving RAM for the process itself);
 # STEPS_XL, STEPS_10B (default 6 and 4); ONLY: a bash regular expression of run names (xl, 10b, 16b).
-# The 16b run (52 x 5120, 16.6B parameters: device + host + storage, --save none) runs only when
-# ONLY names it.
+# The 16b run (52 x 5120, 16.6B parameters: device + host + storage, --save none; STEPS_16B, default
+# 4; LIMIT_16B seconds, default 560; LR_16B, default "--lr 3e-8 --min-lr 0 --schedule constant --warmup 0": at
+# this width and depth Adam's first, sign-like step of 2e-6 already doubles the loss, see
+# docs/benchmarks.md) runs only when ONLY names it.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/capacity-out}
@@ -35,7 +37,7 @@ run() {  # name, timeout, options...
 }
 run xl 150 --n-layer 48 --n-embd 1600 --n-head 25 --steps "${STEPS_XL:-6}"
 run 10b 330 --n-layer 40 --n-embd 4608 --n-head 36 --steps "${STEPS_10B:-4}"
-run 16b 560 --n-layer 52 --n-embd 5120 --n-head 40 --steps 3 --lr 3e-5 --warmup 0 --storage-budget "${STORAGE_BUDGET:-52G}"
+run 16b "${LIMIT_16B:-560}" --n-layer 52 --n-embd 5120 --n-head 40 --steps "${STEPS_16B:-4}" ${LR_16B:---lr 3e-8 --min-lr 0 --schedule constant --warmup 0} --storage-budget "${STORAGE_BUDGET:-52G}"
 python3 - "$OUT" <<'PY'
 import json, os, statistics, sys
 out = sys.argv[1]

@@ -125,6 +125,11 @@ TEST_CASE("inconsistent schedules are refused with the offending field") {
     s.min_lr = 2.0;
     CHECK(message_of(s, 0).find("min_lr") != std::string::npos);
 
+    s = make(lr_kind::constant, 0, 100);  // small rates are printed as they were given, not 0.000000
+    s.lr = 3e-8;
+    s.min_lr = 1e-4;
+    CHECK(message_of(s, 0).find("min_lr (0.0001) is larger than lr (3e-08)") != std::string::npos);
+
     s = make(lr_kind::cosine, 101, 100);
     CHECK(message_of(s, 0).find("warmup_steps (101) exceeds total_steps (100)") != std::string::npos);
 

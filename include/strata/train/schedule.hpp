@@ -21,6 +21,7 @@
 #include <strata/core/error.hpp>  // strata::error
 
 #include <cmath>        // std::cos, std::floor, std::isfinite, std::pow
+#include <cstdio>       // std::snprintf
 #include <numbers>      // std::numbers::pi
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
@@ -63,12 +64,17 @@ inline lr_kind parse_lr_kind(std::string_view name) {
 // Throws on the first inconsistent field, naming it and its value.
 inline void validate(const lr_schedule& s) {
     const auto bad = [](const std::string& what, const std::string& hint) { throw error("lr schedule: " + what, hint); };
+    const auto rate = [](double x) {  // 3e-08, not std::to_string's 0.000000
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", x);
+        return std::string(text);
+    };
     if (!(std::isfinite(s.lr) && s.lr > 0))
-        bad("lr must be a positive finite number, got " + std::to_string(s.lr), "pass e.g. --lr 6e-4");
+        bad("lr must be a positive finite number, got " + rate(s.lr), "pass e.g. --lr 6e-4");
     if (!(std::isfinite(s.min_lr) && s.min_lr >= 0))
-        bad("min_lr must be a finite number >= 0, got " + std::to_string(s.min_lr), "pass e.g. --min-lr 6e-5");
+        bad("min_lr must be a finite number >= 0, got " + rate(s.min_lr), "pass e.g. --min-lr 6e-5");
     if (s.min_lr > s.lr)
-        bad("min_lr (" + std::to_string(s.min_lr) + ") is larger than lr (" + std::to_string(s.lr) + ")",
+        bad("min_lr (" + rate(s.min_lr) + ") is larger than lr (" + rate(s.lr) + ")",
             "the schedule decays from lr down to min_lr; lower --min-lr");
     if (s.total_steps < 1)
         bad("total_steps must be >= 1, got " + std::to_string(s.total_steps), "pass the run's number of steps");
