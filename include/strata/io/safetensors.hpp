@@ -11,7 +11,8 @@
 // Tensor data is little-endian and row-major.
 #pragma once
 
-#include <strata/core/error.hpp>       // strata::error
+#include <strata/core/error.hpp>          // strata::error
+#include <strata/core/float_formats.hpp>  // bf16_to_float, f16_to_float
 #include <strata/io/atomic_write.hpp>  // write_file_atomically, atomic_file_writer, detail:: file helpers
 
 #include <nlohmann/json.hpp>  // nlohmann::json (reading), nlohmann::ordered_json (writing in field order)
@@ -26,7 +27,7 @@
 #include <filesystem>   // std::filesystem::path
 #include <functional>   // std::invoke
 #include <map>          // std::map
-#include <memory>       // std::unique_ptr
+#include <memory>       // std::unique_ptr, std::shared_ptr
 #include <new>          // std::align_val_t, operator new[]
 #include <optional>     // std::optional
 #include <ranges>       // std::ranges::contiguous_range, range_value_t, data, size
@@ -441,6 +442,10 @@ struct safetensors_tensor_info {
 // multiple of its element size. Hugging Face's writer orders tensors by dtype size to arrange
 // that; safetensors_writer keeps insertion order, so a narrow dtype added before a wide one can
 // misalign it. copy_to() works for any offset.
+//
+// open_header() validates the same header but reads no tensor data: the file stays open and
+// read_as_float() reads one tensor at a time straight into its destination (a checkpoint of many
+// GB is never held whole in memory). Such a file has no bytes() or get() views.
 class safetensors_file {
 public:
     static safetensors_file open(const std::filesystem::path& path) {
@@ -453,6 +458,27 @@ public:
         std::byte* start = file.allocate(size, size >= 8 ? read_header_length(length) : 0);
         detail::read_exactly(fd.get(), std::span(start, size), 0, path);
         file.parse(std::span<const std::byte>(start, size));
+        return file;
+    }
+
+    // Only the header is read and validated (against the file's size); tensors are read on demand
+    // by read_as_float(), from the file kept open.
+    static safetensors_file open_header(const std::filesystem::path& path) {
+        detail::unique_fd fd = detail::open_or_throw(path, O_RDONLY, "open safetensors file");
+        const std::uint64_t size = detail::file_size_of(fd.get(), path);
+        safetensors_file file;
+        file.m_source = path.string();
+        if (size < 8)
+            file.fail_corrupt("the file is " + std::to_string(size) +
+                              " bytes long, shorter than the 8-byte header length that starts every safetensors file");
+        std::array<std::byte, 8> length{};
+        detail::read_exactly(fd.get(), length, 0, path);
+        const std::uint64_t n = file.checked_header_length(read_header_length(length), size - 8);
+        std::string text(static_cast<std::size_t>(n), '\0');
+        detail::read_exactly(fd.get(), std::as_writable_bytes(std::span(text)), 8, path);
+        file.parse_header(text, size - 8 - n, nullptr);
+        file.m_data_start = 8 + n;
+        file.m_fd = std::make_shared<detail::unique_fd>(std::move(fd));
         return file;
     }
 
@@ -492,7 +518,60 @@ public:
         return m_infos[it->second];
     }
 
-    std::span<const std::byte> bytes(std::string_view name) const { return info(name).bytes; }
+    std::span<const std::byte> bytes(std::string_view name) const {
+        require_in_memory(name);
+        return info(name).bytes;
+    }
+
+    // True when only the header was read (open_header): tensors are read with read_as_float().
+    bool header_only() const noexcept { return m_fd != nullptr; }
+
+    // The tensor converted to float exactly: F32 as is, BF16 and F16 widened (every value of
+    // either is a float). Works on whole files and header-only ones (read from the file in pieces,
+    // so the only memory used is `destination` and a bounded staging buffer). F64 and the integer
+    // dtypes are refused: they do not convert exactly, or are not weights.
+    void read_as_float(std::string_view name, std::span<float> destination) const {
+        const safetensors_tensor_info& t = info(name);
+        if (t.dtype != safetensors_dtype::f32 && t.dtype != safetensors_dtype::bf16 && t.dtype != safetensors_dtype::f16)
+            fail("tensor '" + std::string(name) + "' is " + std::string(to_string(t.dtype)) +
+                     "; read_as_float converts F32, BF16 and F16 exactly, and nothing else",
+                 "convert the checkpoint's weights to one of those dtypes");
+        if (destination.size() != t.element_count())
+            fail("tensor '" + std::string(name) + "' has shape " + detail::shape_string(t.shape) + " (" +
+                     std::to_string(t.element_count()) + " elements), but the destination holds " +
+                     std::to_string(destination.size()) + " elements",
+                 "size the destination to the tensor, or check that the file matches the model");
+        const std::size_t width = element_size(t.dtype);
+        const auto convert = [&](std::span<const std::byte> from, float* to) {
+            const std::size_t count = from.size() / width;
+            if (t.dtype == safetensors_dtype::f32) {
+                std::memcpy(to, from.data(), from.size());
+                return;
+            }
+            for (std::size_t i = 0; i < count; ++i) {
+                std::uint16_t bits;
+                std::memcpy(&bits, from.data() + 2 * i, 2);
+                to[i] = t.dtype == safetensors_dtype::bf16 ? bf16_to_float(bits) : f16_to_float(bits);
+            }
+        };
+        if (!header_only()) {
+            convert(t.bytes, destination.data());
+            return;
+        }
+        if (t.dtype == safetensors_dtype::f32) {  // straight into the destination
+            detail::read_exactly(m_fd->get(), std::as_writable_bytes(destination), m_data_start + t.begin, m_source);
+            return;
+        }
+        constexpr std::size_t staging_elements = std::size_t{1} << 21;  // 4 MiB of 16-bit values
+        std::vector<std::byte> staging(std::min<std::size_t>(destination.size(), staging_elements) * width);
+        for (std::size_t done = 0; done < destination.size();) {
+            const std::size_t count = std::min(staging_elements, destination.size() - done);
+            const std::span<std::byte> piece(staging.data(), count * width);
+            detail::read_exactly(m_fd->get(), piece, m_data_start + t.begin + done * width, m_source);
+            convert(piece, destination.data() + done);
+            done += count;
+        }
+    }
 
     // A view into the file's buffer, valid as long as this object lives.
     template <SafetensorsElement T>
@@ -542,6 +621,22 @@ private:
 
     std::string prefix() const { return "safetensors: '" + m_source + "': "; }
 
+    void require_in_memory(std::string_view name) const {
+        if (header_only())
+            fail("tensor '" + std::string(name) + "' has no bytes in memory: the file was opened with open_header()",
+                 "read it with read_as_float(), or open the whole file with open()");
+    }
+
+    std::uint64_t checked_header_length(std::uint64_t n, std::uint64_t after_length) const {
+        if (n > safetensors_max_header_bytes)
+            fail_corrupt("the header length is " + std::to_string(n) + " bytes, above the limit of " +
+                         std::to_string(safetensors_max_header_bytes));
+        if (n > after_length)
+            fail_corrupt("the header length is " + std::to_string(n) + " bytes, larger than the " +
+                         std::to_string(after_length) + " bytes that follow it");
+        return n;
+    }
+
     [[noreturn]] void fail(const std::string& what, const std::string& hint) const {
         throw error(prefix() + what, hint);
     }
@@ -551,14 +646,17 @@ private:
     }
 
     void parse(std::span<const std::byte> file);
+    // buffer: the byte buffer in memory, or null for a header-only file (then only its size is known).
+    void parse_header(std::string_view text, std::uint64_t buffer_size, const std::byte* buffer);
     void parse_metadata(const nlohmann::json& value);
     safetensors_tensor_info parse_tensor(const std::string& name, const nlohmann::json& value,
-                                         std::span<const std::byte> buffer) const;
+                                         std::uint64_t buffer_size, const std::byte* buffer) const;
     void check_coverage(std::uint64_t buffer_size) const;
 
     template <SafetensorsElement T>
     const safetensors_tensor_info& checked(std::string_view name,
                                            const std::vector<std::size_t>* expected_shape) const {
+        require_in_memory(name);
         const safetensors_tensor_info& t = info(name);
         if (t.dtype != safetensors_dtype_v<T>)
             fail("tensor '" + std::string(name) + "' is " + std::string(to_string(t.dtype)) + ", but was read as " +
@@ -604,22 +702,22 @@ private:
     std::vector<safetensors_tensor_info> m_infos;  // parallel to m_names
     std::map<std::string, std::size_t, std::less<>> m_index;
     std::map<std::string, std::string, std::less<>> m_metadata;
+    std::shared_ptr<detail::unique_fd> m_fd;  // header-only files: the open file
+    std::uint64_t m_data_start = 0;           // header-only files: the byte buffer's offset in it
 };
 
 inline void safetensors_file::parse(std::span<const std::byte> file) {
     if (file.size() < 8)
         fail_corrupt("the file is " + std::to_string(file.size()) +
                      " bytes long, shorter than the 8-byte header length that starts every safetensors file");
-    const std::uint64_t n = read_header_length(file.first<8>());
-    if (n > safetensors_max_header_bytes)
-        fail_corrupt("the header length is " + std::to_string(n) + " bytes, above the limit of " +
-                     std::to_string(safetensors_max_header_bytes));
-    if (n > file.size() - 8)
-        fail_corrupt("the header length is " + std::to_string(n) + " bytes, larger than the " +
-                     std::to_string(file.size() - 8) + " bytes that follow it");
-    m_header_size = n;
+    const std::uint64_t n = checked_header_length(read_header_length(file.first<8>()), file.size() - 8);
     const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), static_cast<std::size_t>(n));
     const std::span<const std::byte> buffer = file.subspan(8 + static_cast<std::size_t>(n));
+    parse_header(text, buffer.size(), buffer.data());
+}
+
+inline void safetensors_file::parse_header(std::string_view text, std::uint64_t buffer_size, const std::byte* buffer) {
+    m_header_size = text.size();
     if (text.empty() || text.front() != '{')
         fail_corrupt("the header does not start with '{'");
 
@@ -663,9 +761,9 @@ inline void safetensors_file::parse(std::span<const std::byte> file) {
             fail_corrupt("a tensor has an empty name");
         m_index.emplace(name, m_names.size());
         m_names.push_back(name);
-        m_infos.push_back(parse_tensor(name, value, buffer));
+        m_infos.push_back(parse_tensor(name, value, buffer_size, buffer));
     }
-    check_coverage(buffer.size());
+    check_coverage(buffer_size);
 }
 
 inline void safetensors_file::parse_metadata(const nlohmann::json& value) {
@@ -681,7 +779,8 @@ inline void safetensors_file::parse_metadata(const nlohmann::json& value) {
 
 inline safetensors_tensor_info safetensors_file::parse_tensor(const std::string& name,
                                                               const nlohmann::json& value,
-                                                              std::span<const std::byte> buffer) const {
+                                                              std::uint64_t buffer_size,
+                                                              const std::byte* buffer) const {
     const std::string where = "tensor '" + name + "'";
     if (!value.is_object()) fail_corrupt(where + " is described by a JSON " + value.type_name() + ", not an object");
     const auto field = [&](const char* key) -> const nlohmann::json& {
@@ -720,16 +819,17 @@ inline safetensors_tensor_info safetensors_file::parse_tensor(const std::string&
     info.end = offsets[1];
     const std::string range = "[" + std::to_string(info.begin) + ", " + std::to_string(info.end) + "]";
     if (info.begin > info.end) fail_corrupt(where + " has data_offsets " + range + " that end before they begin");
-    if (info.end > buffer.size())
+    if (info.end > buffer_size)
         fail_corrupt(where + " has data_offsets " + range + " that reach past the end of the " +
-                     std::to_string(buffer.size()) + "-byte buffer");
+                     std::to_string(buffer_size) + "-byte buffer");
     const std::optional<std::uint64_t> needed = detail::tensor_byte_count(info.shape, info.dtype);
     if (!needed) fail_corrupt(where + " has shape " + detail::shape_string(info.shape) + " whose byte size overflows");
     if (*needed != info.end - info.begin)
         fail_corrupt(where + " has shape " + detail::shape_string(info.shape) + " of " + std::string(to_string(info.dtype)) +
                      ", which needs " + std::to_string(*needed) + " bytes, but its data_offsets " + range + " span " +
                      std::to_string(info.end - info.begin));
-    info.bytes = buffer.subspan(static_cast<std::size_t>(info.begin), static_cast<std::size_t>(info.end - info.begin));
+    if (buffer)
+        info.bytes = {buffer + info.begin, static_cast<std::size_t>(info.end - info.begin)};
     return info;
 }
 
