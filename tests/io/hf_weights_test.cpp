@@ -129,6 +129,7 @@ TEST_CASE("read_as_float: F32, BF16 and F16 tensors, from a whole file and from 
     w.add("b.bf16", safetensors_dtype::bf16, {6}, raw(bf16));
     w.add("c.f16", safetensors_dtype::f16, {f16.size()}, raw(f16));
     w.add("d.i64", std::vector<std::size_t>{2}, std::vector<std::int64_t>{1, 2});
+    w.add("e.empty", std::vector<std::size_t>{0, 4}, std::vector<float>{});  // fuzz regression: no data, no memcpy
     w.write(dir / "w.safetensors");
 
     for (const bool header_only : {false, true}) {
@@ -146,6 +147,9 @@ TEST_CASE("read_as_float: F32, BF16 and F16 tensors, from a whole file and from 
         bool all = true;
         for (std::size_t i = 0; i < f16.size(); ++i) all = all && wide[i] == strata::f16_to_float(f16[i]);
         CHECK(all);
+        std::vector<float> none;
+        file.read_as_float("e.empty", none);  // UBSan: memcpy into a null pointer before the fix
+        CHECK(none.empty());
         CHECK(has(error_of([&] { file.read_as_float("d.i64", out); }), "'d.i64' is I64; read_as_float converts F32, BF16"));
         CHECK(has(error_of([&] { file.read_as_float("a.f32", std::span(out).first(5)); }), "destination holds 5 elements"));
         if (header_only) {  // no in-memory views of a header-only file

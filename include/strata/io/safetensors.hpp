@@ -541,6 +541,7 @@ public:
                      std::to_string(t.element_count()) + " elements), but the destination holds " +
                      std::to_string(destination.size()) + " elements",
                  "size the destination to the tensor, or check that the file matches the model");
+        if (destination.empty()) return;  // a tensor with a zero extent: nothing to read
         const std::size_t width = element_size(t.dtype);
         const auto convert = [&](std::span<const std::byte> from, float* to) {
             const std::size_t count = from.size() / width;
