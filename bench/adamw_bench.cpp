@@ -11,9 +11,9 @@
 // each AdamW row's bytes/s over those rows on the same number of threads: 1.0 against
 // adamw-shaped means AdamW runs at the memory's speed. items_per_second counts parameters for
 // AdamW rows and elements for STREAM rows.
+#include <strata/optim/adamw.hpp>             // adamw_update, adamw_hparams
 #include <strata/optim/adamw_simd.hpp>        // adamw_update_fast, adamw_update_parallel, adamw_path
 #include <strata/optim/host_thread_pool.hpp>  // host_thread_pool
-#include <strata/train/adamw.hpp>             // adamw_update, adamw_hparams
 
 #include <benchmark/benchmark.h>  // benchmark::State, RegisterBenchmark, ClobberMemory
 

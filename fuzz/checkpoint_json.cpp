@@ -7,10 +7,10 @@
 // 2.5 or 1e30, no true as 1).
 #include "fuzz_check.hpp"
 
-#include <strata/data/loader.hpp>       // data::loader_cursor
-#include <strata/io/json_file.hpp>      // parse_json_text, json_field
-#include <strata/model/gpt_config.hpp>  // gpt_config
-#include <strata/train/rng.hpp>         // rng
+#include <strata/core/rng.hpp>        // rng
+#include <strata/data/loader.hpp>     // data::loader_cursor
+#include <strata/io/json_file.hpp>    // parse_json_text, json_field
+#include <strata/nn/gpt2_config.hpp>  // gpt_config
 
 #include "../examples/llama/llama_model.hpp"  // llama::llama_config
 

@@ -15,13 +15,13 @@
 #pragma once
 
 #include <strata/core/error.hpp>            // strata::error
+#include <strata/core/rng.hpp>              // strata::rng
 #include <strata/model/gpt.hpp>             // strata::group_use
 #include <strata/model/sampler.hpp>         // strata::sample_options, strata::sample_token
 #include <strata/tensor/copy.hpp>           // strata::copy_async
 #include <strata/tensor/tensor_view.hpp>    // strata::tensor_view
 #include <strata/tensor/tiered_tensor.hpp>  // strata::tiered_tensor
 #include <strata/text/tokenizer.hpp>        // strata::token_id
-#include <strata/train/rng.hpp>             // strata::rng
 
 #include <algorithm>  // std::copy, std::fill, std::min
 #include <cstddef>    // std::size_t

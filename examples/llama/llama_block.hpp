@@ -17,11 +17,11 @@
 
 #include "llama_ops.hpp"  // llama_ops
 
-#include <strata/backend/backend.hpp>     // strata::Backend
-#include <strata/core/error.hpp>          // strata::error
-#include <strata/model/param_layout.hpp>  // strata::param_spec, strata::param_layout
-#include <strata/nn/layer.hpp>            // strata::Layer, strata::check_layer
-#include <strata/nn/ops.hpp>              // strata::ops
+#include <strata/backend/backend.hpp>      // strata::Backend
+#include <strata/core/error.hpp>           // strata::error
+#include <strata/nn/layer.hpp>             // strata::Layer, strata::check_layer
+#include <strata/nn/ops.hpp>               // strata::ops
+#include <strata/tensor/param_layout.hpp>  // strata::param_spec, strata::param_layout
 
 #include <algorithm>  // std::max
 #include <cstddef>    // std::size_t

@@ -31,8 +31,8 @@
 #include <strata/io/json_file.hpp>         // strata::read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
 #include <strata/model/decoder.hpp>        // strata::decoder_model, strata::decoder_config
-#include <strata/model/param_layout.hpp>   // strata::param_slot
 #include <strata/nn/cpu_ops.hpp>           // strata::ops<cpu_backend>
+#include <strata/tensor/param_layout.hpp>  // strata::param_slot
 #include <strata/train/checkpoint.hpp>     // strata::save_checkpoint, load_checkpoint, for_each_block
 
 #include <nlohmann/json.hpp>  // nlohmann::json

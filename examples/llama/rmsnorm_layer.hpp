@@ -13,10 +13,10 @@
 
 #include "llama_ops.hpp"  // llama_ops
 
-#include <strata/backend/backend.hpp>     // strata::Backend
-#include <strata/core/error.hpp>          // strata::error
-#include <strata/model/param_layout.hpp>  // strata::param_spec, strata::param_layout
-#include <strata/nn/ops.hpp>              // strata::ops (zero)
+#include <strata/backend/backend.hpp>      // strata::Backend
+#include <strata/core/error.hpp>           // strata::error
+#include <strata/nn/ops.hpp>               // strata::ops (zero)
+#include <strata/tensor/param_layout.hpp>  // strata::param_spec, strata::param_layout
 
 #include <cstddef>  // std::size_t
 #include <string>   // std::to_string

@@ -21,9 +21,9 @@
 
 #include "gpt2_lora_block.hpp"  // gpt2_lora_config, gpt2_projection_shape, gpt2_projections
 
-#include <strata/core/error.hpp>          // strata::error
-#include <strata/io/safetensors.hpp>      // strata::safetensors_writer, strata::safetensors_file
-#include <strata/model/param_layout.hpp>  // strata::param_layout, strata::param_slot
+#include <strata/core/error.hpp>           // strata::error
+#include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
+#include <strata/tensor/param_layout.hpp>  // strata::param_layout, strata::param_slot
 
 #include <algorithm>    // std::copy, std::min
 #include <charconv>     // std::to_chars, std::from_chars

@@ -22,14 +22,14 @@
 
 #include "lora_linear.hpp"  // lora_forward, lora_backward, init_lora_adapters
 
-#include <strata/backend/backend.hpp>     // strata::Backend
-#include <strata/core/error.hpp>          // strata::error
-#include <strata/model/gpt.hpp>           // strata::gpt_config, strata::gpt_block_params
-#include <strata/model/param_layout.hpp>  // strata::param_spec, strata::param_layout
-#include <strata/nn/gpt2_block.hpp>       // strata::gpt2_block (its initialization of the base)
-#include <strata/nn/layer.hpp>            // strata::Layer
-#include <strata/nn/ops.hpp>              // strata::ops
-#include <strata/train/rng.hpp>           // strata::rng
+#include <strata/backend/backend.hpp>      // strata::Backend
+#include <strata/core/error.hpp>           // strata::error
+#include <strata/core/rng.hpp>             // strata::rng
+#include <strata/model/gpt.hpp>            // strata::gpt_config, strata::gpt_block_params
+#include <strata/nn/gpt2_block.hpp>        // strata::gpt2_block (its initialization of the base)
+#include <strata/nn/layer.hpp>             // strata::Layer
+#include <strata/nn/ops.hpp>               // strata::ops
+#include <strata/tensor/param_layout.hpp>  // strata::param_spec, strata::param_layout
 
 #include <algorithm>    // std::find
 #include <array>        // std::array

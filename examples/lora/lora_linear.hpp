@@ -17,12 +17,12 @@
 // Glossary: B batch, T time, C input features, OC output features, r the adapter's rank.
 #pragma once
 
-#include <strata/backend/backend.hpp>     // strata::Backend
-#include <strata/core/error.hpp>          // strata::error
-#include <strata/model/param_layout.hpp>  // strata::param_spec, strata::param_layout
-#include <strata/nn/layer.hpp>            // strata::Layer, strata::check_layer
-#include <strata/nn/ops.hpp>              // strata::ops
-#include <strata/train/rng.hpp>           // strata::rng
+#include <strata/backend/backend.hpp>      // strata::Backend
+#include <strata/core/error.hpp>           // strata::error
+#include <strata/core/rng.hpp>             // strata::rng
+#include <strata/nn/layer.hpp>             // strata::Layer, strata::check_layer
+#include <strata/nn/ops.hpp>               // strata::ops
+#include <strata/tensor/param_layout.hpp>  // strata::param_spec, strata::param_layout
 
 #include <algorithm>  // std::max, std::fill
 #include <cmath>      // std::isfinite, std::sqrt

@@ -2,7 +2,7 @@
 #include "cuda/cuda_test_util.cuh"  // skip_without_gpu, device_buffer, test_stream, comparisons
 
 #include <strata/kernels/cuda/adamw.cuh>  // the kernel under test
-#include <strata/train/adamw.hpp>         // adamw_update, adamw_constants_for (the oracle)
+#include <strata/optim/adamw.hpp>         // adamw_update, adamw_constants_for (the oracle)
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE, CAPTURE
 

@@ -2,8 +2,8 @@
 // bitwise comparison that names the first differing element, and the paths to compare.
 #pragma once
 
+#include <strata/optim/adamw.hpp>       // adamw_hparams
 #include <strata/optim/adamw_simd.hpp>  // adamw_path, adamw_path_available, name_of
-#include <strata/train/adamw.hpp>       // adamw_hparams
 
 #include <doctest/doctest.h>  // MESSAGE
 

@@ -1,11 +1,11 @@
 // adamw_update_parallel and offloaded_adamw: bitwise equal to adamw_update<float> for 1, 2 and 3
 // threads on every available path, also when the caller runs with flush-to-zero; the clip folded in
 // as a gradient scale; refusals.
-#include <strata/optim/adamw_simd.hpp>        // adamw_update_parallel, adamw_path, adamw_path_available
-#include <strata/optim/host_thread_pool.hpp>  // host_thread_pool
-#include <strata/optim/offloaded_adamw.hpp>   // offloaded_adamw
 #include <strata/kernels/cpu/elementwise.hpp>  // scale_inplace (the separate clip pass the folded scale replaces)
-#include <strata/train/adamw.hpp>             // adamw_update, adamw_hparams
+#include <strata/optim/adamw.hpp>              // adamw_update, adamw_hparams
+#include <strata/optim/adamw_simd.hpp>         // adamw_update_parallel, adamw_path, adamw_path_available
+#include <strata/optim/host_thread_pool.hpp>   // host_thread_pool
+#include <strata/optim/offloaded_adamw.hpp>    // offloaded_adamw
 
 #include "adamw_data.hpp"  // fill, first_bit_difference, hparam_sets, available_paths
 

@@ -1,8 +1,8 @@
 // Every AdamW path this CPU has (scalar, AVX2+FMA, AVX-512F) against the scalar reference
 // adamw_update<float>, bit for bit: odd sizes, every misalignment of head and tail, several steps
 // so m and v carry history, subnormal and huge values, both lerp formulas, with and without decay.
+#include <strata/optim/adamw.hpp>       // adamw_update, adamw_hparams
 #include <strata/optim/adamw_simd.hpp>  // adamw_update_fast, adamw_path, adamw_path_available, resolve
-#include <strata/train/adamw.hpp>       // adamw_update, adamw_hparams
 
 #include "adamw_data.hpp"  // offset_array, fill, first_bit_difference, hparam_sets, available_paths
 

@@ -2,10 +2,10 @@
 // trainer's own model), greedy and seeded sampling, the sliding context window, and input errors.
 #include <strata/backend/cpu_backend.hpp>  // cpu_backend
 #include <strata/core/error.hpp>           // strata::error
+#include <strata/core/rng.hpp>             // rng
 #include <strata/model/gpt.hpp>            // gpt_model
 #include <strata/model/sampler.hpp>        // gpt_sampler, sample_options, sample_token
 #include <strata/nn/cpu_ops.hpp>           // ops<cpu_backend>, for the trainer
-#include <strata/train/rng.hpp>            // rng
 #include <strata/train/trainer.hpp>        // trainer
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, REQUIRE, INFO, MESSAGE

@@ -1,6 +1,6 @@
 // The reference AdamW against values worked out by hand and a trajectory recomputed in long double
 // from the textbook formulas (a different order of operations than the code under test).
-#include <strata/train/adamw.hpp>  // adamw_update, adamw_hparams
+#include <strata/optim/adamw.hpp>  // adamw_update, adamw_hparams
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK
 

@@ -1,6 +1,6 @@
 // strata::rng against the published xoshiro256** and splitmix64 vectors, its state round trip, and
 // the statistics of its uniform and normal draws.
-#include <strata/train/rng.hpp>  // rng, splitmix64
+#include <strata/core/rng.hpp>  // rng, splitmix64
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK
 

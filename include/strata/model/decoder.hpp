@@ -26,13 +26,13 @@
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/core/error.hpp>            // strata::error
+#include <strata/core/rng.hpp>              // rng
 #include <strata/model/activations.hpp>     // kept_activations
-#include <strata/model/gpt.hpp>             // GroupBinder, group_use
-#include <strata/model/param_layout.hpp>    // param_layout, param_spec
 #include <strata/nn/layer.hpp>              // Layer
 #include <strata/nn/ops.hpp>                // ops
+#include <strata/stream/group_binder.hpp>   // GroupBinder, group_use
+#include <strata/tensor/param_layout.hpp>   // param_layout, param_spec
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
-#include <strata/train/rng.hpp>             // rng
 
 #include <algorithm>    // std::fill, std::max
 #include <cstddef>      // std::size_t

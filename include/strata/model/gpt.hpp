@@ -14,12 +14,13 @@
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/core/error.hpp>            // strata::error
+#include <strata/core/rng.hpp>              // rng
 #include <strata/model/activations.hpp>     // kept_activations
-#include <strata/model/gpt_config.hpp>      // gpt_config
-#include <strata/model/param_layout.hpp>    // param_layout, param_spec
+#include <strata/nn/gpt2_config.hpp>        // gpt_config, gpt_*_params
 #include <strata/nn/ops.hpp>                // ops
+#include <strata/stream/group_binder.hpp>   // group_use, GroupBinder
+#include <strata/tensor/param_layout.hpp>   // param_layout, param_spec
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
-#include <strata/train/rng.hpp>             // rng
 
 #include <algorithm>  // std::min
 #include <cmath>    // std::sqrt
@@ -31,34 +32,6 @@
 
 namespace strata {
 
-// When the model uses a group, and for what. The pipeline prefetches by this order.
-enum class group_use { forward, backward };
-
-// What the model needs from whoever owns the parameters (resident trainer or pipeline).
-template <class X, class R, class Stream>
-concept GroupBinder = requires(X& x, std::size_t g, Stream& s, group_use u) {
-    { x.params(g, s, u) } -> std::same_as<const R*>;  // device address, ready for work on s
-    { x.grads(g, s) } -> std::same_as<R*>;            // device address of the group's gradients
-    x.done(g, s, u);                                  // work on s that used the group is enqueued
-};
-
-inline std::vector<param_spec> gpt_embedding_params(const gpt_config& c) {
-    return {{"wte.weight", {c.vocab_size, c.n_embd}, true}, {"wpe.weight", {c.max_seq, c.n_embd}, true}};
-}
-
-inline std::vector<param_spec> gpt_block_params(const gpt_config& c) {
-    const std::size_t C = c.n_embd;
-    return {{"ln_1.weight", {C}, false},           {"ln_1.bias", {C}, false},
-            {"attn.c_attn.weight", {C, 3 * C}, true}, {"attn.c_attn.bias", {3 * C}, false},
-            {"attn.c_proj.weight", {C, C}, true},     {"attn.c_proj.bias", {C}, false},
-            {"ln_2.weight", {C}, false},           {"ln_2.bias", {C}, false},
-            {"mlp.c_fc.weight", {C, 4 * C}, true},    {"mlp.c_fc.bias", {4 * C}, false},
-            {"mlp.c_proj.weight", {4 * C, C}, true},  {"mlp.c_proj.bias", {C}, false}};
-}
-
-inline std::vector<param_spec> gpt_final_params(const gpt_config& c) {
-    return {{"ln_f.weight", {c.n_embd}, false}, {"ln_f.bias", {c.n_embd}, false}};
-}
 
 template <class R, Backend B>
 class gpt_model {

@@ -25,6 +25,7 @@
 
 #include <strata/backend/cpu_backend.hpp>    // cpu_backend (the layout is gpt_model<R, cpu_backend>'s)
 #include <strata/core/error.hpp>             // strata::error
+#include <strata/core/rng.hpp>               // rng
 #include <strata/kernels/cpu/attention.hpp>  // attention_forward
 #include <strata/kernels/cpu/embedding.hpp>  // embedding_forward
 #include <strata/kernels/cpu/gelu.hpp>       // gelu_forward
@@ -32,10 +33,9 @@
 #include <strata/kernels/cpu/matmul.hpp>     // matmul_forward, lm_head_forward
 #include <strata/kernels/cpu/residual.hpp>   // residual_forward
 #include <strata/model/gpt.hpp>              // gpt_model
-#include <strata/model/gpt_config.hpp>       // gpt_config
-#include <strata/model/param_layout.hpp>     // param_layout
+#include <strata/nn/gpt2_config.hpp>         // gpt_config
+#include <strata/tensor/param_layout.hpp>    // param_layout
 #include <strata/text/tokenizer.hpp>         // token_id
-#include <strata/train/rng.hpp>              // rng
 
 #include <algorithm>   // std::copy, std::fill, std::max, std::nth_element, std::sort
 #include <cmath>       // std::exp, std::isfinite, std::sqrt

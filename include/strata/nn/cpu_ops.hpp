@@ -5,7 +5,7 @@
 #include <strata/backend/cpu_backend.hpp>  // cpu_backend, cpu::stream
 #include <strata/kernels/cpu/kernels.hpp>  // kernels::cpu::*
 #include <strata/nn/ops.hpp>               // ops
-#include <strata/train/adamw.hpp>          // adamw_hparams, adamw_update
+#include <strata/optim/adamw.hpp>          // adamw_hparams, adamw_update
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t

@@ -12,7 +12,7 @@
 
 #include <strata/backend/cuda_backend.hpp>  // cuda_backend
 #include <strata/nn/ops.hpp>                // ops
-#include <strata/train/adamw.hpp>           // adamw_hparams
+#include <strata/optim/adamw.hpp>           // adamw_hparams
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t

@@ -6,11 +6,11 @@
 // and is the base to copy for a variant of the block.
 #pragma once
 
-#include <strata/backend/backend.hpp>     // Backend
-#include <strata/model/gpt.hpp>           // gpt_config, gpt_block_params
-#include <strata/model/param_layout.hpp>  // param_layout, param_spec
-#include <strata/nn/ops.hpp>              // ops
-#include <strata/train/rng.hpp>           // rng
+#include <strata/backend/backend.hpp>      // Backend
+#include <strata/core/rng.hpp>             // rng
+#include <strata/nn/gpt2_config.hpp>       // gpt_config, gpt_block_params
+#include <strata/nn/ops.hpp>               // ops
+#include <strata/tensor/param_layout.hpp>  // param_layout, param_spec
 
 #include <algorithm>  // std::fill
 #include <cmath>      // std::sqrt

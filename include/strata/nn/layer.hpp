@@ -50,8 +50,8 @@
 //   backward). Report what the layer really computes, masked work included if it is computed.
 #pragma once
 
-#include <strata/backend/backend.hpp>     // Backend
-#include <strata/model/param_layout.hpp>  // param_spec, param_layout
+#include <strata/backend/backend.hpp>      // Backend
+#include <strata/tensor/param_layout.hpp>  // param_spec, param_layout
 
 #include <concepts>  // std::same_as, std::floating_point, std::constructible_from
 #include <cstddef>   // std::size_t

@@ -4,9 +4,9 @@
 // the input gradient).
 #pragma once
 
-#include <strata/backend/backend.hpp>     // Backend
-#include <strata/model/param_layout.hpp>  // param_spec, param_layout
-#include <strata/nn/ops.hpp>              // ops
+#include <strata/backend/backend.hpp>      // Backend
+#include <strata/nn/ops.hpp>               // ops
+#include <strata/tensor/param_layout.hpp>  // param_spec, param_layout
 
 #include <cstddef>  // std::size_t
 #include <vector>   // std::vector

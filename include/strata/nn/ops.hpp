@@ -6,9 +6,24 @@
 // Backward ops accumulate (+=) into their d-buffers, as the CPU reference kernels do.
 #pragma once
 
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+
 namespace strata {
 
 template <class Backend>
 struct ops;  // specialized by each backend: nn/cpu_ops.hpp, nn/cuda_ops.hpp
+
+namespace detail {
+// Doubles of sum_of_squares workspace for the largest trainable block of any group (at least one):
+// what the trainer allocates and the planner counts.
+template <class B, class Groups>
+std::size_t norm_workspace_doubles(const Groups& groups) {
+    std::size_t n = 1;
+    for (const auto& g : groups)
+        if (!g.frozen()) n = std::max(n, ops<B>::sum_of_squares_workspace(g.trainable_numel()));
+    return n;
+}
+}  // namespace detail
 
 }  // namespace strata

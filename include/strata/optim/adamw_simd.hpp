@@ -1,5 +1,5 @@
 // Vectorized and multi-threaded AdamW for float, bitwise equal to the scalar reference
-// adamw_update<float> (strata/train/adamw.hpp), which is itself torch's AdamW bit for bit.
+// adamw_update<float> (strata/optim/adamw.hpp), which is itself torch's AdamW bit for bit.
 //
 // Each element goes through exactly the reference's IEEE operations in the reference's order: the
 // same two fused multiply-adds (m's lerp, v's addcmul), separate multiplies, adds and divisions
@@ -22,8 +22,8 @@
 #pragma once
 
 #include <strata/core/error.hpp>              // strata::error
+#include <strata/optim/adamw.hpp>             // adamw_hparams, adamw_constants, adamw_apply (the reference)
 #include <strata/optim/host_thread_pool.hpp>  // host_thread_pool, chunking
-#include <strata/train/adamw.hpp>             // adamw_hparams, adamw_constants, adamw_apply (the reference)
 
 #include <cfenv>        // std::fenv_t, std::fegetenv, std::fesetenv
 #include <cstddef>      // std::size_t

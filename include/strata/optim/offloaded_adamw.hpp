@@ -5,9 +5,9 @@
 // a streamed run reproduces the resident one bit for bit.
 #pragma once
 
+#include <strata/optim/adamw.hpp>             // adamw_hparams, validate
 #include <strata/optim/adamw_simd.hpp>        // adamw_update_parallel, adamw_path, resolve
 #include <strata/optim/host_thread_pool.hpp>  // host_thread_pool
-#include <strata/train/adamw.hpp>             // adamw_hparams, validate
 
 #include <cstddef>  // std::size_t
 #include <span>     // std::span

@@ -35,18 +35,18 @@
 // (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before plan<B> is used.
 #pragma once
 
-#include <strata/backend/backend.hpp>     // Backend
-#include <strata/core/bytes.hpp>          // format_bytes, page_size, round_up
-#include <strata/core/error.hpp>          // strata::error
-#include <strata/model/activations.hpp>   // activation_policy, kept_activations
-#include <strata/model/gpt.hpp>           // gpt_model (activations' block sizes), gpt_*_params
-#include <strata/model/gpt_config.hpp>    // gpt_config
-#include <strata/model/param_layout.hpp>  // param_layout
+#include <strata/backend/backend.hpp>       // Backend
+#include <strata/core/bytes.hpp>            // format_bytes, page_size, round_up
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/model/activations.hpp>     // activation_policy, kept_activations
+#include <strata/model/gpt.hpp>             // gpt_model (activations' block sizes), gpt_*_params
+#include <strata/nn/gpt2_config.hpp>        // gpt_config
+#include <strata/nn/ops.hpp>                // detail::norm_workspace_doubles
+#include <strata/tensor/param_layout.hpp>   // param_layout
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
-#include <strata/train/trainer.hpp>       // detail::norm_workspace_doubles
-#include <strata/tier/group_home.hpp>     // group_home
-#include <strata/tier/resources.hpp>      // physical_memory_bytes, free_disk_bytes
-#include <strata/tier/tier.hpp>           // tier_id, name_of
+#include <strata/tier/group_home.hpp>       // group_home
+#include <strata/tier/resources.hpp>        // physical_memory_bytes, free_disk_bytes
+#include <strata/tier/tier.hpp>             // tier_id, name_of
 
 #include <algorithm>    // std::max
 #include <array>        // std::array

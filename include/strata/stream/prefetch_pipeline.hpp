@@ -22,8 +22,8 @@
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/core/error.hpp>            // strata::error
-#include <strata/model/gpt.hpp>             // group_use
 #include <strata/nn/ops.hpp>                // ops
+#include <strata/stream/group_binder.hpp>   // group_use
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
 
 #include <cstddef>  // std::size_t

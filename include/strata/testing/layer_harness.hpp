@@ -35,9 +35,9 @@
 #include <strata/backend/cpu_backend.hpp>         // cpu_backend
 #include <strata/core/error.hpp>                  // strata::error
 #include <strata/kernels/cpu/gradient_check.hpp>  // numeric_gradient, compare, random_vector
-#include <strata/model/param_layout.hpp>          // param_layout
 #include <strata/nn/cpu_ops.hpp>                  // ops<cpu_backend>
 #include <strata/nn/layer.hpp>                    // Layer, check_layer, sizes_of
+#include <strata/tensor/param_layout.hpp>         // param_layout
 #include <strata/tensor/tiered_tensor.hpp>        // tiered_tensor
 #include <strata/tier/resources.hpp>              // tier_options
 #include <strata/tier/tier.hpp>                   // device_tier, host_tier

@@ -17,14 +17,14 @@
 // free space, so a run can refuse before step 1 instead of failing its final save.
 #pragma once
 
-#include <strata/core/bytes.hpp>          // format_bytes
-#include <strata/core/error.hpp>          // strata::error
-#include <strata/io/atomic_write.hpp>     // commit_directory_atomically
-#include <strata/io/json_file.hpp>        // read_json_file, write_json_file, json_file_text
-#include <strata/io/safetensors.hpp>      // safetensors_writer, safetensors_file
-#include <strata/model/gpt.hpp>           // gpt_model
-#include <strata/model/gpt_config.hpp>    // gpt_config
-#include <strata/train/trainer.hpp>       // trainer
+#include <strata/core/bytes.hpp>       // format_bytes
+#include <strata/core/error.hpp>       // strata::error
+#include <strata/io/atomic_write.hpp>  // commit_directory_atomically
+#include <strata/io/json_file.hpp>     // read_json_file, write_json_file, json_file_text
+#include <strata/io/safetensors.hpp>   // safetensors_writer, safetensors_file
+#include <strata/model/gpt.hpp>        // gpt_model
+#include <strata/nn/gpt2_config.hpp>   // gpt_config
+#include <strata/train/trainer.hpp>    // trainer
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 

@@ -6,7 +6,7 @@
 // per group it runs on every core.
 #pragma once
 
-#include <strata/train/rng.hpp>  // rng
+#include <strata/core/rng.hpp>  // rng
 
 #include <algorithm>   // std::min, std::max
 #include <atomic>      // std::atomic

@@ -11,20 +11,20 @@
 // and a wholly frozen group has none (its binder gradients are null).
 #pragma once
 
-#include <strata/backend/backend.hpp>       // Backend
-#include <strata/core/error.hpp>            // strata::error
-#include <strata/data/loader.hpp>           // data::batch
+#include <strata/backend/backend.hpp>            // Backend
+#include <strata/core/error.hpp>                 // strata::error
+#include <strata/core/rng.hpp>                   // rng
+#include <strata/data/loader.hpp>                // data::batch
 #include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
-#include <strata/model/activations.hpp>     // kept_activations
-#include <strata/model/gpt.hpp>             // gpt_model, GroupBinder
-#include <strata/nn/ops.hpp>                // ops
-#include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
-#include <strata/tier/group_home.hpp>        // group_home
-#include <strata/train/adamw.hpp>           // adamw_hparams
-#include <strata/train/clip.hpp>            // clip_coefficient, require_finite_grad_norm
-#include <strata/train/initialize.hpp>      // initialize_groups
-#include <strata/train/rng.hpp>             // rng
-#include <strata/train/schedule.hpp>        // lr_schedule, lr_at
+#include <strata/model/activations.hpp>          // kept_activations
+#include <strata/model/gpt.hpp>                  // gpt_model, GroupBinder
+#include <strata/nn/ops.hpp>                     // ops
+#include <strata/optim/adamw.hpp>                // adamw_hparams
+#include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
+#include <strata/tier/group_home.hpp>            // group_home
+#include <strata/train/clip.hpp>                 // clip_coefficient, require_finite_grad_norm
+#include <strata/train/initialize.hpp>           // initialize_groups
+#include <strata/train/schedule.hpp>             // lr_schedule, lr_at
 
 #include <algorithm>  // std::max
 #include <cmath>    // std::sqrt, std::isfinite
@@ -121,17 +121,6 @@ inline void check_finite(const step_result& r, long update) {
 }
 }  // namespace detail
 
-namespace detail {
-// Doubles of sum_of_squares workspace for the largest trainable block of any group (at least one):
-// what both trainers allocate and the planner counts.
-template <Backend B, class Groups>
-std::size_t norm_workspace_doubles(const Groups& groups) {
-    std::size_t n = 1;
-    for (const auto& g : groups)
-        if (!g.frozen()) n = std::max(n, ops<B>::sum_of_squares_workspace(g.trainable_numel()));
-    return n;
-}
-}  // namespace detail
 
 
 }  // namespace strata

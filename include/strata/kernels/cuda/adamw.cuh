@@ -1,5 +1,5 @@
 // AdamW on the GPU, bitwise equal to the CPU reference strata::adamw_update<float>
-// (strata/train/adamw.hpp), which is itself torch's AdamW bit for bit.
+// (strata/optim/adamw.hpp), which is itself torch's AdamW bit for bit.
 //
 // Glossary: n number of parameters in the block.
 //
@@ -14,7 +14,7 @@
 
 #include <strata/kernels/cuda/elementwise.cuh>  // detail::aligned16, load_pack, store_pack, flat grids
 #include <strata/kernels/cuda/launch.cuh>       // check_launch
-#include <strata/train/adamw.hpp>               // adamw_constants, adamw_apply (the reference)
+#include <strata/optim/adamw.hpp>               // adamw_constants, adamw_apply (the reference)
 
 #include <cuda_runtime.h>  // cudaStream_t, __fmaf_rn, __fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn
 
