@@ -145,9 +145,9 @@ void compare_with_cpu(const shape& s, float amplitude, const tolerances& tol, un
     const std::vector<float> dqkv_start = random_floats(BT * 3 * C, seed + 2);  // proves +=
 
     // The oracle. Its backward starts from zero: g is the gradient alone, dqkv_start + g the target.
-    std::vector<float> out_cpu(BT * C), att(s.B * s.NH * s.T * s.T), g_cpu(BT * 3 * C, 0.f);
-    cpu::attention_forward(out_cpu.data(), att.data(), qkv.data(), s.B, s.T, C, s.NH);
-    cpu::attention_backward(g_cpu.data(), att.data(), dout.data(), qkv.data(), s.B, s.T, C, s.NH);
+    std::vector<float> out_cpu(BT * C), lse_cpu(cpu::attention_saved(s.B, s.T, s.NH)), g_cpu(BT * 3 * C, 0.f);
+    cpu::attention_forward(out_cpu.data(), lse_cpu.data(), qkv.data(), s.B, s.T, C, s.NH);
+    cpu::attention_backward(g_cpu.data(), lse_cpu.data(), dout.data(), qkv.data(), s.B, s.T, C, s.NH);
     const std::vector<double> lse_ref = reference_lse(qkv, s);
 
     device_floats d_qkv(qkv, offset), d_dout(dout, offset), d_out(BT * C, offset);

@@ -42,7 +42,7 @@ struct tiny_gpt {
 
     // Activations, named as in llm.c's train_gpt2.c.
     std::vector<double> emb = bt(C), ln1 = bt(C), mean1 = bt(1), rstd1 = bt(1), qkv = bt(3 * C),
-                        atty = bt(C), att = bt(NH * T), attproj = bt(C), res1 = bt(C), ln2 = bt(C),
+                        atty = bt(C), att_lse = bt(NH), attproj = bt(C), res1 = bt(C), ln2 = bt(C),
                         mean2 = bt(1), rstd2 = bt(1), fch = bt(4 * C), fch_gelu = bt(4 * C),
                         fcproj = bt(C), res2 = bt(C), lnf = bt(C), meanf = bt(1), rstdf = bt(1),
                         logits = bt(V), losses = bt(1), lse = bt(1);
@@ -67,7 +67,7 @@ struct tiny_gpt {
         layernorm_forward(ln1.data(), mean1.data(), rstd1.data(), emb.data(), p(ln1w), p(ln1b), B,
                           T, C);
         matmul_forward(qkv.data(), ln1.data(), p(attn_w), p(attn_b), B, T, C, 3 * C);
-        attention_forward(atty.data(), att.data(), qkv.data(), B, T, C, NH);
+        attention_forward(atty.data(), att_lse.data(), qkv.data(), B, T, C, NH);
         matmul_forward(attproj.data(), atty.data(), p(proj_w), p(proj_b), B, T, C, C);
         residual_forward(res1.data(), emb.data(), attproj.data(), B * T * C);
         layernorm_forward(ln2.data(), mean2.data(), rstd2.data(), res1.data(), p(ln2w), p(ln2b), B,
@@ -105,7 +105,7 @@ struct tiny_gpt {
         residual_backward(demb.data(), dattproj.data(), dres1.data(), B * T * C);
         matmul_backward(datty.data(), g(proj_w), g(proj_b), dattproj.data(), atty.data(), p(proj_w),
                         B, T, C, C);
-        attention_backward(dqkv.data(), att.data(), datty.data(), qkv.data(), B, T, C, NH);
+        attention_backward(dqkv.data(), att_lse.data(), datty.data(), qkv.data(), B, T, C, NH);
         matmul_backward(dln1.data(), g(attn_w), g(attn_b), dqkv.data(), ln1.data(), p(attn_w), B, T,
                         C, 3 * C);
         layernorm_backward(demb.data(), g(ln1w), g(ln1b), mean1.data(), rstd1.data(), dln1.data(),

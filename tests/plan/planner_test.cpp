@@ -107,6 +107,25 @@ TEST_CASE_TEMPLATE("activation bytes equal what gpt_model::activations allocates
         }
 }
 
+TEST_CASE("activations grow linearly with T on the CPU: attention saves one value per query row, not T x T") {
+    // GPT-2 124M's block shape (C = 768, 12 heads). With (B, NH, T, T) probabilities saved, the
+    // attention part alone would quadruple per doubling of T (a block's activations grew 2.9x from
+    // T = 512 to 1024, the whole model's 3.5x at long T).
+    const gpt_config c{.vocab_size = 64, .max_seq = 4096, .n_layer = 2, .n_head = 12, .n_embd = 768};
+    const gpt_model<float, cpu_backend> model(c);
+    for (std::size_t T = 64; T <= 2048; T *= 2) {
+        CAPTURE(T);
+        const auto at_t = footprint_of<cpu_backend>(model, 2, T), at_2t = footprint_of<cpu_backend>(model, 2, 2 * T);
+        CHECK(at_2t.block_activation_bytes == 2 * at_t.block_activation_bytes);
+        // Every allocation, each padded to whole pages: twice, give or take a page each.
+        const std::size_t all_t = at_t.activation_bytes(kept_activations::all());
+        const std::size_t all_2t = at_2t.activation_bytes(kept_activations::all());
+        CHECK(all_2t <= 2 * all_t);
+        CHECK(all_2t + 64 * page_size >= 2 * all_t);
+    }
+    CHECK(ops<cpu_backend>::attention_saved(2, 1024, 12) == 2 * 12 * 1024);
+}
+
 TEST_CASE("activation policies: recompute keeps none, keep keeps every block, auto keeps as many as the device holds") {
     const gpt_config c = small();  // 8 blocks
     plan_request r = request(c, {.device = big, .host = big, .storage = 0});

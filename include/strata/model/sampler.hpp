@@ -26,7 +26,7 @@
 #include <strata/backend/cpu_backend.hpp>    // cpu_backend (the layout is gpt_model<R, cpu_backend>'s)
 #include <strata/core/error.hpp>             // strata::error
 #include <strata/core/rng.hpp>               // rng
-#include <strata/kernels/cpu/attention.hpp>  // attention_forward
+#include <strata/kernels/cpu/attention.hpp>  // attention_forward, attention_saved
 #include <strata/kernels/cpu/embedding.hpp>  // embedding_forward
 #include <strata/kernels/cpu/gelu.hpp>       // gelu_forward
 #include <strata/kernels/cpu/layernorm.hpp>  // layernorm_forward
@@ -185,9 +185,9 @@ public:
         detail::check_tokens(tokens, m_config.vocab_size, "logits_uncached:");
         const std::size_t T = tokens.size(), C = m_config.n_embd, NH = m_config.n_head;
         workspace w;
-        std::vector<R> att(NH * T * T);  // (NH, T, T) softmax probabilities, unused afterwards
+        std::vector<R> lse(kernels::cpu::attention_saved(1, T, NH));  // (NH, T), unused afterwards
         return forward_rows(tokens, 0, w, [&](std::size_t, workspace& ws) {
-            kernels::cpu::attention_forward(ws.atty.data(), att.data(), ws.qkv.data(), 1, T, C, NH);
+            kernels::cpu::attention_forward(ws.atty.data(), lse.data(), ws.qkv.data(), 1, T, C, NH);
         });
     }
 

@@ -88,9 +88,10 @@ struct ops<cpu_backend> {
         s.enqueue([=] { kernels::cpu::lm_head_backward(dinp, dwte, dlogits, inp, wte, B, T, C, V); }, "lm_head_backward");
     }
 
-    // What attention keeps for its backward, in elements: the CPU keeps the probabilities. Backward
-    // also gets the forward's output (a flash-style kernel needs it; the CPU does not).
-    static size attention_saved(size B, size T, size NH) { return B * NH * T * T; }
+    // What attention keeps for its backward, in elements: one log-sum-exp per query row (B, NH, T),
+    // as on the GPU; backward recomputes the probabilities. Backward also gets the forward's output
+    // (the CUDA kernel reads it for D = dout . out; the CPU kernel sums D = P . dP instead).
+    static size attention_saved(size B, size T, size NH) { return kernels::cpu::attention_saved(B, T, NH); }
     template <class R>
     static void attention_forward(stream& s, R* out, R* saved, const R* qkv, size B, size T, size C, size NH) {
         s.enqueue([=] { kernels::cpu::attention_forward(out, saved, qkv, B, T, C, NH); }, "attention_forward");
