@@ -1,0 +1,21 @@
+// strata/train.hpp: what a program composes to train a model, in one include: the CPU backend
+// and its ops, the model templates (gpt_model, decoder_model with the GPT-2 block and layernorm),
+// prefetch_pipeline and offloaded_adamw, the trainer in every configuration (trainer_t: resident,
+// streamed, moments on storage), the planner, checkpoints, data loading and learning-rate
+// schedules. <strata/cuda.hpp> adds the CUDA backend and its ops.
+#pragma once
+
+#include <strata/data/dataset.hpp>              // data::dataset
+#include <strata/data/loader.hpp>               // data::batch, data::batch_loader
+#include <strata/model/decoder.hpp>             // decoder_model
+#include <strata/model/gpt.hpp>                 // gpt_model
+#include <strata/nn/cpu_ops.hpp>                // ops<cpu_backend>
+#include <strata/nn/gpt2_block.hpp>             // gpt2_block
+#include <strata/nn/layernorm_layer.hpp>        // layernorm_layer
+#include <strata/optim/offloaded_adamw.hpp>     // offloaded_adamw
+#include <strata/plan/planner.hpp>              // plan, memory_plan
+#include <strata/stream/prefetch_pipeline.hpp>  // prefetch_pipeline
+#include <strata/strata.hpp>                    // backends, tiers, tensors
+#include <strata/train/checkpoint.hpp>          // save_checkpoint, load_checkpoint
+#include <strata/train/schedule.hpp>            // lr_schedule
+#include <strata/train/trainer.hpp>             // trainer_t, moments_in, train_options (every configuration)
