@@ -366,10 +366,7 @@ private:
             throw error("micro-batch " + std::to_string(batch) + " x " + std::to_string(seq) +
                         " is larger than the activations (" + std::to_string(act.batch()) + " x " +
                         std::to_string(act.seq()) + ") or the model's context " + std::to_string(m_config.max_seq));
-        if (act.head_chunk_rows() != m_config.head_chunk_rows)
-            throw error("activations made for LM head chunks of " + std::to_string(act.head_chunk_rows()) +
-                            " rows, the model runs chunks of " + std::to_string(m_config.head_chunk_rows),
-                        "make the activations from this model");
+        check_head_chunk_rows(act.head_chunk_rows(), m_config.head_chunk_rows);
     }
 
     void block_forward(stream& s, const R* p, activations& act, std::size_t l, std::size_t batch, std::size_t seq) const {

@@ -88,6 +88,24 @@ inline std::size_t held_logits_row(std::size_t batch, std::size_t seq, std::size
     return first_row - held.first;
 }
 
+// A model refuses activations whose logits buffers were sized for another chunk.
+inline void check_head_chunk_rows(std::size_t activations_rows, std::size_t model_rows) {
+    if (activations_rows != model_rows)
+        throw error("activations made for LM head chunks of " + std::to_string(activations_rows) +
+                        " rows, the model runs chunks of " + std::to_string(model_rows),
+                    "make the activations from this model");
+}
+
+namespace detail {
+// One chunk's logits, then its losses and lse.
+template <class B, class R>
+void lm_head_chunk_loss(typename B::stream& s, row_chunk c, R* losses, R* lse, R* logits, const R* inp, const R* wte,
+                        const std::int32_t* targets, std::size_t C, std::size_t V) {
+    ops<B>::lm_head_forward(s, logits, inp + c.first * C, wte, c.batch, c.seq, C, V);
+    ops<B>::cross_entropy_forward(s, losses + c.first, lse + c.first, logits, targets + c.first, c.batch, c.seq, V);
+}
+}  // namespace detail
+
 // Evaluation: losses and lse of every row. `logits` is the chunk buffer; it ends holding the
 // last chunk's logits.
 template <class B, class R>
@@ -99,11 +117,8 @@ void lm_head_loss_forward(typename B::stream& s,
                           const R* wte,                 // (V, C)
                           const std::int32_t* targets,  // (B, T)
                           std::size_t batch, std::size_t seq, std::size_t C, std::size_t V, std::size_t chunk_rows) {
-    using op = ops<B>;
     for_each_row_chunk(batch, seq, chunk_rows, [&](row_chunk c) {
-        const std::size_t r = c.first;
-        op::lm_head_forward(s, logits, inp + r * C, wte, c.batch, c.seq, C, V);
-        op::cross_entropy_forward(s, losses + r, lse + r, logits, targets + r, c.batch, c.seq, V);
+        detail::lm_head_chunk_loss<B>(s, c, losses, lse, logits, inp, wte, targets, C, V);
     });
 }
 
@@ -126,8 +141,7 @@ void lm_head_loss_backward(typename B::stream& s,
     using op = ops<B>;
     for_each_row_chunk(batch, seq, chunk_rows, [&](row_chunk c) {
         const std::size_t r = c.first;
-        op::lm_head_forward(s, logits, inp + r * C, wte, c.batch, c.seq, C, V);
-        op::cross_entropy_forward(s, losses + r, lse + r, logits, targets + r, c.batch, c.seq, V);
+        detail::lm_head_chunk_loss<B>(s, c, losses, lse, logits, inp, wte, targets, C, V);
         op::zero(s, dlogits, c.rows() * V);
         op::cross_entropy_backward(s, dlogits, lse + r, logits, targets + r, scale, c.batch, c.seq, V);
         op::lm_head_backward(s, dinp + r * C, dwte, dlogits, inp + r * C, wte, c.batch, c.seq, C, V);
