@@ -86,7 +86,7 @@ public:
                            const_int_view(m_targets.span().data(), strata::shape{T}), m_stream);
         binder bind{*this};
         m_model.forward(bind, m_act, 1, T, m_stream);
-        const strata::tensor_view<const R, strata::device_tier> last(m_act.logits() + (T - 1) * V, strata::shape{V});
+        const strata::tensor_view<const R, strata::device_tier> last(m_act.logits(1, T, T - 1), strata::shape{V});
         strata::copy_async(m_backend, m_logits.view(), last, m_stream).wait();  // named: the logits, to sample
         return m_logits.span();
     }

@@ -506,6 +506,36 @@ TEST_CASE("GPT-2 124M: 16 bytes per parameter, and a 1.5B model on an H200-sized
     CHECK(s.m_home == tier_id::host);
 }
 
+TEST_CASE("long context: the planned activations hold two chunks of logits, not 2 x T x V") {
+    // GPT-2's vocabulary at T = 262144: unchunked, the logits and their gradient were
+    // 2 x T x V x 4 B = 105 GB of the activations. The LM head now runs in chunks of
+    // lm_head_chunk_rows positions (model/lm_head.hpp), and the vocabulary enters the activations
+    // only through those two chunk buffers: compare with the same model over a vocabulary of one.
+    const std::size_t T = 262144, V = 50257, chunk = lm_head_chunk_rows;
+    const gpt_config gpt2{.vocab_size = V, .max_seq = T, .n_layer = 1, .n_head = 12, .n_embd = 768};
+    gpt_config one_token = gpt2;
+    one_token.vocab_size = 1;
+    const tier_bytes budgets{.device = std::size_t(1) << 52, .host = big, .storage = 0};
+    const memory_plan p = plan<cpu_backend>({.model = gpt2, .batch = 1, .seq = T, .activations = activation_policy::recompute,
+                                             .budgets = budgets});
+    const memory_plan q = plan<cpu_backend>({.model = one_token, .batch = 1, .seq = T,
+                                             .activations = activation_policy::recompute, .budgets = budgets});
+    REQUIRE(p.where == placement::resident);
+    const std::size_t by_vocabulary = p.activation_bytes - q.activation_bytes;
+    CHECK(by_vocabulary == 2 * (detail::charged(chunk * V * 4) - detail::charged(chunk * 1 * 4)));
+    CHECK(by_vocabulary < 3'300'000'000);  // 2 x 8192 x 50257 x 4 B = 3.29 GB
+    // (The total is not compared with 2 x T x V x 4 B: the CPU backend's attention keeps its
+    // T x T probabilities per head, which dominate at this T.)
+    MESSAGE("activations at T = 262144: " << p.activation_bytes / 1e9 << " GB, of which the logits chunks "
+                                          << by_vocabulary / 1e9 << " GB (unchunked: " << 2.0 * T * V * 4 / 1e9 << " GB)");
+    // B x T within one chunk: buffers of B x T rows, as before chunking.
+    const auto f = gpt_model<float, cpu_backend>(gpt_config{.vocab_size = V, .max_seq = 1024, .n_layer = 1, .n_head = 12,
+                                                            .n_embd = 768})
+                       .activation_buffers(8, 1024, kept_activations::none());
+    CHECK(f[4] == 8 * 1024 * V);
+    CHECK(f[7] == 8 * 1024 * V);
+}
+
 TEST_CASE("placement names round-trip and default budgets read the machine") {
     for (placement p : {placement::automatic, placement::resident, placement::streamed})
         CHECK(placement_from_string(name_of(p)) == p);

@@ -167,7 +167,7 @@ std::vector<float> strata_logits(B& backend, const fixture& f, const llama_confi
     device_weights<B> bind(backend, blocks, s);
     model.forward(bind, act, f.batch, f.seq, s);
     tiered_tensor<float, host_tier, B> logits(backend, shape{BT * V}, "logits");
-    copy_async(backend, logits.view(), tensor_view<float, device_tier>(act.logits(), shape{BT * V}), s).wait();
+    copy_async(backend, logits.view(), tensor_view<const float, device_tier>(act.logits(f.batch, f.seq, 0, BT), shape{BT * V}), s).wait();
     return {logits.span().begin(), logits.span().end()};
 }
 

@@ -16,7 +16,8 @@
 //
 // Activations (model/activations.hpp): forward keeps each block's input and the activations of the
 // first `kept` blocks; any other block's backward recomputes its forward from the saved input
-// first (the Layer contract makes that bitwise exact).
+// first (the Layer contract makes that bitwise exact). The LM head and cross-entropy run over
+// chunks of positions (model/lm_head.hpp), as in gpt_model.
 //
 // Initialization: a Layer may declare
 //   static void initialize(const config_type&, const param_layout&, std::span<R> block, rng&);
@@ -28,6 +29,7 @@
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/core/rng.hpp>              // rng
 #include <strata/model/activations.hpp>     // kept_activations
+#include <strata/model/lm_head.hpp>         // lm_head_loss_forward, lm_head_loss_backward
 #include <strata/nn/layer.hpp>              // Layer
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/stream/group_binder.hpp>   // GroupBinder, group_use
@@ -51,6 +53,9 @@ struct decoder_config {
     std::size_t n_embd = 128;
     bool learned_positions = true;   // a "wpe" table added to the token embedding (GPT-2); false: RoPE & co.
     bool freeze_embeddings = false;  // wte (the tied head) and wpe frozen
+    // Positions per chunk of the LM head and cross-entropy (model/lm_head.hpp): the logits buffers
+    // hold this many rows of V, whatever B x T is. Changes no number while B x T fits in one chunk.
+    std::size_t head_chunk_rows = lm_head_chunk_rows;
     // Parameter names in checkpoints: root + "wte.weight", root + block_prefix + "<l>." + name,
     // root + final_prefix + name. GPT-2 (Hugging Face) by default.
     std::string root = "transformer.";
@@ -60,8 +65,8 @@ struct decoder_config {
     std::string position_embedding = "wpe.weight";
 
     void validate() const {
-        if (vocab_size == 0 || max_seq == 0 || n_layer == 0 || n_embd == 0)
-            throw error("decoder config: vocab_size, max_seq, n_layer and n_embd must be positive");
+        if (vocab_size == 0 || max_seq == 0 || n_layer == 0 || n_embd == 0 || head_chunk_rows == 0)
+            throw error("decoder config: vocab_size, max_seq, n_layer, n_embd and head_chunk_rows must be positive");
     }
 };
 
@@ -169,10 +174,12 @@ public:
 
     // The activations' device buffers of R for a B x T micro-batch, in elements (each is one
     // allocation, at least one element); besides them, two int32 buffers of B x T (tokens,
-    // targets). The planner counts exactly these.
+    // targets). The planner counts exactly these. The logits and their gradient are one chunk of
+    // rows each (model/lm_head.hpp), not B x T.
     std::vector<std::size_t> activation_buffers(std::size_t batch, std::size_t seq, kept_activations kept) const {
         const std::size_t BT = batch * seq, C = m_config.n_embd, V = m_config.vocab_size, L = m_config.n_layer;
         const std::size_t block = Block::activation_floats(m_block_config, batch, seq);
+        const std::size_t chunk = lm_head_buffer_rows(BT, m_config.head_chunk_rows);
         std::vector<std::size_t> n{
             (L + 1) * BT * C,                        // 0 block inputs (the checkpoints)
             kept.buffers(L) * block,                 // 1 blocks' saved activations
@@ -180,10 +187,10 @@ public:
                      Norm::workspace_floats(m_norm_config, batch, seq)),  // 2 workspace
             BT * C,                                  // 3 norm output
             Norm::activation_floats(m_norm_config, batch, seq),  // 4 norm's saved activations
-            BT * V,                                  // 5 logits
+            chunk * V,                               // 5 logits of one chunk
             BT,                                      // 6 losses
             BT,                                      // 7 lse
-            BT * V,                                  // 8 dlogits
+            chunk * V,                               // 8 dlogits of one chunk
             BT * C,                                  // 9 dnorm_out
             2 * BT * C};                             // 10 dx, two ping-pong buffers
         for (auto& x : n) x = std::max<std::size_t>(x, 1);
@@ -195,7 +202,11 @@ public:
     public:
         activations(backend_type& backend, const decoder_model& m, std::size_t batch, std::size_t seq,
                     kept_activations kept)
-            : m_batch(batch), m_seq(seq), m_kept(kept.of(m.m_config.n_layer)) {
+            : m_batch(batch),
+              m_seq(seq),
+              m_kept(kept.of(m.m_config.n_layer)),
+              m_vocab(m.m_config.vocab_size),
+              m_head_chunk_rows(m.m_config.head_chunk_rows) {
             const std::size_t BT = batch * seq;
             m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
             m_tokens.emplace_back(backend, shape{BT}, "act.targets");
@@ -212,6 +223,15 @@ public:
         std::size_t seq() const { return m_seq; }
         kept_activations kept() const { return {m_kept}; }
         bool keeps(std::size_t layer) const { return layer < m_kept; }
+        std::size_t head_chunk_rows() const { return m_head_chunk_rows; }
+
+        // The logits (rows, V) of rows [first_row, first_row + rows) after a forward (or
+        // forward_backward) over batch x seq: only its last chunk of rows is still held
+        // (model/lm_head.hpp), other rows are a strata::error. The last position always is.
+        const R* logits(std::size_t batch, std::size_t seq, std::size_t first_row, std::size_t rows = 1) {
+            return logits_chunk() + held_logits_row(batch, seq, m_head_chunk_rows, first_row, rows) * m_vocab;
+        }
+
         std::int32_t* tokens() { return m_tokens[0].device_data().get(); }
         std::int32_t* targets() { return m_tokens[1].device_data().get(); }
         tiered_tensor<std::int32_t, device_tier, backend_type>& tokens_tensor() { return m_tokens[0]; }
@@ -223,16 +243,16 @@ public:
         R* workspace() { return data(2); }
         R* norm_out() { return data(3); }
         R* norm() { return data(4); }
-        R* logits() { return data(5); }
+        R* logits_chunk() { return data(5); }
         R* losses() { return data(6); }
         R* lse() { return data(7); }
-        R* dlogits() { return data(8); }
+        R* dlogits_chunk() { return data(8); }
         R* dnorm_out() { return data(9); }
         R* dx(std::size_t which, std::size_t BTC) { return data(10) + which * BTC; }
 
     private:
         R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
-        std::size_t m_batch, m_seq, m_kept, m_block_floats = 0;
+        std::size_t m_batch, m_seq, m_kept, m_vocab, m_head_chunk_rows, m_block_floats = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, backend_type>> m_tokens;
         std::vector<tiered_tensor<R, device_tier, backend_type>> m_buffers;
     };
@@ -240,39 +260,29 @@ public:
     // Enqueues the forward pass on `s`; the per-token losses end in act.losses().
     template <GroupBinder<R, stream> Binder>
     void forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
-        check_size(act, batch, seq);
-        const std::size_t C = m_config.n_embd, BTC = batch * seq * C;
-        {
-            const R* p = bind.params(0, s, group_use::forward);
-            op::embedding_forward(s, act.block_input(0, BTC), act.tokens(), wte(p), wpe(p), batch, seq, C,
-                                  m_config.vocab_size, m_config.max_seq);
-            bind.done(0, s, group_use::forward);
-        }
-        for (std::size_t l = 0; l < m_config.n_layer; ++l) {
-            const std::size_t g = block_group(l);
-            const R* p = bind.params(g, s, group_use::forward);
-            block_forward(s, p, act, l, batch, seq);
-            bind.done(g, s, group_use::forward);
-        }
+        blocks_forward(bind, act, batch, seq, s);
+        const std::size_t BTC = batch * seq * m_config.n_embd;
         const std::size_t fg = final_group();
         const R* pf = bind.params(fg, s, group_use::forward);
         const R* p0 = bind.params(0, s, group_use::forward);
         m_norm.forward(s, pf, act.norm_out(), act.norm(), act.block_input(m_config.n_layer, BTC), act.workspace(), batch,
                        seq);
-        op::lm_head_forward(s, act.logits(), act.norm_out(), wte(p0), batch, seq, C, m_config.vocab_size);
-        op::cross_entropy_forward(s, act.losses(), act.lse(), act.logits(), act.targets(), batch, seq,
-                                  m_config.vocab_size);
+        lm_head_loss_forward<backend_type>(s, act.losses(), act.lse(), act.logits_chunk(), act.norm_out(), wte(p0),
+                                           act.targets(), batch, seq, m_config.n_embd, m_config.vocab_size,
+                                           m_config.head_chunk_rows);
         bind.done(0, s, group_use::forward);
         bind.done(fg, s, group_use::forward);
     }
 
     // Enqueues forward + backward on `s`; gradients of the trainable tensors accumulate into the
-    // binder's gradient buffers (frozen groups: the binder hands out null), dloss scaled by loss_scale.
+    // binder's gradient buffers (frozen groups: the binder hands out null), dloss scaled by
+    // loss_scale. The head's forward runs with its backward, chunk by chunk (model/lm_head.hpp);
+    // act.losses() ends as forward leaves it.
     template <GroupBinder<R, stream> Binder>
     void forward_backward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, double loss_scale,
                           stream& s) const {
-        forward(bind, act, batch, seq, s);
-        const std::size_t BT = batch * seq, C = m_config.n_embd, BTC = BT * C, V = m_config.vocab_size;
+        blocks_forward(bind, act, batch, seq, s);
+        const std::size_t C = m_config.n_embd, BTC = batch * seq * C;
         const std::size_t L = m_config.n_layer;
         {
             const std::size_t fg = final_group();
@@ -280,12 +290,12 @@ public:
             const R* p0 = bind.params(0, s, group_use::backward);
             R* g0 = bind.grads(0, s);
             R* gf = bind.grads(fg, s);
-            op::zero(s, act.dlogits(), BT * V);
-            op::cross_entropy_backward(s, act.dlogits(), act.lse(), act.logits(), act.targets(), loss_scale, batch, seq,
-                                       V);
+            m_norm.forward(s, pf, act.norm_out(), act.norm(), act.block_input(L, BTC), act.workspace(), batch, seq);
             op::zero(s, act.dnorm_out(), BTC);
-            op::lm_head_backward(s, act.dnorm_out(), g0 ? wte(g0) : static_cast<R*>(nullptr), act.dlogits(),
-                                 act.norm_out(), wte(p0), batch, seq, C, V);
+            lm_head_loss_backward<backend_type>(s, act.dnorm_out(), g0 ? wte(g0) : static_cast<R*>(nullptr), act.losses(),
+                                                act.lse(), act.logits_chunk(), act.dlogits_chunk(), act.norm_out(),
+                                                wte(p0), act.targets(), loss_scale, batch, seq, C, m_config.vocab_size,
+                                                m_config.head_chunk_rows);
             R* dx = act.dx(L % 2, BTC);
             op::zero(s, dx, BTC);
             m_norm.backward(s, pf, gf, dx, act.dnorm_out(), act.norm(), act.block_input(L, BTC), act.workspace(), batch,
@@ -323,6 +333,25 @@ public:
     }
 
 private:
+    // The embeddings and every block's forward: the final norm's input ends in act.block_input(n_layer).
+    template <GroupBinder<R, stream> Binder>
+    void blocks_forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
+        check_size(act, batch, seq);
+        const std::size_t C = m_config.n_embd, BTC = batch * seq * C;
+        {
+            const R* p = bind.params(0, s, group_use::forward);
+            op::embedding_forward(s, act.block_input(0, BTC), act.tokens(), wte(p), wpe(p), batch, seq, C,
+                                  m_config.vocab_size, m_config.max_seq);
+            bind.done(0, s, group_use::forward);
+        }
+        for (std::size_t l = 0; l < m_config.n_layer; ++l) {
+            const std::size_t g = block_group(l);
+            const R* p = bind.params(g, s, group_use::forward);
+            block_forward(s, p, act, l, batch, seq);
+            bind.done(g, s, group_use::forward);
+        }
+    }
+
     template <class P>
     P* wte(P* group0) const {
         return group0 + m_groups[0].slots()[0].offset;
@@ -337,6 +366,7 @@ private:
             throw error("micro-batch " + std::to_string(batch) + " x " + std::to_string(seq) +
                         " is larger than the activations (" + std::to_string(act.batch()) + " x " +
                         std::to_string(act.seq()) + ") or the model's context " + std::to_string(m_config.max_seq));
+        check_head_chunk_rows(act.head_chunk_rows(), m_config.head_chunk_rows);
     }
 
     void block_forward(stream& s, const R* p, activations& act, std::size_t l, std::size_t batch, std::size_t seq) const {

@@ -9,13 +9,16 @@
 //
 // Activations (model/activations.hpp): forward keeps each block's input, and the forward
 // activations of the first `kept` blocks; the backward of any other block first recomputes its
-// forward from the saved input (activation checkpointing: one extra forward), then runs.
+// forward from the saved input (activation checkpointing: one extra forward), then runs. The LM
+// head and cross-entropy run over chunks of positions (model/lm_head.hpp): the logits are never
+// whole, and training takes each chunk's gradient right after its loss.
 #pragma once
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/core/rng.hpp>              // rng
 #include <strata/model/activations.hpp>     // kept_activations
+#include <strata/model/lm_head.hpp>         // lm_head_loss_forward, lm_head_loss_backward
 #include <strata/nn/gpt2_config.hpp>        // gpt_config, gpt_*_params
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/stream/group_binder.hpp>   // group_use, GroupBinder
@@ -87,18 +90,20 @@ public:
 
     // The activations' device buffers of R for a B x T micro-batch, in elements, in the order
     // activations allocates them (each one allocation); besides them, two int32 buffers of B x T
-    // (tokens, targets). The planner counts exactly these (footprint_of).
+    // (tokens, targets). The planner counts exactly these (footprint_of). The logits and their
+    // gradient are one chunk of rows each (model/lm_head.hpp), not B x T.
     std::vector<std::size_t> activation_buffers(std::size_t batch, std::size_t seq, kept_activations kept) const {
         const auto& c = m_config;
         const std::size_t BT = batch * seq, C = c.n_embd, V = c.vocab_size, L = c.n_layer;
+        const std::size_t chunk = lm_head_buffer_rows(BT, c.head_chunk_rows);
         return {(L + 1) * BT * C,                                        // 0 block inputs (the checkpoints)
                 kept.buffers(L) * block_floats(c, batch, seq),           // 1 blocks' saved activations
                 BT * C,                                                  // 2 lnf
                 2 * BT,                                                  // 3 lnf_stats
-                BT * V,                                                  // 4 logits
+                chunk * V,                                               // 4 logits of one chunk
                 BT,                                                      // 5 losses
                 BT,                                                      // 6 lse
-                BT * V,                                                  // 7 dlogits
+                chunk * V,                                               // 7 dlogits of one chunk
                 BT * C,                                                  // 8 dlnf
                 2 * BT * C,                                              // 9 dx, two ping-pong buffers
                 block_grad_floats(c, batch, seq)};                       // 10 dblock
@@ -110,7 +115,11 @@ public:
     class activations {
     public:
         activations(B& backend, const gpt_model& model, std::size_t batch, std::size_t seq, kept_activations kept)
-            : m_batch(batch), m_seq(seq), m_kept(kept.of(model.config().n_layer)) {
+            : m_batch(batch),
+              m_seq(seq),
+              m_kept(kept.of(model.config().n_layer)),
+              m_vocab(model.config().vocab_size),
+              m_head_chunk_rows(model.config().head_chunk_rows) {
             const std::size_t BT = batch * seq;
             m_block_floats = block_floats(model.config(), batch, seq);
             m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
@@ -126,6 +135,14 @@ public:
         std::size_t seq() const { return m_seq; }
         kept_activations kept() const { return {m_kept}; }
         bool keeps(std::size_t layer) const { return layer < m_kept; }
+        std::size_t head_chunk_rows() const { return m_head_chunk_rows; }
+
+        // The logits (rows, V) of rows [first_row, first_row + rows) after a forward (or
+        // forward_backward) over batch x seq: only its last chunk of rows is still held
+        // (model/lm_head.hpp), other rows are a strata::error. The last position always is.
+        const R* logits(std::size_t batch, std::size_t seq, std::size_t first_row, std::size_t rows = 1) {
+            return logits_chunk() + held_logits_row(batch, seq, m_head_chunk_rows, first_row, rows) * m_vocab;
+        }
 
         std::int32_t* tokens() { return m_tokens[0].device_data().get(); }
         std::int32_t* targets() { return m_tokens[1].device_data().get(); }
@@ -137,17 +154,17 @@ public:
         R* block(std::size_t layer) { return data(1) + std::min(layer, m_kept) * m_block_floats; }
         R* lnf() { return data(2); }
         R* lnf_stats() { return data(3); }
-        R* logits() { return data(4); }
+        R* logits_chunk() { return data(4); }
         R* losses() { return data(5); }
         R* lse() { return data(6); }
-        R* dlogits() { return data(7); }
+        R* dlogits_chunk() { return data(7); }
         R* dlnf() { return data(8); }
         R* dx(int which, std::size_t BTC) { return data(9) + which * BTC; }
         R* dblock() { return data(10); }
 
     private:
         R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
-        std::size_t m_batch, m_seq, m_kept, m_block_floats = 0;
+        std::size_t m_batch, m_seq, m_kept, m_vocab, m_head_chunk_rows, m_block_floats = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, B>> m_tokens;
         std::vector<tiered_tensor<R, device_tier, B>> m_buffers;
     };
@@ -168,45 +185,42 @@ public:
     // Enqueues the forward pass on `s`; the per-token losses end in act.losses().
     template <GroupBinder<R, stream> Binder>
     void forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
-        check_size(act, batch, seq);
+        blocks_forward(bind, act, batch, seq, s);
         const auto& c = m_config;
-        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
-        {
-            const R* p = bind.params(0, s, group_use::forward);
-            op::embedding_forward(s, act.block_input(0, BTC), act.tokens(), wte(p), wpe(p), batch, seq, C, c.vocab_size,
-                                  c.max_seq);
-            bind.done(0, s, group_use::forward);
-        }
-        for (std::size_t l = 0; l < c.n_layer; ++l) {
-            const std::size_t g = block_group(l);
-            const R* p = bind.params(g, s, group_use::forward);
-            block_forward(s, p, act, l, batch, seq);
-            bind.done(g, s, group_use::forward);
-        }
-        head_forward(bind, act, batch, seq, s, group_use::forward);
+        const std::size_t fg = final_group();
+        const R* pf = bind.params(fg, s, group_use::forward);
+        const R* p0 = bind.params(0, s, group_use::forward);
+        lnf_forward(s, pf, act, batch, seq);
+        lm_head_loss_forward<B>(s, act.losses(), act.lse(), act.logits_chunk(), act.lnf(), wte(p0), act.targets(), batch,
+                                seq, c.n_embd, c.vocab_size, c.head_chunk_rows);
+        bind.done(0, s, group_use::forward);
+        bind.done(fg, s, group_use::forward);
     }
 
     // Enqueues forward + backward on `s`. Gradients accumulate (+=) into the binder's gradient
     // buffers; `loss_scale` multiplies dloss (1 / counted tokens of the whole effective batch, so
-    // that accumulation over micro-batches gives the mean over the effective batch).
+    // that accumulation over micro-batches gives the mean over the effective batch). The head's
+    // forward runs with its backward, chunk by chunk (model/lm_head.hpp); act.losses() ends as
+    // forward leaves it.
     template <GroupBinder<R, stream> Binder>
     void forward_backward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, double loss_scale,
                           stream& s) const {
-        forward(bind, act, batch, seq, s);
+        blocks_forward(bind, act, batch, seq, s);
         const auto& c = m_config;
-        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C, V = c.vocab_size;
+        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
         const std::size_t L = c.n_layer;
-        // the head: cross-entropy, tied LM head, final layernorm
+        // the head: final layernorm, then the tied LM head with cross-entropy, and back
         {
             const std::size_t fg = final_group();
             const R* pf = bind.params(fg, s, group_use::backward);
             const R* p0 = bind.params(0, s, group_use::backward);
             R* g0 = bind.grads(0, s);
             R* gf = bind.grads(fg, s);
-            op::zero(s, act.dlogits(), BT * V);
-            op::cross_entropy_backward(s, act.dlogits(), act.lse(), act.logits(), act.targets(), loss_scale, batch, seq, V);
+            lnf_forward(s, pf, act, batch, seq);
             op::zero(s, act.dlnf(), BTC);
-            op::lm_head_backward(s, act.dlnf(), wte(g0), act.dlogits(), act.lnf(), wte(p0), batch, seq, C, V);
+            lm_head_loss_backward<B>(s, act.dlnf(), wte(g0), act.losses(), act.lse(), act.logits_chunk(),
+                                     act.dlogits_chunk(), act.lnf(), wte(p0), act.targets(), loss_scale, batch, seq, C,
+                                     c.vocab_size, c.head_chunk_rows);
             R* dx = act.dx(static_cast<int>(L % 2), BTC);
             op::zero(s, dx, BTC);
             const auto& fl = m_groups[fg].slots();
@@ -234,6 +248,27 @@ public:
     }
 
 private:
+    // The embeddings and every block's forward: the input of the final layernorm ends in
+    // act.block_input(n_layer).
+    template <GroupBinder<R, stream> Binder>
+    void blocks_forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
+        check_size(act, batch, seq);
+        const auto& c = m_config;
+        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
+        {
+            const R* p = bind.params(0, s, group_use::forward);
+            op::embedding_forward(s, act.block_input(0, BTC), act.tokens(), wte(p), wpe(p), batch, seq, C, c.vocab_size,
+                                  c.max_seq);
+            bind.done(0, s, group_use::forward);
+        }
+        for (std::size_t l = 0; l < c.n_layer; ++l) {
+            const std::size_t g = block_group(l);
+            const R* p = bind.params(g, s, group_use::forward);
+            block_forward(s, p, act, l, batch, seq);
+            bind.done(g, s, group_use::forward);
+        }
+    }
+
     const R* wte(const R* group0) const { return group0 + m_groups[0].slots()[0].offset; }
     const R* wpe(const R* group0) const { return group0 + m_groups[0].slots()[1].offset; }
     R* wte(R* group0) const { return group0 + m_groups[0].slots()[0].offset; }
@@ -244,6 +279,7 @@ private:
             throw error("micro-batch " + std::to_string(batch) + " x " + std::to_string(seq) +
                             " is larger than the activations (" + std::to_string(act.batch()) + " x " +
                             std::to_string(act.seq()) + ") or the model's context " + std::to_string(m_config.max_seq));
+        check_head_chunk_rows(act.head_chunk_rows(), m_config.head_chunk_rows);
     }
 
     // Views of one block's forward activations, carved from the block workspace.
@@ -334,20 +370,13 @@ private:
         op::layernorm_backward(s, dx, G(0), G(1), a.ln1_stats, a.ln1_stats + BT, dln1, x, P(0), batch, seq, C);
     }
 
-    template <class Binder>
-    void head_forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s, group_use use) const {
+    // The final layernorm: act.lnf() from the last block's output.
+    void lnf_forward(stream& s, const R* pf, activations& act, std::size_t batch, std::size_t seq) const {
         const auto& c = m_config;
-        const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
-        const std::size_t fg = final_group();
-        const R* pf = bind.params(fg, s, use);
-        const R* p0 = bind.params(0, s, use);
-        const auto& fl = m_groups[fg].slots();
-        op::layernorm_forward(s, act.lnf(), act.lnf_stats(), act.lnf_stats() + BT, act.block_input(c.n_layer, BTC),
+        const std::size_t BT = batch * seq, C = c.n_embd;
+        const auto& fl = m_groups[final_group()].slots();
+        op::layernorm_forward(s, act.lnf(), act.lnf_stats(), act.lnf_stats() + BT, act.block_input(c.n_layer, BT * C),
                               pf + fl[0].offset, pf + fl[1].offset, batch, seq, C);
-        op::lm_head_forward(s, act.logits(), act.lnf(), wte(p0), batch, seq, C, c.vocab_size);
-        op::cross_entropy_forward(s, act.losses(), act.lse(), act.logits(), act.targets(), batch, seq, c.vocab_size);
-        bind.done(0, s, use);
-        bind.done(fg, s, use);
     }
 
     gpt_config m_config;

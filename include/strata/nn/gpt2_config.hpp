@@ -1,8 +1,9 @@
 // gpt_config: the shape of a GPT-2-architecture model, read and written as Hugging Face's
-// config.json for GPT2LMHeadModel.
+// config.json for GPT2LMHeadModel, and how its LM head runs (head_chunk_rows, not in config.json).
 #pragma once
 
 #include <strata/core/error.hpp>           // strata::error
+#include <strata/nn/ops.hpp>               // lm_head_chunk_rows
 #include <strata/tensor/param_layout.hpp>  // param_spec
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -19,6 +20,9 @@ struct gpt_config {
     std::size_t n_layer = 4;
     std::size_t n_head = 4;
     std::size_t n_embd = 128;
+    // Positions per chunk of the LM head and cross-entropy (model/lm_head.hpp): the logits buffers
+    // hold this many rows of V, whatever B x T is. Changes no number while B x T fits in one chunk.
+    std::size_t head_chunk_rows = lm_head_chunk_rows;
 
     std::size_t head_size() const { return n_embd / n_head; }
 
@@ -31,6 +35,7 @@ struct gpt_config {
         positive(n_layer, "n_layer");
         positive(n_head, "n_head");
         positive(n_embd, "n_embd");
+        positive(head_chunk_rows, "head_chunk_rows");
         if (n_embd % n_head != 0)
             throw error("model config: n_embd " + std::to_string(n_embd) + " is not a multiple of n_head " +
                             std::to_string(n_head),

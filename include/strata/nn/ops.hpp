@@ -14,6 +14,11 @@ namespace strata {
 template <class Backend>
 struct ops;  // specialized by each backend: nn/cpu_ops.hpp, nn/cuda_ops.hpp
 
+// Rows per chunk of the LM head and cross-entropy (model/lm_head.hpp) unless a model's config says
+// otherwise: 8192 rows x V = 50257 x 4 B = 1.6 GiB per buffer (two of them), and GPT-2's benchmark
+// micro-batches (8 x 1024 at 124M, 4 x 1024 at 1.5B) are one chunk.
+inline constexpr std::size_t lm_head_chunk_rows = 8192;
+
 namespace detail {
 // Doubles of sum_of_squares workspace for the largest trainable block of any group (at least one):
 // what the trainer allocates and the planner counts.
