@@ -11,6 +11,8 @@
 #include <strata/kernels/cpu/attention.hpp>       // attention_forward, attention_backward
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 
+namespace attention_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -147,3 +149,5 @@ TEST_CASE("attention refuses channels that do not split into equal heads") {
 }
 
 }  // namespace
+
+}  // namespace attention_test
