@@ -12,6 +12,8 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
+namespace loader_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata::data;
 using strata::token_id;
 
@@ -251,3 +253,5 @@ TEST_CASE("loader construction errors") {
     CHECK(contains(e, "the dataset holds no sequences"));
     CHECK(contains(e, "--val-fraction"));
 }
+
+}  // namespace loader_test

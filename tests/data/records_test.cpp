@@ -10,6 +10,8 @@
 #include <random>      // std::random_device
 #include <string>      // std::string
 
+namespace records_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata::data;
 
 namespace {
@@ -294,3 +296,5 @@ TEST_CASE("a number too large for a double is a malformed-JSON error with the pl
     CHECK(error_of([] { parse_records("{\"text\": \"a\"}\n{\"text\": \"b\", \"n\": -1e999}\n", record_format::jsonl, "d.jsonl"); })
               .find("d.jsonl line 2: malformed JSON") != std::string::npos);
 }
+
+}  // namespace records_test

@@ -10,6 +10,8 @@
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
+namespace tokenize_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata::data;
 using strata::token_id;
 
@@ -316,3 +318,5 @@ TEST_CASE("token_dataset guards its shapes and slices") {
     CHECK(contains(error_of([&] { d.slice(2, 2); }), "slice [2, 4) is outside a dataset of 3 sequences"));
     CHECK(contains(error_of([&] { tail.targets(2); }), "sequence 2 is out of range for 2 sequences"));
 }
+
+}  // namespace tokenize_test

@@ -32,6 +32,8 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+namespace hf_parity_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 namespace fs = std::filesystem;
 
@@ -355,3 +357,5 @@ TEST_CASE("HF parity: HF -> strata -> HF writes every tensor byte for byte") {
     }
     fs::remove_all(out);
 }
+
+}  // namespace hf_parity_test

@@ -19,6 +19,8 @@
 #include <sys/wait.h>      // waitpid, WIFEXITED, WEXITSTATUS
 #include <unistd.h>        // fork, pipe, read, write, _exit
 
+namespace atomic_write_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace fs = std::filesystem;
 using strata::test::read_text;
 using strata::test::scratch_dir;
@@ -287,3 +289,5 @@ TEST_CASE("commit_directory_atomically: clear errors for bad arguments") {
                          doctest::Contains("No such file or directory"), strata::error);
     CHECK(read_text(dir / "tmp" / "model.safetensors") == "weights new");
 }
+
+}  // namespace atomic_write_test

@@ -10,6 +10,8 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
+namespace json_file_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using strata::test::read_text;
 using strata::test::scratch_dir;
 using strata::test::write_text;
@@ -107,3 +109,5 @@ TEST_CASE("json_field of an integer type takes only a JSON integer that fits") {
     CHECK(strata::json_field<std::uint64_t>(state, "big", "s.json") == 18446744073709551615ull);
     CHECK(strata::json_field<double>(state, "half", "s.json") == 2.5);
 }
+
+}  // namespace json_file_test

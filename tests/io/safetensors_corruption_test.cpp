@@ -12,6 +12,8 @@
 #include <string>    // std::string
 #include <vector>    // std::vector
 
+namespace safetensors_corruption_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using strata::safetensors_file;
 
 namespace {
@@ -213,3 +215,5 @@ TEST_CASE("a tensor with an empty name is refused") {
     CHECK(open_error(make_file(R"({"":{"dtype":"U8","shape":[0],"data_offsets":[0,0]}}    )", {}))
               .find("a tensor has an empty name") != std::string::npos);
 }
+
+}  // namespace safetensors_corruption_test

@@ -12,6 +12,8 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
+namespace safetensors_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using strata::safetensors_dtype;
 using strata::safetensors_file;
 using strata::safetensors_writer;
@@ -395,3 +397,5 @@ TEST_CASE("thousands of tensors keep their order in the header and in the buffer
     CHECK(file.info("t0").begin == 4 * (count - 1));
     for (int i = 0; i < count; i += 250) CHECK(file.get<std::int32_t>("t" + std::to_string(i))[0] == i);
 }
+
+}  // namespace safetensors_test

@@ -12,6 +12,8 @@
 #include <strata/kernels/cpu/attention.hpp>       // attention_forward, attention_backward
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 
+namespace attention_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -237,3 +239,5 @@ TEST_CASE("attention refuses channels that do not split into equal heads") {
 }
 
 }  // namespace
+
+}  // namespace attention_test

@@ -11,6 +11,8 @@
 #include <strata/kernels/cpu/cross_entropy.hpp>   // cross_entropy_forward/backward, ignore_index
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 
+namespace cross_entropy_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -145,3 +147,5 @@ TEST_CASE("cross_entropy in float agrees with double on the same inputs") {
 }
 
 }  // namespace
+
+}  // namespace cross_entropy_test

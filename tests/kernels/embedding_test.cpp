@@ -9,6 +9,8 @@
 #include <strata/kernels/cpu/embedding.hpp>       // embedding_forward, embedding_backward
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 
+namespace embedding_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -94,3 +96,5 @@ TEST_CASE("embedding refuses token ids outside the vocabulary and sequences long
 }
 
 }  // namespace
+
+}  // namespace embedding_test

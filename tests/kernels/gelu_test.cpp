@@ -10,6 +10,8 @@
 #include <strata/kernels/cpu/gelu.hpp>            // gelu_forward, gelu_backward
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 
+namespace gelu_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -94,3 +96,5 @@ TEST_CASE("gelu in float agrees with double on the same inputs") {
 }
 
 }  // namespace
+
+}  // namespace gelu_test

@@ -11,6 +11,8 @@
 #include <doctest/doctest.h>               // TEST_CASE, CHECK_MESSAGE
 #include <strata/kernels/cpu/kernels.hpp>  // every kernel, numeric_gradient, compare
 
+namespace gpt2_chain_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -135,3 +137,5 @@ TEST_CASE("a one-block GPT-2 chained from the kernels has the gradient of its me
 }
 
 }  // namespace
+
+}  // namespace gpt2_chain_test

@@ -9,6 +9,8 @@
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 #include <strata/kernels/cpu/layernorm.hpp>       // layernorm_forward, layernorm_backward
 
+namespace layernorm_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -94,3 +96,5 @@ TEST_CASE("layernorm in float agrees with double on the same inputs") {
 }
 
 }  // namespace
+
+}  // namespace layernorm_test

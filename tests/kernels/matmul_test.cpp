@@ -9,6 +9,8 @@
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 #include <strata/kernels/cpu/matmul.hpp>          // matmul_*, lm_head_*
 
+namespace matmul_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -175,3 +177,5 @@ TEST_CASE("matmul and lm_head in float agree with double on the same inputs") {
 }
 
 }  // namespace
+
+}  // namespace matmul_test

@@ -8,6 +8,8 @@
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
 #include <strata/kernels/cpu/residual.hpp>        // residual_forward, residual_backward
 
+namespace residual_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace strata::kernels::cpu;
@@ -69,3 +71,5 @@ TEST_CASE("sum_of_squares accumulates float values in double") {
 }
 
 }  // namespace
+
+}  // namespace residual_test

@@ -14,6 +14,8 @@
 #include <cstddef>    // std::size_t
 #include <vector>     // std::vector
 
+namespace gpt2_block_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -52,3 +54,5 @@ TEST_CASE("GPT-2 block as a Layer: CUDA against the CPU, and checkpointing on CU
 #endif
 
 }  // namespace
+
+}  // namespace gpt2_block_test

@@ -13,6 +13,8 @@
 #include <cstddef>  // std::size_t
 #include <vector>   // std::vector
 
+namespace harness_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -251,3 +253,5 @@ TEST_CASE("layer harness: reports say SKIPPED where the other backend has no har
 }
 
 }  // namespace
+
+}  // namespace harness_test

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <vector>
 
+namespace accumulation_clip_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -105,3 +107,5 @@ TEST_CASE("clipping scales the gradients to the max norm, and only when the norm
         CHECK(norm_of(grads_of(t)) == doctest::Approx(norm).epsilon(1e-6));  // untouched below max_norm
     }
 }
+
+}  // namespace accumulation_clip_test

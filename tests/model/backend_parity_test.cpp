@@ -19,6 +19,8 @@
 #include <cmath>      // std::abs
 #include <vector>     // std::vector
 
+namespace backend_parity_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 #ifdef STRATA_TESTS_WITH_CUDA
@@ -93,3 +95,5 @@ TEST_CASE("CUDA backend: a 10-step training trajectory follows the CPU backend's
                                                                         << ", worst absolute weight difference " << worst_weight);
 }
 #endif
+
+}  // namespace backend_parity_test

@@ -14,6 +14,8 @@
 #include <set>
 #include <vector>
 
+namespace checkpoint_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 namespace fs = std::filesystem;
 
@@ -241,3 +243,5 @@ TEST_CASE("config.json: an n_inner that is not null or 4 * n_embd is a strata::e
     j["n_inner"] = -32;
     CHECK_THROWS_AS(gpt_config::from_hf_json(j), error);
 }
+
+}  // namespace checkpoint_test

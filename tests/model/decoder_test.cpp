@@ -20,6 +20,8 @@
 #include <filesystem>
 #include <vector>
 
+namespace decoder_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -228,3 +230,5 @@ TEST_CASE_TEMPLATE("a wholly frozen block streams to the device only and keeps i
     check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, frozen_blocks<B>>>(
                               backend, model, o, 4));
 }
+
+}  // namespace decoder_test

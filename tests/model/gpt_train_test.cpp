@@ -14,6 +14,8 @@
 #include <cstring>
 #include <vector>
 
+namespace gpt_train_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -147,3 +149,5 @@ TEST_CASE_TEMPLATE("training a tiny GPT on a repeating pattern lowers the loss",
     CHECK(first > 1.5);
     CHECK(last < 0.2 * first);
 }
+
+}  // namespace gpt_train_test

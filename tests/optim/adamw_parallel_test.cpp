@@ -22,6 +22,8 @@
 #include <immintrin.h>  // _mm_getcsr, _mm_setcsr
 #endif
 
+namespace adamw_parallel_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using strata::adamw_path;
@@ -258,3 +260,5 @@ TEST_CASE("size mismatches, bad steps and bad hyperparameters are refused before
     CHECK_THROWS_WITH_AS(strata::offloaded_adamw(bad, 2), doctest::Contains("eps must be"), strata::error);
     CHECK_THROWS_WITH_AS(strata::offloaded_adamw({}, 0), doctest::Contains("threads must be >= 1"), strata::error);
 }
+
+}  // namespace adamw_parallel_test

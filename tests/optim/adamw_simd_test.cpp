@@ -17,6 +17,8 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
+namespace adamw_simd_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using strata::adamw_path;
@@ -170,3 +172,5 @@ TEST_CASE("adamw_update_fast refuses what adamw_update refuses") {
     CHECK_THROWS_WITH_AS(strata::adamw_update_fast(p, g, m, p, bad, 1e-3, 1, true),
                          doctest::Contains("beta1 must be in [0, 1)"), strata::error);
 }
+
+}  // namespace adamw_simd_test

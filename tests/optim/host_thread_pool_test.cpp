@@ -16,6 +16,8 @@
 #include <utility>    // std::pair
 #include <vector>     // std::vector
 
+namespace host_thread_pool_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 struct coverage {
@@ -163,3 +165,5 @@ TEST_CASE("many jobs from several submitting threads all complete, one at a time
     b.join();
     CHECK(total.load() == 900 * n);
 }
+
+}  // namespace host_thread_pool_test

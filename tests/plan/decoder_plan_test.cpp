@@ -15,6 +15,8 @@
 #include <cstddef>  // std::size_t
 #include <vector>   // std::vector
 
+namespace decoder_plan_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -92,3 +94,5 @@ TEST_CASE("freezing the embeddings and the final norm saves exactly their gradie
     const memory_plan c = plan_for(trained, placement::resident), d = plan_for(frozen, placement::resident);
     CHECK(c.total(tier_id::device) - d.total(tier_id::device) == 3 * saved);
 }
+
+}  // namespace decoder_plan_test

@@ -14,6 +14,8 @@
 #include <string>   // std::string, std::to_string
 #include <vector>   // std::vector
 
+namespace planner_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -562,3 +564,5 @@ TEST_CASE("measure_links gives each host <-> device link a positive bandwidth, s
     CHECK(backend.budget(tier_id::device).used() == 0);  // given back
     CHECK(backend.budget(tier_id::host).used() == 0);
 }
+
+}  // namespace planner_test

@@ -18,6 +18,8 @@
 #include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
 
+namespace streamed_plan_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -271,3 +273,5 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
     CHECK(download_blocks(t, kind::adam_m) == m);
     CHECK(download_blocks(t, kind::adam_v) == v);
 }
+
+}  // namespace streamed_plan_test

@@ -14,6 +14,8 @@
 
 #include <unistd.h>  // getpid
 
+namespace loss_plot_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -179,3 +181,5 @@ TEST_CASE("write_loss_svg replaces the file atomically and leaves no temporary b
     CHECK(names == std::vector<std::string>{"loss.svg", "taken.svg"});
     fs::remove_all(dir);
 }
+
+}  // namespace loss_plot_test

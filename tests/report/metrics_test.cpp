@@ -13,6 +13,8 @@
 
 #include <unistd.h>  // getpid
 
+namespace metrics_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -113,3 +115,5 @@ TEST_CASE("reading back skips a last line cut short by a crash, and names any ot
     CHECK_THROWS_WITH_AS(strata::read_metrics(dir.path / "absent.jsonl"), doctest::Contains("cannot open"),
                          strata::error);
 }
+
+}  // namespace metrics_test

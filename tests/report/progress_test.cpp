@@ -12,6 +12,8 @@
 
 #include <unistd.h>  // dup, dup2, pipe, close, STDOUT_FILENO
 
+namespace progress_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 // A clock the test moves by hand.
@@ -167,3 +169,5 @@ TEST_CASE("stdout_is_terminal is false when stdout is a pipe") {
     close(fds[1]);
     CHECK_FALSE(terminal);
 }
+
+}  // namespace progress_test

@@ -19,6 +19,8 @@
 #include <thread>     // std::thread, std::this_thread::sleep_for
 #include <vector>     // std::vector
 
+namespace trace_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 using std::chrono::microseconds;
 
@@ -307,3 +309,5 @@ TEST_CASE("the recorder's transfer-hidden fraction reads the transfer tracks aga
     CHECK(covered_length(transfers) == doctest::Approx(300));
     CHECK(trace_recorder().transfer_hidden_fraction() == 1.0);
 }
+
+}  // namespace trace_test

@@ -19,6 +19,8 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
+namespace sampler_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -436,3 +438,5 @@ TEST_CASE("bad tokens and options are refused, and a refused feed leaves the cac
     const auto next = s.feed(4);
     CHECK(max_abs_diff(next, s.logits_uncached(std::vector<token_id>{3, 1, 4})) < 1e-5);
 }
+
+}  // namespace sampler_test

@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+namespace io_engine_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -433,3 +435,5 @@ TEST_CASE("storage_file I/O failures surface from read and write, naming the sto
                              strata::error);
     }
 }
+
+}  // namespace io_engine_test

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+namespace storage_bytes_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -88,3 +90,5 @@ TEST_CASE("a streamed step with moments on storage reads and writes both moments
     SUBCASE("clipping off") { check_step_bytes<moments_in<storage_tier>>(0.0, 1, per_step); }
     SUBCASE("moments in the host tier: no storage traffic") { check_step_bytes<moments_in<host_tier>>(1.0, 1, 0); }
 }
+
+}  // namespace storage_bytes_test

@@ -11,6 +11,8 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
+namespace pipeline_protocol_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -174,3 +176,5 @@ TEST_CASE("pipeline_engine: grads_in_use with no backward in progress is an erro
               std::string::npos);
     }
 }
+
+}  // namespace pipeline_protocol_test

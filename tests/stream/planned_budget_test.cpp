@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <vector>
 
+namespace planned_budget_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -76,3 +78,5 @@ TEST_CASE("a device budget below the streaming minimum is refused with the numbe
         CHECK(what.find(std::to_string(minimum - 1)) != std::string::npos);
     }
 }
+
+}  // namespace planned_budget_test

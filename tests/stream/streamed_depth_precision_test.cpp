@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+namespace streamed_depth_precision_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -66,3 +68,5 @@ TEST_CASE("the streamed trainer in double precision equals the resident trainer 
                                   backend, test::tiny_gpt, o, 6));
     }
 }
+
+}  // namespace streamed_depth_precision_test

@@ -21,6 +21,8 @@
 #include <optional>    // std::optional
 #include <string>      // std::string
 
+namespace streamed_failure_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 using test::micro_batches;
 using test::state_of;
@@ -194,3 +196,5 @@ TEST_CASE("a storage failure inside an overlapped update surfaces at the next st
         expect_storage_error([&] { (void)t.evaluate(micro_batches(9, 1, o.batch, o.seq)); });
     }  // destroyed with work of the failed step possibly still queued: no hang, no use after free
 }
+
+}  // namespace streamed_failure_test

@@ -48,6 +48,7 @@ public:
 template <>
 struct strata::ops<strata::test::slow_copy_backend> : strata::ops<strata::cpu_backend> {};
 
+namespace streamed_overlap_test {  // this file's names: an area's files compile as one unit (unity build)
 using namespace strata;
 
 TEST_CASE("a streamed CPU run with slow copies hides most of its transfer time under compute") {
@@ -89,3 +90,5 @@ TEST_CASE("a streamed CPU run with slow copies hides most of its transfer time u
     CHECK(transfer_us < compute_us);  // the run is compute-bound: all of it can hide
     CHECK(hidden > 0.5);
 }
+
+}  // namespace streamed_overlap_test

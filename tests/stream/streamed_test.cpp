@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <vector>
 
+namespace streamed_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -251,3 +253,5 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
         CHECK(continue_in.template operator()<streamed>(mixed) == resident.losses);
     }
 }
+
+}  // namespace streamed_test

@@ -6,6 +6,8 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
+namespace byte_tokenizer_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using strata::byte_tokenizer;
 using strata::token_id;
 
@@ -57,3 +59,5 @@ TEST_CASE("byte_tokenizer: ids out of range are an error that names them") {
         }
     }
 }
+
+}  // namespace byte_tokenizer_test

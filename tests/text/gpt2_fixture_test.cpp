@@ -21,6 +21,8 @@
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
+namespace gpt2_fixture_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace fs = std::filesystem;
 using strata::gpt2_tokenizer;
 using strata::token_id;
@@ -198,3 +200,5 @@ TEST_CASE("gpt2 vs Hugging Face: 20,000 corpus lines by hash, and the whole corp
     CHECK(total_tokens == all_tokens);
     CHECK(hex(whole.h) == all_hash);
 }
+
+}  // namespace gpt2_fixture_test

@@ -14,6 +14,8 @@
 #include <thread>       // std::thread
 #include <vector>       // std::vector
 
+namespace gpt2_tokenizer_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace fs = std::filesystem;
 using strata::gpt2_tokenizer;
 using strata::token_id;
@@ -367,3 +369,5 @@ TEST_CASE("gpt2: malformed merges.txt is reported with its line and the problem"
     CHECK(contains(merges_error("#version: 0.2\nb \xC3\xA9\n"), "\"b\xC3\xA9\" is not in vocab.json"));
     CHECK(contains(merges_error("#version: 0.2\nz \xE2\x82\xAC\n"), "U+20AC, which is not one of GPT-2's byte characters"));
 }
+
+}  // namespace gpt2_tokenizer_test

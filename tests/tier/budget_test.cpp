@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+namespace budget_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -77,3 +79,5 @@ TEST_CASE_TEMPLATE("storage-tier files are named after their tensor and removed 
     }
     CHECK_FALSE(std::filesystem::exists(path));
 }
+
+}  // namespace budget_test

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+namespace bytes_test {  // this file's names: an area's files compile as one unit (unity build)
+
 TEST_CASE("parse_bytes reads plain counts and binary units") {
     CHECK(strata::parse_bytes("1234", "--device-budget") == 1234);
     CHECK(strata::parse_bytes("100B", "--device-budget") == 100);
@@ -26,3 +28,5 @@ TEST_CASE("parse_bytes refuses sizes past 2^64 bytes, infinity and NaN") {
     CHECK_THROWS_AS(strata::parse_bytes("nan", "--device-budget"), strata::error);
     CHECK(strata::parse_bytes("16383T", "--device-budget") == 16383ull << 40);
 }
+
+}  // namespace bytes_test

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <vector>
 
+namespace copy_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -97,3 +99,5 @@ TEST_CASE_TEMPLATE("a copy between views of different sizes is refused", B, STRA
     tiered_tensor<float, device_tier, B> b(*backend, {5}, "b");
     CHECK_THROWS_WITH_AS(b.copy_from(a, s), doctest::Contains("element counts differ"), strata::error);
 }
+
+}  // namespace copy_test

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+namespace cpu_runtime_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 TEST_CASE("a CPU stream runs tasks in FIFO order and events mark points in it") {
@@ -143,3 +145,5 @@ TEST_CASE("where O_DIRECT is refused, storage falls back to buffered I/O and say
     REQUIRE(notes.size() == 1);
     CHECK(notes[0].find("refuses O_DIRECT") != std::string::npos);
 }
+
+}  // namespace cpu_runtime_test

@@ -15,6 +15,8 @@
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
+namespace pinning_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 TEST_CASE("format_pinning: bytes, seconds and the rate") {
@@ -124,3 +126,5 @@ TEST_CASE("cuda_backend: pinning more than MemAvailable is refused before the OS
     CHECK(backend->pinning().bytes == before.bytes);
 }
 #endif
+
+}  // namespace pinning_test

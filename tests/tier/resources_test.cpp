@@ -9,6 +9,8 @@
 
 #include <filesystem>  // std::filesystem::create_directories
 
+namespace resources_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -119,3 +121,5 @@ TEST_CASE("the limits of this machine read, and read as a sentence") {
     CHECK(describe(host_memory_limits{.memlock = 8u << 20, .cgroup_memory = 16ull << 30, .mem_available = 512}) ==
           "RLIMIT_MEMLOCK 8.00 MiB (8388608 B), cgroup memory limit 16.00 GiB (17179869184 B), MemAvailable 512 B");
 }
+
+}  // namespace resources_test

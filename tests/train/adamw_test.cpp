@@ -8,6 +8,8 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
+namespace adamw_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 // One step of the textbook AdamW, in long double: the independent check.
@@ -213,3 +215,5 @@ TEST_CASE("adamw_constants are torch's Python scalars rounded to the tensor type
     CHECK_THROWS_WITH_AS(strata::adamw_constants_for<float>(h, 2e-3, 0, true, "who_called"),
                          doctest::Contains("who_called: step must be >= 1"), strata::error);
 }
+
+}  // namespace adamw_test

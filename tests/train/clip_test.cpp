@@ -10,6 +10,8 @@
 #include <string>  // std::string
 #include <vector>  // std::vector
 
+namespace clip_test {  // this file's names: an area's files compile as one unit (unity build)
+
 TEST_CASE("the global norm spans every block: 3-4-12 makes 13") {
     const std::vector<std::vector<float>> grads{{3}, {4}, {12}};
     CHECK(strata::global_grad_norm(grads) == 13.0);
@@ -92,3 +94,5 @@ TEST_CASE("a NaN or infinite norm stops training with the step in the message") 
                          "last checkpoint)",
                          strata::error);
 }
+
+}  // namespace clip_test

@@ -11,6 +11,8 @@
 #include <stdexcept>  // std::runtime_error
 #include <vector>     // std::vector
 
+namespace initialize_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -68,3 +70,5 @@ TEST_CASE("initialize_groups: a failure in store() reaches the caller, and the o
                          "device copy failed", std::runtime_error);
     CHECK(calls.load() == 3);  // one worker: groups 0, 1, 2, then nothing more
 }
+
+}  // namespace initialize_test

@@ -14,6 +14,8 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
+namespace rng_test {  // this file's names: an area's files compile as one unit (unity build)
+
 TEST_CASE("splitmix64 reproduces Vigna's reference outputs") {
     std::uint64_t state = 0;
     CHECK(strata::splitmix64(state) == 0xE220A8397B1DCDAFULL);
@@ -169,3 +171,5 @@ TEST_CASE("rng works with std algorithms as a UniformRandomBitGenerator") {
     std::sort(sorted.begin(), sorted.end());
     CHECK(sorted == std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8});
 }
+
+}  // namespace rng_test

@@ -7,6 +7,8 @@
 #include <numbers>  // std::numbers::pi
 #include <string>   // std::string
 
+namespace schedule_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using strata::lr_kind;
 using strata::lr_schedule;
 
@@ -154,3 +156,5 @@ TEST_CASE("inconsistent schedules are refused with the offending field") {
     CHECK(message_of(make(lr_kind::cosine, 0, 100), -1).find("step must be >= 0") != std::string::npos);
     CHECK(message_of(make(lr_kind::cosine, 0, 100), 0).empty());
 }
+
+}  // namespace schedule_test

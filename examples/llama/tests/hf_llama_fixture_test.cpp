@@ -31,6 +31,8 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+namespace hf_llama_fixture_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 using llama::llama_config;
 using llama::llama_model;
@@ -312,3 +314,5 @@ TEST_CASE("llama config: transformers 5's rope_parameters hold rope_theta; other
     j.erase("rope_scaling");
     CHECK(llama_config::from_hf_json(j).rope_theta == 10000.0);  // LlamaConfig's default
 }
+
+}  // namespace hf_llama_fixture_test

@@ -13,6 +13,8 @@
 #include <tuple>    // std::tuple
 #include <vector>   // std::vector
 
+namespace kernels_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using namespace llama::kernels::cpu;
@@ -195,3 +197,5 @@ TEST_CASE("the kernels in float agree with double on the same inputs") {
 }
 
 }  // namespace
+
+}  // namespace kernels_test

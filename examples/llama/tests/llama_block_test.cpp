@@ -14,6 +14,8 @@
 
 #include <cstddef>  // std::size_t
 
+namespace llama_block_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using llama::llama_block;
@@ -95,3 +97,5 @@ TEST_CASE("llama block: CUDA parity") {
 #endif
 
 }  // namespace
+
+}  // namespace llama_block_test

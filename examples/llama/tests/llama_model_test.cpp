@@ -29,6 +29,8 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+namespace llama_model_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 using llama::llama_config;
 using llama::llama_model;
@@ -405,3 +407,5 @@ TEST_CASE("llama config: a field of the wrong type or a non-object config.json i
     CHECK_THROWS_WITH_AS(llama_config::from_hf_json(without_heads),
                          doctest::Contains("missing or non-integer field 'num_attention_heads'"), error);
 }
+
+}  // namespace llama_model_test

@@ -24,6 +24,8 @@
 #include <string>      // std::string
 #include <vector>      // std::vector
 
+namespace adapters_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using lora::gpt2_lora_block;
@@ -279,3 +281,5 @@ TEST_CASE("adapters: the merged plain GPT-2 block computes what the adapted bloc
 }
 
 }  // namespace
+
+}  // namespace adapters_test

@@ -19,6 +19,8 @@
 #include <string>   // std::string
 #include <vector>   // std::vector
 
+namespace gpt2_lora_block_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using lora::gpt2_lora_block;
@@ -145,3 +147,5 @@ TEST_CASE("gpt2_lora_block: an unknown or repeated target, or a bad shape, is re
 }
 
 }  // namespace
+
+}  // namespace gpt2_lora_block_test

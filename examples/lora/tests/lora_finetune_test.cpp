@@ -22,6 +22,8 @@
 #include <filesystem>
 #include <vector>
 
+namespace lora_finetune_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -171,3 +173,5 @@ TEST_CASE("the planner: a LoRA fine-tune needs the full fine-tune's host bytes m
     MESSAGE("host: full fine-tune " << full_plan.total(tier_id::host) << " B, LoRA " << lora_plan.total(tier_id::host)
                                     << " B\n" << lora_plan.to_table());
 }
+
+}  // namespace lora_finetune_test

@@ -22,6 +22,8 @@
 #include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
 
+namespace lora_linear_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using lora::lora_linear;
@@ -151,3 +153,5 @@ TEST_CASE("lora_linear: FLOPs are the base GEMM and the two thin ones") {
 }
 
 }  // namespace
+
+}  // namespace lora_linear_test
