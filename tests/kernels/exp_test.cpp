@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>            // TEST_CASE, CHECK, CHECK_MESSAGE
 #include <strata/kernels/cpu/exp.hpp>   // exp_inplace
 
+namespace exp_test {  // this file's names: an area's files compile as one unit (unity build)
+
 namespace {
 
 using strata::kernels::cpu::exp_inplace;
@@ -57,3 +59,5 @@ TEST_CASE("double exp_inplace agrees with std::exp") {
 }
 
 }  // namespace
+
+}  // namespace exp_test

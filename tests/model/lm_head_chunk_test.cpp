@@ -42,6 +42,8 @@
 
 #include <unistd.h>  // getpid
 
+namespace lm_head_chunk_test {  // this file's names: an area's files compile as one unit (unity build)
+
 using namespace strata;
 
 namespace {
@@ -415,3 +417,5 @@ TEST_CASE("the activations hold one chunk of logits, and hand out only the last 
     auto s = backend.make_stream("refused");
     CHECK_THROWS_WITH_AS(other.forward(bind, act, batch, seq, s), doctest::Contains("LM head chunks of 4"), error);
 }
+
+}  // namespace lm_head_chunk_test
