@@ -30,6 +30,14 @@ endif()
 function(strata_add_doctest_cases target)
   cmake_parse_arguments(arg "" "LABEL" "" ${ARGN})
   set_target_properties(${target} PROPERTIES UNITY_BUILD ${STRATA_UNITY_TESTS} UNITY_BUILD_BATCH_SIZE 8)
+  # CUDA sources (tests/cuda/*.cu, the examples' kernel tests) stay one unit each: nvcc compiles
+  # them, and they share helper names across files.
+  get_target_property(sources ${target} SOURCES)
+  foreach(source IN LISTS sources)
+    if(source MATCHES "\\.cu$")
+      set_source_files_properties(${source} TARGET_DIRECTORY ${target} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+    endif()
+  endforeach()
   # Only the libraries the executable calls: without a CUDA case, no cuBLAS to load (~0.3 s) in
   # each of its test processes (strata_cuda_ops in CMakeLists.txt).
   target_link_options(${target} PRIVATE LINKER:--as-needed)
