@@ -55,14 +55,16 @@ inline bool use_cuda(const std::string& device, const std::string& program) {
 #endif
 }
 
-// --activations auto|keep|recompute, and --no-checkpointing (its older spelling of keep), into
+// --activations auto|keep|recompute|offload, and --no-checkpointing (its older spelling of keep), into
 // a.activations and a.no_checkpointing.
 template <class Args>
 void add_activation_options(CLI::App& train, Args& a) {
     train.add_option("--activations", a.activations,
-                     "keep, recompute, or auto: each block's activations kept on the device for the backward or "
-                     "recomputed from its input (auto: keep as many as the device budget holds)")
-        ->check(CLI::IsMember({"auto", "keep", "recompute"}))
+                     "keep, recompute, offload or auto: each block's activations kept on the device for the "
+                     "backward or recomputed from its input; offload: the recomputing blocks' inputs wait in pinned "
+                     "host memory (auto: keep as many as the device budget holds, offloading inputs when that "
+                     "keeps more)")
+        ->check(CLI::IsMember({"auto", "keep", "recompute", "offload"}))
         ->capture_default_str();
     train.add_flag("--no-checkpointing", a.no_checkpointing, "the same as --activations keep");
 }

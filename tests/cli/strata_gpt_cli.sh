@@ -34,6 +34,12 @@ ls "$work/plan" 2>/dev/null | grep -q '^step-' && fail "--plan wrote a checkpoin
   > "$work/recompute.log"
 grep -q "0 of 1 blocks keep theirs" "$work/recompute.log" || fail "--activations recompute: $(head -8 "$work/recompute.log")"
 [[ "$(grep -o '"loss":[^,}]*' "$work/recompute.jsonl")" == "$full_losses" ]] || fail "recomputed activations changed the losses"
+# offload with room on the device: the block keeps its activations, nothing goes to the host
+# (tests/plan and tests/model check offloading itself, bit for bit)
+"$gpt" train "${common[@]}" --steps 4 --activations offload --out "$work/offload" --metrics "$work/offload.jsonl" \
+  > "$work/offload.log"
+grep -q "1 of 1 blocks keep theirs" "$work/offload.log" || fail "--activations offload: $(head -8 "$work/offload.log")"
+[[ "$(grep -o '"loss":[^,}]*' "$work/offload.jsonl")" == "$full_losses" ]] || fail "--activations offload changed the losses"
 streamed=(--placement streamed --device-budget 4M --storage-dir "$work/storage")
 "$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --out "$work/streamed" --metrics "$work/streamed.jsonl" \
   --trace "$work/streamed-trace.json" > "$work/streamed.log"

@@ -100,7 +100,8 @@ TEST_CASE("a tiny GPT's gradients match central finite differences in double") {
     MESSAGE("checked " << checked << " parameters, worst relative error " << worst);
 }
 
-TEST_CASE_TEMPLATE("every activation policy (0, some or all blocks kept) trains bitwise alike", B_, STRATA_TEST_BACKENDS) {
+TEST_CASE_TEMPLATE("every activation policy (0, some or all blocks kept; recomputing inputs offloaded or not) trains bitwise alike",
+                   B_, STRATA_TEST_BACKENDS) {
     auto made = test::make_backend<B_>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     if (!made) return;
     B_& backend = *made;
@@ -117,8 +118,11 @@ TEST_CASE_TEMPLATE("every activation policy (0, some or all blocks kept) trains 
         return std::make_pair(losses, all_blocks(t, kind::params));
     };
     auto [loss_ckpt, params_ckpt] = run(kept_activations::none());
-    for (kept_activations kept : {kept_activations{1}, kept_activations{2}, kept_activations::all()}) {
+    // offloaded: 3, 2 and 1 inputs in host memory (the two staging slots taken in turn, and one)
+    for (kept_activations kept : {kept_activations{1}, kept_activations{2}, kept_activations::all(),
+                                  kept_activations{0, true}, kept_activations{1, true}, kept_activations{2, true}}) {
         CAPTURE(kept.count);
+        CAPTURE(kept.offload_inputs);
         auto [loss, params] = run(kept);
         CHECK(loss == loss_ckpt);
         for (std::size_t g = 0; g < params_ckpt.size(); ++g)

@@ -97,15 +97,19 @@ TEST_CASE_TEMPLATE("activation bytes equal what gpt_model::activations allocates
                    float, double) {
     const gpt_config c{.vocab_size = 50, .max_seq = 32, .n_layer = 3, .n_head = 4, .n_embd = 32};
     for (kept_activations kept : {kept_activations::none(), kept_activations{1}, kept_activations{2},
-                                  kept_activations{3}, kept_activations::all()})
+                                  kept_activations{3}, kept_activations::all(), kept_activations{0, true},
+                                  kept_activations{1, true}, kept_activations{2, true}, kept_activations{3, true}})
         for (auto [B, T] : {std::pair<std::size_t, std::size_t>{1, 1}, {2, 16}, {3, 32}, {5, 7}}) {
             CAPTURE(kept.count);
+            CAPTURE(kept.offload_inputs);
             CAPTURE(B);
             CAPTURE(T);
             cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 16 << 20});
             gpt_model<R, cpu_backend> model(c);
             typename gpt_model<R, cpu_backend>::activations act(backend, model, B, T, kept);
-            CHECK(footprint_of<cpu_backend>(model, B, T).activation_bytes(kept) == backend.budget(tier_id::device).used());
+            const auto footprint = footprint_of<cpu_backend>(model, B, T);
+            CHECK(footprint.activation_bytes(kept) == backend.budget(tier_id::device).used());
+            CHECK(footprint.offloaded_input_bytes(kept) == backend.budget(tier_id::host).used());
         }
 }
 
@@ -170,6 +174,65 @@ TEST_CASE("activation policies: recompute keeps none, keep keeps every block, au
     const std::string message = message_of(r);
     CHECK(message.find("resident placement does not fit") != std::string::npos);
     CHECK(message.find("recompute the blocks' activations instead of keeping them") != std::string::npos);
+}
+
+TEST_CASE("offload: the recomputing blocks' inputs go to the host; auto offloads only when nothing else fits") {
+    const gpt_config c = small();  // 8 blocks
+    plan_request r = request(c, {.device = big, .host = big, .storage = 0});
+    r.activations = activation_policy::recompute;
+    const memory_plan none = plan<cpu_backend>(r);
+    REQUIRE(none.offloaded_inputs == 0);
+    CHECK(none.bytes_of(plan_category::activations, tier_id::host) == 0);
+    const std::size_t input = none.block_input_bytes;
+    CHECK(input == r.batch * r.seq * c.n_embd * sizeof(float));
+
+    // offload with room for all: every block keeps its activations, nothing is offloaded
+    r.activations = activation_policy::offload;
+    const memory_plan roomy = plan<cpu_backend>(r);
+    CHECK(roomy.kept_blocks == 8);
+    CHECK(roomy.offloaded_inputs == 0);
+
+    // offload with the device of `none`: no block fits more, so all 8 recompute, their inputs on the
+    // host; the device holds the final norm's input and two staging slots instead of 9 inputs
+    r.budgets.device = none.total(tier_id::device);
+    const memory_plan offloaded = plan<cpu_backend>(r);
+    REQUIRE(offloaded.fits());
+    CHECK(offloaded.offloaded_inputs == 8 - offloaded.kept_blocks);
+    CHECK(offloaded.kept() == kept_activations{offloaded.kept_blocks, true});
+    CHECK(offloaded.bytes_of(plan_category::activations, tier_id::host) ==
+          round_up(offloaded.offloaded_inputs * input, page_size));
+    CHECK(offloaded.to_table().find("recompute from their input (their inputs in pinned host memory: " +
+                                    std::to_string(offloaded.offloaded_inputs) + " x ") != std::string::npos);
+    // the 6 inputs it frees are less than one block's activations (GPT-2 keeps ~18 x B x T x C)
+    REQUIRE(none.block_activation_bytes > 7 * input);
+    CHECK(offloaded.kept_blocks == 0);
+    CHECK(offloaded.total(tier_id::device) == none.total(tier_id::device) - 6 * input);
+
+    // auto: the same budget fits without offloading, so nothing goes to the host
+    r.activations = activation_policy::automatic;
+    const memory_plan automatic = plan<cpu_backend>(r);
+    CHECK(automatic.offloaded_inputs == 0);
+    CHECK(automatic.kept_blocks == 0);
+    // ... and a device that holds only the offloaded plan: auto offloads, recompute is refused
+    r.budgets.device = none.total(tier_id::device) - 4 * input;
+    r.where = placement::resident;
+    const memory_plan forced = plan<cpu_backend>(r);
+    CHECK(forced.where == placement::resident);
+    CHECK(forced.offloaded_inputs == 8);
+    CHECK(forced.kept_blocks == 0);
+    r.activations = activation_policy::recompute;
+    CHECK(message_of(r).find("offload the recomputing blocks' inputs to host memory") != std::string::npos);
+
+    // the resident trainer allocates exactly the offloaded plan, on the device and the host
+    r.activations = activation_policy::offload;
+    r.budgets.device = none.total(tier_id::device);
+    const memory_plan p = plan<cpu_backend>(r);
+    gpt_model<float, cpu_backend> model(c);
+    cpu_backend backend({.device_bytes = p.total(tier_id::device), .host_bytes = big});
+    trainer<float, cpu_backend> t(backend, model,
+                                  {.batch = r.batch, .seq = r.seq, .accum = r.accum, .activations = p.kept()});
+    CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
+    CHECK(backend.budget(tier_id::host).used() == p.total(tier_id::host));
 }
 
 TEST_CASE("auto keeps what fits, and the resident trainer allocates exactly that plan") {

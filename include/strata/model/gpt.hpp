@@ -96,7 +96,7 @@ public:
         const auto& c = m_config;
         const std::size_t BT = batch * seq, C = c.n_embd, V = c.vocab_size, L = c.n_layer;
         const std::size_t chunk = lm_head_buffer_rows(BT, c.head_chunk_rows);
-        return {(L + 1) * BT * C,                                        // 0 block inputs (the checkpoints)
+        return {kept.input_slots(L) * BT * C,                                        // 0 block inputs (the checkpoints)
                 kept.buffers(L) * block_floats(c, batch, seq),           // 1 blocks' saved activations
                 BT * C,                                                  // 2 lnf
                 2 * BT,                                                  // 3 lnf_stats
@@ -118,6 +118,9 @@ public:
             : m_batch(batch),
               m_seq(seq),
               m_kept(kept.of(model.config().n_layer)),
+              m_blocks(model.config().n_layer),
+              m_offload_inputs(kept.offload_inputs),
+              m_offloaded(backend, model.config().n_layer, batch * seq * model.config().n_embd, kept),
               m_vocab(model.config().vocab_size),
               m_head_chunk_rows(model.config().head_chunk_rows) {
             const std::size_t BT = batch * seq;
@@ -133,7 +136,7 @@ public:
 
         std::size_t batch() const { return m_batch; }
         std::size_t seq() const { return m_seq; }
-        kept_activations kept() const { return {m_kept}; }
+        kept_activations kept() const { return {m_kept, m_offload_inputs}; }
         bool keeps(std::size_t layer) const { return layer < m_kept; }
         std::size_t head_chunk_rows() const { return m_head_chunk_rows; }
 
@@ -150,7 +153,15 @@ public:
         tiered_tensor<std::int32_t, device_tier, B>& targets_tensor() { return m_tokens[1]; }
         tiered_tensor<R, device_tier, B>& losses_tensor() { return m_buffers[5]; }
 
-        R* block_input(std::size_t layer, std::size_t BTC) { return data(0) + layer * BTC; }
+        // Block `layer`'s input (layer n_layer: the final norm's), in its device slot.
+        R* block_input(std::size_t layer, std::size_t BTC) { return data(0) + kept().input_slot(layer, m_blocks) * BTC; }
+        // Offloaded inputs (model/activations.hpp): to the host once written, back before recompute.
+        void save_input(std::size_t layer, std::size_t BTC, stream& s) {
+            m_offloaded.save(layer, block_input(layer, BTC), BTC, s);
+        }
+        void restore_input(std::size_t layer, std::size_t BTC, stream& s) {
+            m_offloaded.restore(layer, block_input(layer, BTC), BTC, s);
+        }
         R* block(std::size_t layer) { return data(1) + std::min(layer, m_kept) * m_block_floats; }
         R* lnf() { return data(2); }
         R* lnf_stats() { return data(3); }
@@ -164,7 +175,10 @@ public:
 
     private:
         R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
-        std::size_t m_batch, m_seq, m_kept, m_vocab, m_head_chunk_rows, m_block_floats = 0;
+        std::size_t m_batch, m_seq, m_kept, m_blocks;
+        bool m_offload_inputs;
+        offloaded_inputs<R, B> m_offloaded;
+        std::size_t m_vocab, m_head_chunk_rows, m_block_floats = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, B>> m_tokens;
         std::vector<tiered_tensor<R, device_tier, B>> m_buffers;
     };
@@ -185,7 +199,7 @@ public:
     // Enqueues the forward pass on `s`; the per-token losses end in act.losses().
     template <GroupBinder<R, stream> Binder>
     void forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
-        blocks_forward(bind, act, batch, seq, s);
+        blocks_forward(bind, act, batch, seq, s, false);
         const auto& c = m_config;
         const std::size_t fg = final_group();
         const R* pf = bind.params(fg, s, group_use::forward);
@@ -205,7 +219,7 @@ public:
     template <GroupBinder<R, stream> Binder>
     void forward_backward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, double loss_scale,
                           stream& s) const {
-        blocks_forward(bind, act, batch, seq, s);
+        blocks_forward(bind, act, batch, seq, s, true);
         const auto& c = m_config;
         const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
         const std::size_t L = c.n_layer;
@@ -233,7 +247,10 @@ public:
             const std::size_t g = block_group(l);
             const R* p = bind.params(g, s, group_use::backward);
             R* grad = bind.grads(g, s);
-            if (!act.keeps(l)) block_forward(s, p, act, l, batch, seq);  // recompute from the saved input
+            if (!act.keeps(l)) {  // recompute from the saved input (offloaded: brought back first)
+                act.restore_input(l, BTC, s);
+                block_forward(s, p, act, l, batch, seq);
+            }
             block_backward(s, p, grad, act, l, batch, seq);
             bind.done(g, s, group_use::backward);
         }
@@ -251,7 +268,8 @@ private:
     // The embeddings and every block's forward: the input of the final layernorm ends in
     // act.block_input(n_layer).
     template <GroupBinder<R, stream> Binder>
-    void blocks_forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s) const {
+    void blocks_forward(Binder& bind, activations& act, std::size_t batch, std::size_t seq, stream& s,
+                        bool training) const {
         check_size(act, batch, seq);
         const auto& c = m_config;
         const std::size_t BT = batch * seq, C = c.n_embd, BTC = BT * C;
@@ -264,6 +282,7 @@ private:
         for (std::size_t l = 0; l < c.n_layer; ++l) {
             const std::size_t g = block_group(l);
             const R* p = bind.params(g, s, group_use::forward);
+            if (training) act.save_input(l, BTC, s);  // offloaded: to the host before its slot is reused
             block_forward(s, p, act, l, batch, seq);
             bind.done(g, s, group_use::forward);
         }

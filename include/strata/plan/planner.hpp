@@ -114,15 +114,23 @@ struct model_footprint {
     // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
     // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
     // shared recompute buffer are one allocation of kept_activations::buffers blocks).
+    // The block inputs are apart: one input (B x T x C) in bytes, times kept_activations::input_slots.
     std::size_t activation_fixed_bytes = 0;
     std::size_t block_activation_bytes = 0;
+    std::size_t block_input_bytes = 0;
     std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
     std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
 
-    // Device bytes of the activations when `kept` blocks keep theirs.
+    // Device bytes of the activations when `kept` blocks keep theirs (block inputs included).
     std::size_t activation_bytes(kept_activations kept) const {
-        return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1),
-                                                 page_size);
+        return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.input_slots(blocks) * block_input_bytes, 1),
+                                                 page_size) +
+               round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1), page_size);
+    }
+    // Pinned host bytes of the offloaded block inputs.
+    std::size_t offloaded_input_bytes(kept_activations kept) const {
+        const std::size_t n = kept.offloaded(blocks);
+        return n == 0 ? 0 : round_up(n * block_input_bytes, page_size);
     }
     // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
 };
@@ -183,6 +191,8 @@ struct memory_plan {
     tier_id activations_home = tier_id::device;  // block inputs and kept activations
     std::size_t block_count = 0;   // transformer blocks
     std::size_t kept_blocks = 0;   // of them, those that keep their activations (the first ones)
+    std::size_t offloaded_inputs = 0;  // of the others, those whose inputs wait in pinned host memory
+    std::size_t block_input_bytes = 0;  // one block's input (B x T x C)
     std::size_t block_activation_bytes = 0;  // one block's saved activations
     // streamed: device buffers for block weights, and as many for their gradients (prefetch depth
     // + 1); resident: 0
@@ -234,7 +244,7 @@ struct memory_plan {
     }
 
     // What the trainers' train_options::activations must be for this plan.
-    kept_activations kept() const { return {kept_blocks}; }
+    kept_activations kept() const { return {kept_blocks, offloaded_inputs > 0}; }
     // What train_options::homes must be: the streamed plans' homes; resident: none (all device).
     std::vector<group_home> trainer_homes() const { return where == placement::resident ? std::vector<group_home>{} : homes; }
     // "embeddings, final norm, blocks 0-23: device; blocks 24-31: host; blocks 32-39: host, AdamW
@@ -311,8 +321,9 @@ model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t 
     // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).
     const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
     f.activation_fixed_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
-    for (std::size_t i = 0; i < buffers.size(); ++i)
-        if (i != 1) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
+    for (std::size_t i = 2; i < buffers.size(); ++i) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
+    // Entry 0 is the block inputs (every block's and the final norm's), entry 1 one block's saved activations.
+    f.block_input_bytes = buffers[0] / (f.blocks + 1) * sizeof(R);
     f.block_activation_bytes = buffers[1] * sizeof(R);
     f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
     return f;
@@ -333,11 +344,13 @@ struct plan_inputs {
     std::size_t norm_workspace = 0;
 };
 
-inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, std::size_t kept) {
+inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_activations kept) {
     memory_plan p;
-    const std::size_t activations = in.model.activation_bytes({kept});
+    const std::size_t activations = in.model.activation_bytes(kept);
     p.block_count = in.model.blocks;
-    p.kept_blocks = kept;
+    p.kept_blocks = kept.of(in.model.blocks);
+    p.offloaded_inputs = kept.offloaded(in.model.blocks);
+    p.block_input_bytes = in.model.block_input_bytes;
     p.block_activation_bytes = in.model.block_activation_bytes;
     p.parameters = in.model.parameters;
     p.trainable_parameters = in.model.trainable_parameters;
@@ -355,6 +368,7 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, std::
                                   p.fewest_activation_bytes + in.partials + in.norm_workspace;
     p.budgets = r.budgets;
     p.of(plan_category::activations).device = activations;
+    p.of(plan_category::activations).host = in.model.offloaded_input_bytes(kept);
     p.of(plan_category::staging).host = in.step_staging;
     // The grad norm's per-group partial sums: on the device with sum_of_squares' workspace, and
     // their copy on the host.
@@ -365,7 +379,7 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, std::
     return p;
 }
 
-inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, std::size_t kept) {
+inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, kept_activations kept) {
     memory_plan p = base_plan(r, in, kept);
     p.where = placement::resident;
     p.of(plan_category::weights).device = in.state;
@@ -377,7 +391,7 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, s
 // A streamed plan with `slots` device slots, `kept` blocks keeping their activations, and each
 // group at its home: what tiered_trainer allocates for train_options::homes = homes.
 inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, std::size_t slots,
-                                 const std::vector<group_home>& homes, std::size_t kept) {
+                                 const std::vector<group_home>& homes, kept_activations kept) {
     memory_plan p = base_plan(r, in, kept);
     p.where = placement::streamed;
     p.slots = slots;
@@ -473,6 +487,8 @@ inline std::string plan_hint(const plan_request& r, const memory_plan& p) {
     if (p.total(tier_id::device) > p.budgets.device) {
         add("lower --batch (now " + std::to_string(r.batch) + ") or --seq-len (now " + std::to_string(r.seq) + ")");
         if (p.kept_blocks > 0) add("recompute the blocks' activations instead of keeping them");
+        if (p.offloaded_inputs == 0 && p.kept_blocks < p.block_count)
+            add("offload the recomputing blocks' inputs to host memory (--activations offload)");
         add("raise the device budget");
     }
     if (p.total(tier_id::host) > p.budgets.host) {
@@ -581,26 +597,37 @@ memory_plan plan(const plan_request& request) {
     // The activations are planned last, on what the placement leaves of the device budget: the
     // policy's fewest kept blocks decide the placement, then as many blocks as fit keep theirs.
     const std::size_t L = in.model.blocks;
-    const std::size_t fewest = request.activations == activation_policy::keep ? L : 0;
-    const std::size_t most = request.activations == activation_policy::recompute ? 0 : L;
-    // The plan make(k) with the most kept blocks k in [fewest, most] that fits (the device bytes
-    // grow with k), or make(fewest) when even that does not fit.
-    auto most_kept = [&](auto make) {
-        memory_plan p = make(fewest);
+    const activation_policy policy = request.activations;
+    const std::size_t fewest = policy == activation_policy::keep ? L : 0;
+    const std::size_t most = policy == activation_policy::recompute ? 0 : L;
+    // The plan make(kept) with the most kept blocks in [fewest, most] that fits (the device bytes
+    // grow with them), or make(fewest) when even that does not fit; offload: the recomputing
+    // blocks' inputs in host memory. auto offloads only when nothing fits otherwise (the copies
+    // run on the compute stream: at short contexts they cost about what a recompute saves).
+    auto most_kept_with = [&](auto make, bool offload) {
+        memory_plan p = make(kept_activations{fewest, offload});
         if (!p.fits()) return p;
         std::size_t lo = fewest, hi = most;  // make(lo) fits
         while (lo < hi) {
             const std::size_t mid = lo + (hi - lo + 1) / 2;
-            if (make(mid).fits())
+            if (make(kept_activations{mid, offload}).fits())
                 lo = mid;
             else
                 hi = mid - 1;
         }
-        return lo == fewest ? p : make(lo);
+        return lo == fewest ? p : make(kept_activations{lo, offload});
+    };
+    auto most_kept = [&](auto make) {
+        if (policy == activation_policy::offload) return most_kept_with(make, true);
+        memory_plan p = most_kept_with(make, false);
+        if (policy != activation_policy::automatic) return p;
+        if (p.fits()) return p;
+        memory_plan q = most_kept_with(make, true);
+        return q.fits() ? q : p;
     };
 
     if (request.where != placement::streamed) {
-        memory_plan resident = most_kept([&](std::size_t k) { return detail::resident_plan(request, in, k); });
+        memory_plan resident = most_kept([&](kept_activations k) { return detail::resident_plan(request, in, k); });
         if (resident.fits()) return resident;
         if (request.where == placement::resident)
             detail::refuse(request, resident, "resident placement does not fit (weights, grads, m, v: " +
@@ -612,7 +639,7 @@ memory_plan plan(const plan_request& request) {
     // The plan for `homes` with the AdamW moments of host groups on storage where the host cannot
     // hold them: the last groups' first (they are updated last, so their reads have the most time),
     // or every host group's when the user asked for storage.
-    auto spill = [&](std::vector<group_home> homes, std::size_t slots, std::size_t k) {
+    auto spill = [&](std::vector<group_home> homes, std::size_t slots, kept_activations k) {
         auto to_storage = [&](std::size_t g) {
             if (homes[g].weights == tier_id::host && trainable[g] > 0) homes[g].moments = tier_id::storage;
         };
@@ -632,7 +659,7 @@ memory_plan plan(const plan_request& request) {
     // 1, ... (the first blocks: the next step's forward uses them while the host still updates
     // the rest). What the device does not take stays on the host, and the moments the host
     // cannot hold go to storage.
-    auto placed = [&](std::size_t slots, std::size_t kept) {
+    auto placed = [&](std::size_t slots, kept_activations kept) {
         auto homes = detail::uniform_homes(G, tier_id::host);
         memory_plan p = spill(homes, slots, kept);
         if (request.where == placement::streamed) return p;
@@ -654,13 +681,13 @@ memory_plan plan(const plan_request& request) {
     // Activations come first: as many blocks keep theirs as leave a plan that fits (the groups
     // fill what the device has left).
     auto streamed = [&](std::size_t slots) {
-        return most_kept([&](std::size_t k) { return placed(slots, k); });
+        return most_kept([&](kept_activations k) { return placed(slots, k); });
     };
     // Why m, v are on storage when nobody asked: the host alone cannot hold them.
     auto moments_note = [&](const memory_plan& p) -> std::string {
         if (request.moments_on_storage || p.m_home != tier_id::storage) return "";
         const memory_plan on_host =
-            detail::streamed_plan(request, in, p.slots, detail::uniform_homes(G, tier_id::host), p.kept_blocks);
+            detail::streamed_plan(request, in, p.slots, detail::uniform_homes(G, tier_id::host), p.kept());
         return " (AdamW m, v went to storage: with them the host would need " +
                format_bytes(on_host.total(tier_id::host)) + ")";
     };
@@ -743,7 +770,11 @@ inline std::string memory_plan::to_table() const {
     out += "\nactivations " +
            std::string(name_of(activations_home)) + ": " + std::to_string(kept_blocks) + " of " +
            std::to_string(block_count) + " blocks keep theirs (" + detail::short_bytes(block_activation_bytes) +
-           " each), " + std::to_string(block_count - kept_blocks) + " recompute from their input\n";
+           " each), " + std::to_string(block_count - kept_blocks) + " recompute from their input" +
+           (offloaded_inputs == 0 ? std::string()
+                                  : " (their inputs in pinned host memory: " + std::to_string(offloaded_inputs) +
+                                        " x " + detail::short_bytes(block_input_bytes) + ")") +
+           "\n";
     if (where == placement::streamed) out += "per step: " + traffic_summary() + "\n";
 
     constexpr std::size_t label_width = 14, column_width = 13;
