@@ -34,6 +34,7 @@
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
+#include <fmt/format.h>
 
 #include <chrono>
 #include <cstdio>
@@ -133,12 +134,8 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     Trainer t(backend, model, o);
     print_line(format_pinning(backend.pinning()));
     t.initialize(a.seed);
-    {
-        char line[96];
-        std::snprintf(line, sizeof line, "trainer built and %zu groups initialized in %.1f s", model.groups().size(),
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count());
-        print_line(line);
-    }
+    print_line(fmt::format("trainer built and {} groups initialized in {:.1f} s", model.groups().size(),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count()));
     if constexpr (is_lora<Model>) {  // the base checkpoint's weights by name; the adapters as initialized
         lora::upload_base_weights(t, model, ctx.init_config, ctx.init_blocks);
     } else {

@@ -48,12 +48,13 @@
 #include <strata/tier/resources.hpp>        // physical_memory_bytes, free_disk_bytes
 #include <strata/tier/tier.hpp>             // tier_id, name_of
 
+#include <fmt/format.h>  // fmt::format
+
 #include <algorithm>    // std::max
 #include <array>        // std::array
 #include <chrono>       // std::chrono::steady_clock
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int32_t
-#include <cstdio>       // std::snprintf
 #include <filesystem>   // std::filesystem::path, temp_directory_path
 #include <optional>     // std::optional
 #include <string>       // std::string, std::to_string
@@ -276,16 +277,13 @@ inline std::string short_bytes(std::size_t bytes) { return bytes == 0 ? "-" : fo
 
 inline std::string percent_of(std::size_t part, std::size_t whole) {
     if (whole == 0) return part == 0 ? "-" : "over";
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.1f %%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
-    return buf;
+    return fmt::format("{:.1f} %", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
 }
 
-inline std::string pad_left(const std::string& s, std::size_t width) {
-    return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
-}
-inline std::string pad_right(const std::string& s, std::size_t width) {
-    return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+// "124.44 M", "1.77 B" parameters.
+inline std::string parameter_count(std::size_t n) {
+    const double x = static_cast<double>(n);
+    return x >= 1e9 ? fmt::format("{:.2f} B", x / 1e9) : fmt::format("{:.2f} M", x / 1e6);
 }
 
 }  // namespace detail
@@ -727,12 +725,9 @@ inline std::string memory_plan::traffic_summary() const {
     std::string out;
     auto link = [&](const char* name, std::size_t bytes, double bandwidth) {
         if (!out.empty()) out += ", ";
-        out += std::string(name) + " " + detail::short_bytes(bytes);
-        if (bytes > 0 && bandwidth > 0) {
-            char buf[64];
-            std::snprintf(buf, sizeof buf, " (%.2f s at %.1f GB/s)", static_cast<double>(bytes) / bandwidth, bandwidth / 1e9);
-            out += buf;
-        }
+        out += fmt::format("{} {}", name, detail::short_bytes(bytes));
+        if (bytes > 0 && bandwidth > 0)
+            out += fmt::format(" ({:.2f} s at {:.1f} GB/s)", static_cast<double>(bytes) / bandwidth, bandwidth / 1e9);
     };
     link("H2D", per_step.h2d, links.h2d);
     link("D2H", per_step.d2h, links.d2h);
@@ -747,41 +742,27 @@ inline std::string memory_plan::to_table() const {
     if (where == placement::streamed)
         out += ", " + std::to_string(slots) + " device slots (prefetch depth " + std::to_string(slots - 1) +
                ") of the largest block " + detail::short_bytes(largest_block_bytes) + " each";
-    char params[32];
-    const double n = static_cast<double>(parameters);
-    if (n >= 1e9)
-        std::snprintf(params, sizeof params, "%.2f B", n / 1e9);
-    else
-        std::snprintf(params, sizeof params, "%.2f M", n / 1e6);
-    out += ", " + std::string(params) + " parameters";
-    if (trainable_parameters != parameters) {
-        const double t = static_cast<double>(trainable_parameters);
-        if (t >= 1e9)
-            std::snprintf(params, sizeof params, "%.2f B", t / 1e9);
-        else
-            std::snprintf(params, sizeof params, "%.2f M", t / 1e6);
-        out += " (" + std::string(params) + " trainable, the rest frozen)";
-    }
-    out += " in " + std::to_string(group_count) + " groups\n";
+    out += fmt::format(", {} parameters", detail::parameter_count(parameters));
+    if (trainable_parameters != parameters)
+        out += fmt::format(" ({} trainable, the rest frozen)", detail::parameter_count(trainable_parameters));
+    out += fmt::format(" in {} groups\n", group_count);
     if (where == placement::resident)
         out += "homes: every group on the device";
     else
         out += "homes: " + homes_summary();
-    out += "\nactivations " +
-           std::string(name_of(activations_home)) + ": " + std::to_string(kept_blocks) + " of " +
-           std::to_string(block_count) + " blocks keep theirs (" + detail::short_bytes(block_activation_bytes) +
-           " each), " + std::to_string(block_count - kept_blocks) + " recompute from their input" +
-           (offloaded_inputs == 0 ? std::string()
-                                  : " (their inputs in pinned host memory: " + std::to_string(offloaded_inputs) +
-                                        " x " + detail::short_bytes(block_input_bytes) + ")") +
-           "\n";
+    out += fmt::format("\nactivations {}: {} of {} blocks keep theirs ({} each), {} recompute from their input",
+                       name_of(activations_home), kept_blocks, block_count, detail::short_bytes(block_activation_bytes),
+                       block_count - kept_blocks);
+    if (offloaded_inputs > 0)
+        out += fmt::format(" (their inputs in pinned host memory: {} x {})", offloaded_inputs,
+                           detail::short_bytes(block_input_bytes));
+    out += "\n";
     if (where == placement::streamed) out += "per step: " + traffic_summary() + "\n";
 
-    constexpr std::size_t label_width = 14, column_width = 13;
     auto row = [&](const std::string& label, auto cell) {
-        std::string line = detail::pad_right(label, label_width);
-        for (tier_id t : all_tiers) line += detail::pad_left(cell(t), column_width);
-        out += line + "\n";
+        out += fmt::format("{:<14}", label);
+        for (tier_id t : all_tiers) out += fmt::format("{:>13}", cell(t));
+        out += "\n";
     };
     row("", [](tier_id t) { return std::string(name_of(t)); });
     for (plan_category c : all_plan_categories)

@@ -11,11 +11,13 @@
 
 #include <strata/core/error.hpp>  // strata::error
 
+#include <fmt/format.h>  // fmt::format
+
 #include <algorithm>    // std::clamp
 #include <chrono>       // std::chrono::steady_clock, duration
 #include <cmath>        // std::isfinite, std::isnan, std::llround
 #include <cstddef>      // std::size_t
-#include <cstdio>       // std::snprintf, stdout, fileno
+#include <cstdio>       // stdout, fileno
 #include <functional>   // std::function
 #include <ostream>      // std::ostream
 #include <string>       // std::string, std::to_string
@@ -43,28 +45,22 @@ inline bool stdout_is_terminal() {
 inline std::string format_duration(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0) return "--:--:--";
     const long long total = std::llround(seconds);
-    char text[32];
-    std::snprintf(text, sizeof text, "%lld:%02lld:%02lld", total / 3600, total / 60 % 60, total % 60);
-    return text;
+    return fmt::format("{}:{:02}:{:02}", total / 3600, total / 60 % 60, total % 60);
 }
 
 // 950, 48.2k, 1.55M: three significant digits are all a rate shown every step can hold.
 inline std::string format_rate(double per_second) {
     if (!std::isfinite(per_second) || per_second < 0) return "-";
-    char text[32];
-    if (per_second < 1e3) std::snprintf(text, sizeof text, "%.0f", per_second);
-    else if (per_second < 1e6) std::snprintf(text, sizeof text, "%.1fk", per_second / 1e3);
-    else std::snprintf(text, sizeof text, "%.2fM", per_second / 1e6);
-    return text;
+    if (per_second < 1e3) return fmt::format("{:.0f}", per_second);
+    if (per_second < 1e6) return fmt::format("{:.1f}k", per_second / 1e3);
+    return fmt::format("{:.2f}M", per_second / 1e6);
 }
 
 // Four decimals, and one spelling of NaN/infinity on every platform (printf may write "-nan").
 inline std::string format_loss(double loss) {
     if (std::isnan(loss)) return "nan";
     if (!std::isfinite(loss)) return loss > 0 ? "inf" : "-inf";
-    char text[32];
-    std::snprintf(text, sizeof text, "%.4f", loss);
-    return text;
+    return fmt::format("{:.4f}", loss);
 }
 
 struct progress_options {
@@ -158,15 +154,12 @@ private:
         const auto width = static_cast<std::size_t>(m_options.bar_width);
         const auto filled = static_cast<std::size_t>(fraction * static_cast<double>(width));
         const std::string total = std::to_string(m_total);
-        std::string steps = std::to_string(step);
-        if (steps.size() < total.size()) steps.insert(0, total.size() - steps.size(), ' ');  // a steady width
-        char percent[16];
-        std::snprintf(percent, sizeof percent, "%5.1f%%", 100.0 * fraction);
-        std::string line = "step " + steps + "/" + total + " [" + std::string(filled, '#') +
-                           std::string(width - filled, '.') + "] " + percent + " | loss " +
-                           format_loss(loss) + " | " + format_rate(tokens_per_s) + " tok/s | ETA " +
-                           format_duration(eta);
-        if (!extra.empty()) line += " | " + std::string(extra);
+        // the step right-aligned to the total's width: a steady line
+        std::string line = fmt::format("step {:>{}}/{} [{}{}] {:5.1f}% | loss {} | {} tok/s | ETA {}", step,
+                                       total.size(), total, std::string(filled, '#'), std::string(width - filled, '.'),
+                                       100.0 * fraction, format_loss(loss), format_rate(tokens_per_s),
+                                       format_duration(eta));
+        if (!extra.empty()) line += fmt::format(" | {}", extra);
         return line;
     }
 

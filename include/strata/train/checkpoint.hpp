@@ -27,12 +27,12 @@
 #include <strata/train/trainer.hpp>    // trainer
 
 #include <nlohmann/json.hpp>  // nlohmann::json
+#include <fmt/format.h>       // fmt::format
 
 #include <unistd.h>  // getpid
 
 #include <algorithm>    // std::max
 #include <cstdint>      // std::uint64_t
-#include <cstdio>       // std::snprintf
 #include <filesystem>   // std::filesystem
 #include <optional>     // std::optional
 #include <set>          // std::set
@@ -45,9 +45,7 @@
 namespace strata {
 
 inline std::string checkpoint_dir_name(long step) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "step-%06ld", step);
-    return buf;
+    return fmt::format("step-{:06}", step);
 }
 
 // Host copies of every parameter block of a model, in the model's group layout.

@@ -20,8 +20,9 @@
 
 #include <strata/core/error.hpp>  // strata::error
 
+#include <fmt/format.h>  // fmt::format
+
 #include <cmath>        // std::cos, std::floor, std::isfinite, std::pow
-#include <cstdio>       // std::snprintf
 #include <numbers>      // std::numbers::pi
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
@@ -64,11 +65,7 @@ inline lr_kind parse_lr_kind(std::string_view name) {
 // Throws on the first inconsistent field, naming it and its value.
 inline void validate(const lr_schedule& s) {
     const auto bad = [](const std::string& what, const std::string& hint) { throw error("lr schedule: " + what, hint); };
-    const auto rate = [](double x) {  // 3e-08, not std::to_string's 0.000000
-        char text[32];
-        std::snprintf(text, sizeof text, "%g", x);
-        return std::string(text);
-    };
+    const auto rate = [](double x) { return fmt::format("{:g}", x); };  // 3e-08, not std::to_string's 0.000000
     if (!(std::isfinite(s.lr) && s.lr > 0))
         bad("lr must be a positive finite number, got " + rate(s.lr), "pass e.g. --lr 6e-4");
     if (!(std::isfinite(s.min_lr) && s.min_lr >= 0))
