@@ -13,13 +13,12 @@
 #include <strata/core/error.hpp>      // strata::error
 #include <strata/tier/resources.hpp>  // host_memory_limits, describe
 
-#include <fmt/format.h>  // fmt::format
-
 #include <algorithm>  // std::min
 #include <atomic>    // std::atomic
 #include <chrono>    // std::chrono::steady_clock, duration
 #include <cstddef>   // std::size_t
 #include <cstdint>   // std::uintptr_t, std::int64_t
+#include <cstdio>    // std::snprintf
 #include <optional>  // std::optional
 #include <string>    // std::string
 
@@ -68,9 +67,11 @@ private:
 // where it would be noise (the CPU backend's allocations take microseconds).
 inline std::string format_pinning(const pinning_stats& stats) {
     if (stats.bytes == 0) return "pinned no host memory";
-    std::string text = fmt::format("pinned {} of host memory in {:.1f} s", format_bytes_short(stats.bytes), stats.seconds);
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f s", stats.seconds);
+    std::string text = "pinned " + format_bytes_short(stats.bytes) + " of host memory in " + seconds;
     if (stats.seconds >= 0.1)
-        text += fmt::format(" ({}/s)", format_bytes_short(static_cast<std::size_t>(static_cast<double>(stats.bytes) / stats.seconds)));
+        text += " (" + format_bytes_short(static_cast<std::size_t>(static_cast<double>(stats.bytes) / stats.seconds)) + "/s)";
     return text;
 }
 

@@ -6,7 +6,7 @@
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::uintptr_t
-#include <fmt/format.h>  // fmt::format
+#include <cstdio>   // std::snprintf
 #include <string>   // std::string, std::stod
 
 namespace strata {
@@ -36,13 +36,18 @@ inline std::string format_bytes_short(std::size_t bytes) {
         value /= 1024.0;
         ++unit;
     }
-    return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
+    char buf[32];
+    if (unit == 0)
+        std::snprintf(buf, sizeof buf, "%zu B", bytes);
+    else
+        std::snprintf(buf, sizeof buf, "%.2f %s", value, units[unit]);
+    return buf;
 }
 
 // "1.50 GiB (1610612736 B)": the exact count keeps error messages unambiguous.
 inline std::string format_bytes(std::size_t bytes) {
     const std::string rounded = format_bytes_short(bytes);
-    return bytes < 1024 ? rounded : fmt::format("{} ({} B)", rounded, bytes);
+    return bytes < 1024 ? rounded : rounded + " (" + std::to_string(bytes) + " B)";
 }
 
 // Parses "1234", "512M", "16G" (binary units) into bytes; `flag` names the option in errors.

@@ -48,7 +48,7 @@
 #include <strata/tier/resources.hpp>        // physical_memory_bytes, free_disk_bytes
 #include <strata/tier/tier.hpp>             // tier_id, name_of
 
-#include <fmt/format.h>  // fmt::format
+#include <strata/core/format.hpp>  // fmt::format (host only)
 
 #include <algorithm>    // std::max
 #include <array>        // std::array

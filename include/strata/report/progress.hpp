@@ -11,7 +11,7 @@
 
 #include <strata/core/error.hpp>  // strata::error
 
-#include <fmt/format.h>  // fmt::format
+#include <strata/core/format.hpp>  // fmt::format (host only)
 
 #include <algorithm>    // std::clamp
 #include <chrono>       // std::chrono::steady_clock, duration

@@ -19,6 +19,7 @@
 
 #include <strata/core/bytes.hpp>       // format_bytes
 #include <strata/core/error.hpp>       // strata::error
+#include <strata/core/format.hpp>      // fmt::format (host only)
 #include <strata/io/atomic_write.hpp>  // commit_directory_atomically
 #include <strata/io/json_file.hpp>     // read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>   // safetensors_writer, safetensors_file
@@ -27,7 +28,6 @@
 #include <strata/train/trainer.hpp>    // trainer
 
 #include <nlohmann/json.hpp>  // nlohmann::json
-#include <fmt/format.h>       // fmt::format
 
 #include <unistd.h>  // getpid
 

@@ -20,7 +20,7 @@
 
 #include <strata/core/error.hpp>  // strata::error
 
-#include <fmt/format.h>  // fmt::format
+#include <strata/core/format.hpp>  // fmt::format (host only)
 
 #include <cmath>        // std::cos, std::floor, std::isfinite, std::pow
 #include <numbers>      // std::numbers::pi
