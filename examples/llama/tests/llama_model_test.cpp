@@ -289,8 +289,22 @@ TEST_CASE("llama model: loading refuses what the model cannot represent, by name
         c[key] = std::move(value);
         write_json_file(dir / "config.json", c);
     };
-    with("num_key_value_heads", 1);
-    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("grouped-query"), error);
+    with("num_key_value_heads", 3);  // does not divide 2 heads
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("num_key_value_heads 3 of 2 heads"), error);
+    with("num_key_value_heads", 1);  // grouped-query attention: the file's k_proj is of 2 heads
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("k_proj.weight"), error);
+    with("attention_bias", true);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("attention_bias true"), error);
+    with("mlp_bias", true);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("mlp_bias true"), error);
+    with("num_local_experts", 8);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("num_local_experts"), error);
+    with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}});
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("rope_scaling"), error);
+    with("tie_word_embeddings", false);  // then lm_head.weight must be there
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("lm_head.weight"), error);
+    with("model_type", "gemma");
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("model_type \"gemma\""), error);
     with("hidden_act", "gelu");
     CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("hidden_act"), error);
     with("num_hidden_layers", tiny.n_layer + 1);
