@@ -5,6 +5,9 @@
 // multi-head block whose k/v weights are the groups' copies (bit for bit).
 #include "../kernels_cpu.hpp"  // llama::kernels::cpu::*, rope_params
 #include "../llama_block.hpp"  // llama::llama_block
+#ifdef STRATA_TESTS_WITH_CUDA
+#include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
+#endif
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS
 
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector
@@ -244,6 +247,18 @@ TEST_CASE("llama block: n_kv_head equal to n_head is the multi-head block: same 
     const auto b = st::forward_output<llama_block>(explicit_kv, std::span<const float>(p), std::span<const float>(inp), B, T);
     CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
+
+#ifdef STRATA_TESTS_WITH_CUDA
+TEST_CASE("llama block (GQA, biases, head_dim, llama3): CUDA matches the CPU (normalized squared error)") {
+    const auto report = st::check_backend_parity<llama_block, strata::cuda_backend>(family, B, T);
+    if (report.skipped) strata::test::skip(report.describe());
+    CHECK_MESSAGE(report.ok(), report.describe());
+}
+#else
+TEST_CASE("llama block (GQA, biases, head_dim, llama3): CUDA parity") {
+    strata::test::skip("this build has no CUDA backend (configure with STRATA_ENABLE_CUDA=ON)");
+}
+#endif
 
 TEST_CASE("llama block: key/value heads that do not divide the query heads are refused") {
     using L = llama_block<float, strata::cpu_backend>;
