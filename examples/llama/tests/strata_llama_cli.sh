@@ -146,6 +146,19 @@ grep -q 'lm_head.weight' "$gqa/model.safetensors" || fail "an untied checkpoint 
 grep -q "1 layers, 4 heads (2 key/value) of 6, 16 channels" "$work/gqa-init.log" ||
   fail "--init-from a GQA checkpoint did not take its shape: $(grep model: "$work/gqa-init.log")"
 "$llama" sample --checkpoint "$gqa" --prompt "the" --tokens 4 --device cpu > /dev/null || fail "sampling a GQA checkpoint"
+# a learned GQA model with its own head size and an untied head means the same model to HF (the plain-
+# Python forward reads num_key_value_heads, head_dim and lm_head.weight; transformers when installed)
+"$llama" train --data "$work/data.txt" --n-layer 2 --n-head 4 --n-kv-head 2 --head-dim 10 --untied-head --n-embd 32 \
+  --hidden 64 --seq-len 32 --batch 4 --steps 200 --lr 1e-2 --warmup 10 --eval-every 0 --device cpu \
+  --out "$work/learned-gqa" > /dev/null
+ours=$("$llama" sample --checkpoint "$work/learned-gqa/step-000200" --prompt "the quick" --tokens 30 --temperature 0 --device cpu)
+[[ "$ours" == "the quick brown fox jumps over the lazy" ]] || fail "the GQA model did not learn the text: '$ours'"
+if command -v python3 > /dev/null; then
+  hf=$(python3 "$tool" "$work/learned-gqa/step-000200" "the quick" 30 2> "$work/hf-gqa.txt") ||
+    fail "hf_llama_greedy.py (GQA): $(cat "$work/hf-gqa.txt")"
+  [[ "$hf" == "$ours" ]] || fail "GQA greedy continuations differ: HF '$hf', strata '$ours' ($(cat "$work/hf-gqa.txt"))"
+  echo "HF greedy check (GQA, head_dim 10, untied): $(cat "$work/hf-gqa.txt")"
+fi
 refuses "--n-kv-head 3 does not divide --n-head 4" "$llama" train "${family[@]}" --n-head 4 --n-kv-head 3 --steps 1 --out "$work/x"
 refuses "--head-dim 5 is odd" "$llama" train "${tiny[@]}" --head-dim 5 --steps 1 --out "$work/x"
 refuses "--n-kv-head" timeout 20 "$llama" train "${tiny[@]}" --n-kv-head -1 --steps 1 --out "$work/x"
