@@ -1,12 +1,13 @@
 // llama_model<B>: a small Llama-style language model assembled from Layers, trained by strata's
 // trainers (resident and streamed) like the example GPT:
 //
-//   embed_tokens -> n_layer x llama_block -> rmsnorm -> LM head tied to embed_tokens
+//   embed_tokens -> n_layer x llama_block -> rmsnorm -> LM head (tied to embed_tokens, or lm_head)
 //
 // It is strata::decoder_model<llama_block<float, B>, rmsnorm_layer<float, B>> without learned
 // positions (the blocks rotate q and k instead) and with Hugging Face Llama's parameter names
-// (model.embed_tokens.weight, model.layers.<l>.*, model.norm.weight). llama_config holds the
-// shape and gives the three configs decoder_model takes.
+// (model.embed_tokens.weight, model.layers.<l>.*, model.norm.weight, lm_head.weight when untied).
+// llama_config holds the shape and gives the three configs decoder_model takes; it reads and
+// writes the config.json of LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM.
 //
 // Checkpoints in Hugging Face's format (transformers.LlamaForCausalLM.from_pretrained loads them):
 // write_model_files writes model.safetensors + config.json (write_trainer_model_files: straight
@@ -15,12 +16,14 @@
 // save_checkpoint / load_checkpoint with these files as the weights). The layouts differ from strata's in two ways:
 // - strata's matmul takes (in, out) weights; nn.Linear stores (out, in): every 2-D block weight
 //   is transposed (embed_tokens is (V, C) in both);
-// - the block fuses q|k|v into one (C, 3C) matrix: HF has q_proj, k_proj and v_proj, (C, C)
-//   each, the output columns [0, C), [C, 2C) and [2C, 3C) of the fused one.
+// - the block fuses q|k|v into one (C, A + 2 KV) matrix (A = NH HS, KV = NKV HS): HF has q_proj
+//   (A, C), k_proj and v_proj (KV, C), the output columns [0, A), [A, A + KV) and [A + KV, A + 2 KV)
+//   of the fused one; likewise q_proj.bias, k_proj.bias, v_proj.bias are slices of the fused bias.
 // Rotary embedding: the block rotates "half" pairs (i, i + HS/2) inside each head, HF Llama's
 // rotate_half convention, so q_proj and k_proj need no permutation.
 //
-// Glossary: V vocab, C channels, H hidden size of the MLP, L layers, NH heads.
+// Glossary: V vocab, C channels, H hidden size of the MLP, L layers, NH query heads, NKV key/value
+// heads, HS head size.
 #pragma once
 
 #include "llama_block.hpp"    // llama_block, llama_block_config
