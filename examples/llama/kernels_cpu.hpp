@@ -260,3 +260,5 @@ void expand_kv_backward(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
 }
 
 }  // namespace llama::kernels::cpu
+
+#undef LLAMA_HOST_DEVICE  // an annotation of this header only

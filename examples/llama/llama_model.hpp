@@ -361,6 +361,14 @@ struct llama_config {
                        "the block attends to the whole causal context: use a config with sliding_window null, or "
                        "max_position_embeddings at most the window");
         }
+        // transformers >= 4.53 also says per layer what attention it has
+        if (present("layer_types")) {
+            if (!j["layer_types"].is_array())
+                refuse("layer_types " + j["layer_types"].dump(), "layer_types is a list of \"full_attention\"");
+            for (const auto& t : j["layer_types"])
+                if (t != "full_attention")
+                    refuse("layer_types entry " + t.dump(), "the block attends to the whole causal context (\"full_attention\")");
+        }
         if (c.arch == llama_arch::qwen2) {
             if (present("use_sliding_window") && j["use_sliding_window"] != false)
                 refuse("use_sliding_window " + j["use_sliding_window"].dump(),

@@ -562,6 +562,10 @@ TEST_CASE("llama config: Llama 3.1 rope_scaling llama3, Mistral and Qwen2 config
     q["use_sliding_window"] = true;
     CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("use_sliding_window true"), error);
     q["use_sliding_window"] = false;
+    q["layer_types"] = {"full_attention", "sliding_attention"};
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("layer_types entry \"sliding_attention\""), error);
+    q["layer_types"] = {"full_attention", "full_attention"};
+    CHECK(llama_config::from_hf_json(q) == qwen);
     q["num_experts"] = 4;  // Qwen2-MoE
     CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("num_experts"), error);
     q.erase("num_experts");
