@@ -52,7 +52,7 @@ struct decoder_config {
     std::size_t n_layer = 4;
     std::size_t n_embd = 128;
     bool learned_positions = true;   // a "wpe" table added to the token embedding (GPT-2); false: RoPE & co.
-    bool freeze_embeddings = false;  // wte (the tied head) and wpe frozen
+    bool freeze_embeddings = false;  // wte (the tied head), wpe and an untied head frozen
     // Positions per chunk of the LM head and cross-entropy (model/lm_head.hpp): the logits buffers
     // hold this many rows of V, whatever B x T is. Changes no number while B x T fits in one chunk.
     std::size_t head_chunk_rows = lm_head_chunk_rows;
