@@ -33,6 +33,21 @@ Checks (any failure exits 1 after writing, so that the log shows every one):
 
 Run on a machine with the pinned torch and transformers (tools/fixture_provenance.py), no network
 and no GPU needed, in a few seconds: tools/make_fixtures.sh OUTDIR runs it with the GPT-2 one.
+
+--family writes instead the Llama family's fixtures (issue 16) into OUT/<shape>/, the same files
+(reference.safetensors also holds config.json's numbers as config.*), for
+examples/llama/tests/hf_llama_fixture_test.cpp's family cases (tests/fixtures/hf_llama_family/):
+  llama3_l2_h6_kv2_c42_d8_f60_v71   LlamaForCausalLM: 6 heads, 2 key/value heads (GQA ratio 3),
+                                    head_dim 8 (42 / 6 = 7), untied lm_head, rope_scaling
+                                    {"rope_type": "llama3", factor 8, low 1, high 8, original 64}
+                                    with rope_theta 2000: the head's 4 rotary pairs fall in all three
+                                    regions (kept, interpolated, divided by factor)
+  qwen2_l2_h6_kv2_c36_f52_v73       Qwen2ForCausalLM: q/k/v biases (random, not zero), 6 heads of 6,
+                                    2 key/value heads, tied head, rope_theta 1e6
+  mistral_l2_h4_kv1_c32_f56_v61     MistralForCausalLM: sliding_window null, 4 heads of 8, 1 key/value
+                                    head (multi-query), untied head, rope_theta 1e6
+Each checks, besides the checks above, that the parameters are those strata's model has (biases and
+lm_head included) and that from_pretrained(saved dir) gives the same logits.
 """
 import argparse
 import json
@@ -44,7 +59,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import fixture_provenance
 
@@ -95,13 +110,185 @@ def scalar(x):
     return torch.tensor([float(x)], dtype=torch.float64)
 
 
+# ---- the Llama family (--family) ----
+
+# name, architecture, layers, heads, kv heads, C, head_dim, intermediate, V, tied, qkv bias, theta, llama3 scaling
+FAMILY = [
+    dict(name="llama3_l2_h6_kv2_c42_d8_f60_v71", arch="llama", layers=2, heads=6, kv=2, c=42, hd=8, f=60, v=71,
+         tied=False, bias=False, theta=2000.0,
+         scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 8.0,
+                  "original_max_position_embeddings": 64}),
+    dict(name="qwen2_l2_h6_kv2_c36_f52_v73", arch="qwen2", layers=2, heads=6, kv=2, c=36, hd=6, f=52, v=73,
+         tied=True, bias=True, theta=1000000.0, scaling=None),
+    dict(name="mistral_l2_h4_kv1_c32_f56_v61", arch="mistral", layers=2, heads=4, kv=1, c=32, hd=8, f=56, v=61,
+         tied=False, bias=False, theta=1000000.0, scaling=None),
+]
+FAMILY_CONTEXT = 128
+
+
+def build_family_model(spec, seed):
+    common = dict(vocab_size=spec["v"], hidden_size=spec["c"], intermediate_size=spec["f"],
+                  num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"],
+                  num_key_value_heads=spec["kv"], head_dim=spec["hd"], hidden_act="silu",
+                  max_position_embeddings=FAMILY_CONTEXT, rms_norm_eps=RMS_EPS, attention_dropout=0.0,
+                  tie_word_embeddings=spec["tied"], use_cache=False, bos_token_id=spec["v"] - 1,
+                  eos_token_id=spec["v"] - 1, pad_token_id=None)
+    if MAJOR >= 5:
+        rope = dict(spec["scaling"] or {"rope_type": "default"})
+        rope["rope_theta"] = spec["theta"]
+        common["rope_parameters"] = rope
+    else:
+        common["rope_theta"] = spec["theta"]
+        common["rope_scaling"] = spec["scaling"]
+    if spec["arch"] == "llama":
+        config = LlamaConfig(attention_bias=False, mlp_bias=False, pretraining_tp=1, **common)
+        cls = LlamaForCausalLM
+    elif spec["arch"] == "qwen2":
+        config = Qwen2Config(use_sliding_window=False, sliding_window=None, max_window_layers=spec["layers"], **common)
+        cls = Qwen2ForCausalLM
+    else:
+        config = MistralConfig(sliding_window=None, **common)
+        cls = MistralForCausalLM
+    config._attn_implementation = ATTENTION
+    torch.manual_seed(seed)
+    model = cls(config).float().eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(".bias"):  # Qwen2's q/k/v biases: not zero, so a dropped bias shows
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:  # RMSNorm gains
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("embed_tokens.weight") or name == "lm_head.weight":
+                p.copy_(0.3 * torch.randn(p.shape, generator=gen))
+            else:  # nn.Linear (out, in)
+                gain = 1.5 if (".q_proj." in name or ".k_proj." in name) else 1.0
+                p.copy_(gain / math.sqrt(p.shape[1]) * torch.randn(p.shape, generator=gen))
+    return model, cls
+
+
+def family_parameter_names(spec):
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not spec["tied"]:
+        names.append("lm_head.weight")
+    for l in range(spec["layers"]):
+        names += [f"model.layers.{l}.{n}.weight" for n in
+                  ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+        if spec["bias"]:
+            names += [f"model.layers.{l}.self_attn.{n}.bias" for n in ("q_proj", "k_proj", "v_proj")]
+    return sorted(names)
+
+
+def llama3_inv_freq(spec):
+    # transformers' _compute_llama3_parameters, restated in float64
+    hd, theta, s = spec["hd"], spec["theta"], spec["scaling"]
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    if s is None:
+        return inv
+    low_wl = s["original_max_position_embeddings"] / s["low_freq_factor"]
+    high_wl = s["original_max_position_embeddings"] / s["high_freq_factor"]
+    out = []
+    for f in inv.tolist():
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            out.append(f)
+        elif wl > low_wl:
+            out.append(f / s["factor"])
+        else:
+            smooth = (s["original_max_position_embeddings"] / wl - s["low_freq_factor"]) / (
+                s["high_freq_factor"] - s["low_freq_factor"])
+            out.append((1 - smooth) * f / s["factor"] + smooth * f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def make_family(args, found, pinned_ok):
+    checks, summaries = [], []
+
+    def check(name, passed, detail=""):
+        checks.append({"check": name, "passed": bool(passed), "detail": str(detail)})
+        print(f"  {'ok  ' if passed else 'FAIL'} {name}{': ' + str(detail) if detail else ''}")
+
+    for k, spec in enumerate(FAMILY):
+        seed = args.seed + 100 * (k + 1)
+        print(f"== {spec['name']}: {spec['arch']}, B={BATCH}, T={SEQ}")
+        model, cls = build_family_model(spec, seed)
+        attn = getattr(model.config, "_attn_implementation", None)
+        check(f"{spec['name']}: eager attention", attn == ATTENTION, attn)
+        tied = model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+        check(f"{spec['name']}: the head is {'tied' if spec['tied'] else 'untied'}", tied == spec["tied"])
+        params = dict(model.named_parameters())
+        check(f"{spec['name']}: the parameters are strata's", sorted(params) == family_parameter_names(spec),
+              sorted(params))
+        rotary = getattr(model.model, "rotary_emb", None)
+        inv_freq = rotary.inv_freq.double() if rotary is not None else None
+        want = llama3_inv_freq(spec)
+        check(f"{spec['name']}: rotary inverse frequencies (llama3 scaling: {spec['scaling'] is not None})",
+              inv_freq is not None and torch.allclose(inv_freq, want, rtol=1e-5, atol=0),
+              None if inv_freq is None else inv_freq.tolist())
+        out = args.out / spec["name"]
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        saved_config = json.loads((out / "config.json").read_text())
+
+        gen = torch.Generator().manual_seed(seed + 2)
+        inputs = torch.randint(0, spec["v"], (BATCH, SEQ), generator=gen, dtype=torch.int64)
+        targets = torch.randint(0, spec["v"], (BATCH, SEQ), generator=gen, dtype=torch.int64)
+        for i in range(IGNORED):
+            targets[i % BATCH, (5 * i + 3) % SEQ] = -100
+        model.zero_grad(set_to_none=True)
+        logits = model(input_ids=inputs, use_cache=False).logits
+        loss = F.cross_entropy(logits.reshape(-1, spec["v"]), targets.reshape(-1), ignore_index=-100)
+        loss.backward()
+        grad_norm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params.values()))
+        print(f"  loss {loss.item():.9f}, gradient norm {grad_norm:.6f}")
+
+        reloaded = cls.from_pretrained(
+            out, attn_implementation=ATTENTION,
+            **({"dtype": torch.float32} if MAJOR >= 5 else {"torch_dtype": torch.float32})).float().eval()
+        with torch.no_grad():
+            again = reloaded(input_ids=inputs, use_cache=False).logits
+        check(f"{spec['name']}: from_pretrained(saved dir) gives the same logits", torch.equal(again, logits.detach()),
+              f"max |difference| {(again - logits.detach()).abs().max().item():.3g}")
+
+        tensors = {"inputs": inputs.to(torch.int32).contiguous(), "targets": targets.to(torch.int32).contiguous(),
+                   "logits": logits.detach().float().contiguous(), "loss": scalar(loss.item()),
+                   "grad_norm": scalar(grad_norm), "config.rope_theta": scalar(spec["theta"]),
+                   "config.rms_norm_eps": scalar(RMS_EPS), "config.num_key_value_heads": scalar(spec["kv"]),
+                   "config.head_dim": scalar(spec["hd"]), "config.tie_word_embeddings": scalar(spec["tied"]),
+                   "config.rope_factor": scalar(spec["scaling"]["factor"] if spec["scaling"] else 0.0)}
+        for name, p in params.items():
+            tensors["grad." + name] = p.grad.detach().clone().contiguous()
+        metadata = {"torch": torch.__version__, "transformers": transformers.__version__, "python": found["python"],
+                    "attention": str(attn), "seed": str(seed), "tool": "tools/make_llama_fixture.py --family",
+                    "architecture": cls.__name__}
+        save_file(tensors, str(out / "reference.safetensors"), metadata=metadata)
+        summaries.append({"name": spec["name"], "architecture": cls.__name__, "loss": loss.item(),
+                          "grad_norm": grad_norm, "attention": str(attn),
+                          "rope_config": {k2: saved_config[k2] for k2 in ("rope_theta", "rope_parameters", "rope_scaling")
+                                          if k2 in saved_config}})
+    (args.out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
+    record = fixture_provenance.write(
+        args.out, "tools/make_llama_fixture.py --family", found, pinned_ok,
+        {"seed": args.seed, "device": "cpu", "dtype": "float32", "attention": ATTENTION, "batch": BATCH, "seq": SEQ,
+         "shapes": [f["name"] for f in FAMILY]}, checks)
+    if not record["all_checks_passed"]:
+        sys.exit("FAIL: " + "; ".join(c["check"] for c in checks if not c["passed"]))
+    print("all checks passed")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--seed", type=int, default=4321)
     ap.add_argument("--allow-other-versions", action="store_true")
+    ap.add_argument("--family", action="store_true", help="write the Llama family fixtures (GQA, biases, llama3, untied)")
     args = ap.parse_args()
     found, pinned_ok = fixture_provenance.check_pins(args.allow_other_versions)
+    if args.family:
+        torch.set_default_dtype(torch.float32)
+        make_family(args, found, pinned_ok)
+        return
     torch.set_default_dtype(torch.float32)
     checks = []
 

@@ -9,7 +9,13 @@
 //          convention of Hugging Face Llama: for head vector x (HS even), i < HS/2,
 //            y[i]        = x[i] cos(t f_i) - x[i + HS/2] sin(t f_i)
 //            y[i + HS/2] = x[i + HS/2] cos(t f_i) + x[i] sin(t f_i),   f_i = theta^(-2i / HS)
-//          v is copied unchanged.
+//          v is copied unchanged. f_i is rope_params::inv_freq: theta^(-2i / HS), or with Llama 3.1's
+//          "llama3" scaling the same frequency divided by `factor` for long wavelengths and smoothly
+//          interpolated in between (transformers' _compute_llama3_parameters).
+// kv heads (grouped-query attention): expand_kv copies a (B, T, (NH + 2 NKV) HS) q|k|v into the
+//          (B, T, 3 NH HS) layout of the attention kernel, key/value head g serving the query heads
+//          [g NH/NKV, (g+1) NH/NKV); reduce_kv is its adjoint, summing each group's gradients in
+//          head order (deterministic, no atomics).
 // swiglu:  out = silu(gate) * up, silu(g) = g * sigmoid(g).
 #pragma once
 
@@ -20,6 +26,48 @@
 #include <type_traits>  // std::type_identity_t
 
 #include <strata/core/error.hpp>  // strata::error
+
+// __host__ __device__ where nvcc compiles this file (kernels_cuda.cuh includes it): rope_params's
+// frequency is the same expression on both sides.
+#if defined(__CUDACC__)
+#define LLAMA_HOST_DEVICE __host__ __device__
+#else
+#define LLAMA_HOST_DEVICE
+#endif
+
+namespace llama::kernels {
+
+// The rotary frequencies: the base, and Llama 3.1's "llama3" scaling when factor > 0. Implicit
+// from a base alone (plain RoPE), so rope_forward(..., 10000.0) reads as before.
+struct rope_params {
+    double theta = 10000.0;
+    double factor = 0.0;  // 0: no scaling; else rope_scaling.factor of rope_type "llama3"
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    double original_max_position_embeddings = 8192.0;
+
+    constexpr rope_params() = default;
+    constexpr rope_params(double base) : theta(base) {}  // NOLINT(google-explicit-constructor): a base is plain RoPE
+    constexpr rope_params(double base, double f, double low, double high, double original)
+        : theta(base), factor(f), low_freq_factor(low), high_freq_factor(high), original_max_position_embeddings(original) {}
+    constexpr bool scaled() const { return factor > 0.0; }
+    constexpr bool operator==(const rope_params&) const = default;
+
+    // f_i of pair i of a head of HS channels, in double.
+    LLAMA_HOST_DEVICE double inv_freq(std::size_t i, std::size_t HS) const {
+        const double freq = ::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+        if (!(factor > 0.0)) return freq;
+        const double two_pi = 6.283185307179586476925286766559;
+        const double wavelen = two_pi / freq;
+        const double original = original_max_position_embeddings;
+        if (wavelen < original / high_freq_factor) return freq;  // high frequencies: kept
+        if (wavelen > original / low_freq_factor) return freq / factor;  // low frequencies: scaled
+        const double smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+        return (1.0 - smooth) * freq / factor + smooth * freq;
+    }
+};
+
+}  // namespace llama::kernels
 
 namespace llama::kernels::cpu {
 
@@ -78,8 +126,8 @@ inline void check_rope_heads(std::size_t C, std::size_t NH) {
 }
 
 // The angle of position t and pair i, in double, then the cos/sin rounded once to Real.
-inline double rope_angle(std::size_t t, std::size_t i, std::size_t HS, double theta) {
-    return static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+inline double rope_angle(std::size_t t, std::size_t i, std::size_t HS, const rope_params& rope) {
+    return static_cast<double>(t) * rope.inv_freq(i, HS);
 }
 
 }  // namespace detail
@@ -87,7 +135,7 @@ inline double rope_angle(std::size_t t, std::size_t i, std::size_t HS, double th
 template <std::floating_point Real>
 void rope_forward(Real* out,        // (B, T, 3C) q and k rotated, v copied
                   const Real* qkv,  // (B, T, 3C)
-                  std::size_t B, std::size_t T, std::size_t C, std::size_t NH, double theta) {
+                  std::size_t B, std::size_t T, std::size_t C, std::size_t NH, const rope_params& theta) {
     detail::check_rope_heads(C, NH);
     const std::size_t HS = C / NH, half = HS / 2;
     for (std::size_t b = 0; b < B; ++b) {
@@ -112,7 +160,7 @@ void rope_forward(Real* out,        // (B, T, 3C) q and k rotated, v copied
 template <std::floating_point Real>
 void rope_backward(Real* dqkv,        // (B, T, 3C)
                    const Real* dout,  // (B, T, 3C)
-                   std::size_t B, std::size_t T, std::size_t C, std::size_t NH, double theta) {
+                   std::size_t B, std::size_t T, std::size_t C, std::size_t NH, const rope_params& theta) {
     detail::check_rope_heads(C, NH);
     const std::size_t HS = C / NH, half = HS / 2;
     for (std::size_t b = 0; b < B; ++b) {
@@ -161,4 +209,56 @@ void swiglu_backward(Real* dgate,       // (N)
     }
 }
 
+namespace detail {
+
+inline void check_kv_heads(std::size_t NH, std::size_t NKV) {
+    if (NH == 0 || NKV == 0 || NH % NKV != 0)
+        throw strata::error("kv heads: NKV=" + std::to_string(NKV) + " key/value heads do not divide NH=" +
+                                std::to_string(NH) + " query heads",
+                            "num_key_value_heads must divide num_attention_heads");
+}
+
+}  // namespace detail
+
+template <std::floating_point Real>
+void expand_kv_forward(Real* out,        // (B, T, 3 NH HS)
+                       const Real* qkv,  // (B, T, (NH + 2 NKV) HS)
+                       std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS) {
+    detail::check_kv_heads(NH, NKV);
+    const std::size_t A = NH * HS, KV = NKV * HS, in_row = A + 2 * KV, group = NH / NKV;
+    for (std::size_t row = 0; row < B * T; ++row) {
+        const Real* x = qkv + row * in_row;
+        Real* y = out + row * 3 * A;
+        for (std::size_t c = 0; c < A; ++c) y[c] = x[c];
+        for (std::size_t part = 0; part < 2; ++part)  // k, then v
+            for (std::size_t h = 0; h < NH; ++h)
+                for (std::size_t d = 0; d < HS; ++d)
+                    y[(1 + part) * A + h * HS + d] = x[A + part * KV + (h / group) * HS + d];
+    }
+}
+
+// dqkv += the adjoint of expand_kv_forward: dq += dout's q; each key/value head gets the sum of its
+// group's NH/NKV expanded heads, added in head order.
+template <std::floating_point Real>
+void expand_kv_backward(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
+                        const Real* dout,  // (B, T, 3 NH HS)
+                        std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS) {
+    detail::check_kv_heads(NH, NKV);
+    const std::size_t A = NH * HS, KV = NKV * HS, in_row = A + 2 * KV, group = NH / NKV;
+    for (std::size_t row = 0; row < B * T; ++row) {
+        const Real* dy = dout + row * 3 * A;
+        Real* dx = dqkv + row * in_row;
+        for (std::size_t c = 0; c < A; ++c) dx[c] += dy[c];
+        for (std::size_t part = 0; part < 2; ++part)
+            for (std::size_t g = 0; g < NKV; ++g)
+                for (std::size_t d = 0; d < HS; ++d) {
+                    Real sum = Real(0);
+                    for (std::size_t h = g * group; h < (g + 1) * group; ++h) sum += dy[(1 + part) * A + h * HS + d];
+                    dx[A + part * KV + g * HS + d] += sum;
+                }
+    }
+}
+
 }  // namespace llama::kernels::cpu
+
+#undef LLAMA_HOST_DEVICE  // an annotation of this header only

@@ -14,6 +14,9 @@
 //   pair (angles in double, as on the CPU) into shared memory, then rotates every q and k head.
 //   Backward is the rotation by -angle, accumulated.
 // - swiglu: one thread per element.
+// - expand_kv: one thread per element of the expanded (B, T, 3 NH HS) q|k|v; its backward one
+//   thread per element of the grouped (B, T, (NH + 2 NKV) HS) gradient, summing its group's
+//   NH / NKV heads in head order (the CPU's order).
 //
 // Precision: float only (a static_assert says so). Results differ from the CPU's in the last bits:
 // CUDA's expf, pow, sin and cos are not glibc's, and nvcc contracts a * b + c into FMAs.
@@ -181,17 +184,16 @@ enum class rope_pass { forward, backward };
 template <class Real, rope_pass Pass>
 __global__ void rope_kernel(Real* out,       // (B, T, 3C)
                             const Real* in,  // (B, T, 3C)
-                            std::size_t T, unsigned C, unsigned NH, double theta) {
+                            std::size_t T, unsigned C, unsigned NH, rope_params rope) {
     extern __shared__ float rotation[];
     const std::size_t row = blockIdx.x, t = row % T;
     const unsigned HS = C / NH, half = HS / 2;
     float* cosines = rotation;
     float* sines = rotation + half;
     for (unsigned i = threadIdx.x; i < half; i += blockDim.x) {
-        // the same angle as cpu::detail::rope_angle: t * theta^(-2i / HS) in double, then cos and sin
-        // rounded once to float
-        const double angle =
-            static_cast<double>(t) * pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(HS));
+        // the same angle as cpu::detail::rope_angle: t * f_i (rope_params::inv_freq) in double, then
+        // cos and sin rounded once to float
+        const double angle = static_cast<double>(t) * rope.inv_freq(i, HS);
         cosines[i] = static_cast<float>(cos(angle));
         const float s = static_cast<float>(sin(angle));
         sines[i] = Pass == rope_pass::forward ? s : -s;
@@ -225,7 +227,7 @@ namespace detail {
 
 template <rope_pass Pass, class Real>
 void launch_rope(Real* out, const Real* in, std::size_t B, std::size_t T, std::size_t C, std::size_t NH,
-                 double theta, cudaStream_t stream, const char* name) {
+                 const rope_params& theta, cudaStream_t stream, const char* name) {
     static_assert(std::is_same_v<Real, float>, "the Llama CUDA kernels are instantiated for float only");
     cpu::detail::check_rope_heads(C, NH);
     if (3 * C > 0xffffffffu)
@@ -245,7 +247,7 @@ void launch_rope(Real* out, const Real* in, std::size_t B, std::size_t T, std::s
 template <class Real>
 void rope_forward(Real* out,        // (B, T, 3C) q and k rotated, v copied
                   const Real* qkv,  // (B, T, 3C)
-                  std::size_t B, std::size_t T, std::size_t C, std::size_t NH, double theta, cudaStream_t stream) {
+                  std::size_t B, std::size_t T, std::size_t C, std::size_t NH, const rope_params& theta, cudaStream_t stream) {
     detail::launch_rope<rope_pass::forward>(out, qkv, B, T, C, NH, theta, stream, "llama rope_forward");
 }
 
@@ -253,7 +255,7 @@ void rope_forward(Real* out,        // (B, T, 3C) q and k rotated, v copied
 template <class Real>
 void rope_backward(Real* dqkv,        // (B, T, 3C)
                    const Real* dout,  // (B, T, 3C)
-                   std::size_t B, std::size_t T, std::size_t C, std::size_t NH, double theta, cudaStream_t stream) {
+                   std::size_t B, std::size_t T, std::size_t C, std::size_t NH, const rope_params& theta, cudaStream_t stream) {
     detail::launch_rope<rope_pass::backward>(dqkv, dout, B, T, C, NH, theta, stream, "llama rope_backward");
 }
 
@@ -311,6 +313,74 @@ void swiglu_backward(Real* dgate,       // (N)
     swiglu_backward_kernel<Real>
         <<<ceil_div(N, detail::flat_threads), detail::flat_threads, 0, stream>>>(dgate, dup, dout, gate, up, N);
     check_launch("llama swiglu_backward");
+}
+
+// ---- expand_kv (grouped-query attention) ----
+
+template <class Real>
+__global__ void expand_kv_forward_kernel(Real* out,        // (B, T, 3 NH HS)
+                                         const Real* qkv,  // (B, T, (NH + 2 NKV) HS)
+                                         std::size_t rows, std::size_t NH, std::size_t NKV, std::size_t HS) {
+    const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const std::size_t A = NH * HS, KV = NKV * HS, out_row = 3 * A, in_row = A + 2 * KV;
+    if (i >= rows * out_row) return;
+    const std::size_t row = i / out_row, c = i % out_row;
+    const Real* x = qkv + row * in_row;
+    if (c < A) {
+        out[i] = x[c];
+        return;
+    }
+    const std::size_t part = (c - A) / A, h = (c - A - part * A) / HS, d = (c - A) % HS;
+    out[i] = x[A + part * KV + (h / (NH / NKV)) * HS + d];
+}
+
+template <class Real>
+__global__ void expand_kv_backward_kernel(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
+                                          const Real* dout,  // (B, T, 3 NH HS)
+                                          std::size_t rows, std::size_t NH, std::size_t NKV, std::size_t HS) {
+    const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const std::size_t A = NH * HS, KV = NKV * HS, out_row = 3 * A, in_row = A + 2 * KV, group = NH / NKV;
+    if (i >= rows * in_row) return;
+    const std::size_t row = i / in_row, c = i % in_row;
+    const Real* dy = dout + row * out_row;
+    if (c < A) {
+        dqkv[i] += dy[c];
+        return;
+    }
+    const std::size_t part = (c - A) / KV, g = (c - A - part * KV) / HS, d = (c - A) % HS;
+    Real sum = Real(0);
+    for (std::size_t h = g * group; h < (g + 1) * group; ++h) sum += dy[(1 + part) * A + h * HS + d];
+    dqkv[i] += sum;
+}
+
+// out = q, then k and v with key/value head g copied to query heads [g NH/NKV, (g+1) NH/NKV).
+template <class Real>
+void expand_kv_forward(Real* out,        // (B, T, 3 NH HS)
+                       const Real* qkv,  // (B, T, (NH + 2 NKV) HS)
+                       std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS,
+                       cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the Llama CUDA kernels are instantiated for float only");
+    cpu::detail::check_kv_heads(NH, NKV);
+    const std::size_t N = B * T * 3 * NH * HS;
+    if (N == 0) return;
+    expand_kv_forward_kernel<Real>
+        <<<ceil_div(N, detail::flat_threads), detail::flat_threads, 0, stream>>>(out, qkv, B * T, NH, NKV, HS);
+    check_launch("llama expand_kv_forward");
+}
+
+// dqkv += the adjoint: dq += dout's q, each key/value head += the sum of its group's heads.
+template <class Real>
+void expand_kv_backward(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
+                        const Real* dout,  // (B, T, 3 NH HS)
+                        std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS,
+                        cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the Llama CUDA kernels are instantiated for float only");
+    cpu::detail::check_kv_heads(NH, NKV);
+    const std::size_t N = B * T * (NH + 2 * NKV) * HS;
+    if (N == 0) return;
+    expand_kv_backward_kernel<Real>
+        <<<ceil_div(N, detail::flat_threads), detail::flat_threads, 0, stream>>>(dqkv, dout, B * T, NH, NKV, HS);
+    check_launch("llama expand_kv_backward");
 }
 
 }  // namespace llama::kernels::cuda

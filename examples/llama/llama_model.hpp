@@ -1,12 +1,13 @@
 // llama_model<B>: a small Llama-style language model assembled from Layers, trained by strata's
 // trainers (resident and streamed) like the example GPT:
 //
-//   embed_tokens -> n_layer x llama_block -> rmsnorm -> LM head tied to embed_tokens
+//   embed_tokens -> n_layer x llama_block -> rmsnorm -> LM head (tied to embed_tokens, or lm_head)
 //
 // It is strata::decoder_model<llama_block<float, B>, rmsnorm_layer<float, B>> without learned
 // positions (the blocks rotate q and k instead) and with Hugging Face Llama's parameter names
-// (model.embed_tokens.weight, model.layers.<l>.*, model.norm.weight). llama_config holds the
-// shape and gives the three configs decoder_model takes.
+// (model.embed_tokens.weight, model.layers.<l>.*, model.norm.weight, lm_head.weight when untied).
+// llama_config holds the shape and gives the three configs decoder_model takes; it reads and
+// writes the config.json of LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM.
 //
 // Checkpoints in Hugging Face's format (transformers.LlamaForCausalLM.from_pretrained loads them):
 // write_model_files writes model.safetensors + config.json (write_trainer_model_files: straight
@@ -15,12 +16,14 @@
 // save_checkpoint / load_checkpoint with these files as the weights). The layouts differ from strata's in two ways:
 // - strata's matmul takes (in, out) weights; nn.Linear stores (out, in): every 2-D block weight
 //   is transposed (embed_tokens is (V, C) in both);
-// - the block fuses q|k|v into one (C, 3C) matrix: HF has q_proj, k_proj and v_proj, (C, C)
-//   each, the output columns [0, C), [C, 2C) and [2C, 3C) of the fused one.
+// - the block fuses q|k|v into one (C, A + 2 KV) matrix (A = NH HS, KV = NKV HS): HF has q_proj
+//   (A, C), k_proj and v_proj (KV, C), the output columns [0, A), [A, A + KV) and [A + KV, A + 2 KV)
+//   of the fused one; likewise q_proj.bias, k_proj.bias, v_proj.bias are slices of the fused bias.
 // Rotary embedding: the block rotates "half" pairs (i, i + HS/2) inside each head, HF Llama's
 // rotate_half convention, so q_proj and k_proj need no permutation.
 //
-// Glossary: V vocab, C channels, H hidden size of the MLP, L layers, NH heads.
+// Glossary: V vocab, C channels, H hidden size of the MLP, L layers, NH query heads, NKV key/value
+// heads, HS head size.
 #pragma once
 
 #include "llama_block.hpp"    // llama_block, llama_block_config
@@ -54,17 +57,41 @@ namespace llama {
 // (Llama rounds to 256, which is too coarse for small models).
 constexpr std::size_t default_hidden(std::size_t n_embd) { return (8 * n_embd / 3 + 7) / 8 * 8; }
 
+// The Hugging Face architectures of the Llama family the block computes.
+enum class llama_arch { llama, mistral, qwen2 };
+
+inline const char* model_type_of(llama_arch a) {
+    return a == llama_arch::llama ? "llama" : a == llama_arch::mistral ? "mistral" : "qwen2";
+}
+inline const char* architecture_of(llama_arch a) {
+    return a == llama_arch::llama ? "LlamaForCausalLM" : a == llama_arch::mistral ? "MistralForCausalLM" : "Qwen2ForCausalLM";
+}
+
 struct llama_config {
     std::size_t vocab = 257;    // V (bytes + end of text)
     std::size_t max_seq = 256;  // the longest context trained or sampled (max_position_embeddings)
     std::size_t n_layer = 4;    // L
-    std::size_t n_head = 4;     // NH; C / NH even
+    std::size_t n_head = 4;     // NH query heads
     std::size_t n_embd = 128;   // C
     std::size_t hidden = 344;   // H
     double eps = 1e-5;          // RMSNorm, every norm of the model
     double rope_theta = 10000.0;
+    // Defaults below are the multi-head, tied, unscaled Llama strata-llama always trained.
+    std::size_t n_kv_head = 0;  // NKV (num_key_value_heads), divides NH; 0: NH
+    std::size_t head_dim = 0;   // HS, even; 0: C / NH
+    bool tie_word_embeddings = true;
+    bool qkv_bias = false;  // q/k/v biases: Qwen2 has them, Llama and Mistral do not
+    // rope_scaling {"rope_type": "llama3", ...} when rope_factor > 0 (Llama 3.1)
+    double rope_factor = 0.0;
+    double rope_low_freq_factor = 1.0;
+    double rope_high_freq_factor = 4.0;
+    std::size_t rope_original_max = 8192;  // original_max_position_embeddings
+    llama_arch arch = llama_arch::llama;
 
     bool operator==(const llama_config&) const = default;
+
+    std::size_t kv_heads() const { return block().kv_heads(); }
+    std::size_t head_size() const { return block().head_size(); }
 
     strata::decoder_config decoder() const {
         return {.vocab_size = vocab,
@@ -75,57 +102,99 @@ struct llama_config {
                 .root = "model.",
                 .block_prefix = "layers.",
                 .final_prefix = "norm.",
-                .token_embedding = "embed_tokens.weight"};
+                .token_embedding = "embed_tokens.weight",
+                .tied_head = tie_word_embeddings,
+                .lm_head = "lm_head.weight"};
+    }
+    kernels::rope_params rope() const {
+        return {rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, double(rope_original_max)};
     }
     llama_block_config block() const {
-        return {.n_embd = n_embd, .n_head = n_head, .hidden = hidden, .norm_eps = eps, .rope_theta = rope_theta};
+        return {.n_embd = n_embd,
+                .n_head = n_head,
+                .hidden = hidden,
+                .norm_eps = eps,
+                .rope_theta = rope(),
+                .n_kv_head = n_kv_head,
+                .head_dim = head_dim,
+                .qkv_bias = qkv_bias};
     }
     rmsnorm_config norm() const { return {.channels = n_embd, .eps = eps}; }
 
     void validate() const {
         decoder().validate();
         block().validate();
+        if (n_kv_head == n_head && n_head != 0)
+            throw strata::error("llama config: n_kv_head equal to n_head is written 0 (as many as n_head)",
+                                "set n_kv_head = 0 for multi-head attention");
+        if (head_dim != 0 && n_head != 0 && n_embd % n_head == 0 && head_dim == n_embd / n_head)
+            throw strata::error("llama config: head_dim equal to n_embd / n_head is written 0", "set head_dim = 0");
+        if (qkv_bias != (arch == llama_arch::qwen2))
+            throw strata::error(std::string("llama config: ") + architecture_of(arch) +
+                                    (qkv_bias ? " has no q/k/v biases" : " has q/k/v biases"),
+                                "q/k/v biases go with Qwen2 (qwen2), and only with it");
+        if (rope_factor > 0 && arch != llama_arch::llama)
+            throw strata::error(std::string("llama config: llama3 rope scaling on ") + architecture_of(arch),
+                                "rope_scaling llama3 is supported for LlamaForCausalLM only");
     }
 
-    // Real parameters: V C + L (2 C + 4 C^2 + 3 C H) + C (the head is tied).
+    // Real parameters: V C (+ V C for an untied head) + L (2 C + C QKV [+ QKV] + A C + 3 C H) + C.
     std::size_t parameter_count() const {
-        return vocab * n_embd + n_layer * (2 * n_embd + 4 * n_embd * n_embd + 3 * n_embd * hidden) + n_embd;
+        const auto b = block();
+        const std::size_t A = b.attn_channels(), QKV = b.qkv_channels();
+        return vocab * n_embd * (tie_word_embeddings ? 1 : 2) +
+               n_layer * (2 * n_embd + n_embd * QKV + (qkv_bias ? QKV : 0) + A * n_embd + 3 * n_embd * hidden) + n_embd;
     }
 
-    // Hugging Face's LlamaConfig. bos and eos are the last id, the end-of-text token of strata's
-    // tokenizers (as the GPT's config.json says).
+    // Hugging Face's LlamaConfig, MistralConfig or Qwen2Config. bos and eos are the last id, the
+    // end-of-text token of strata's tokenizers (as the GPT's config.json says).
     nlohmann::json to_hf_json() const {
-        return {{"architectures", {"LlamaForCausalLM"}},
-                {"model_type", "llama"},
-                {"vocab_size", vocab},
-                {"hidden_size", n_embd},
-                {"intermediate_size", hidden},
-                {"num_hidden_layers", n_layer},
-                {"num_attention_heads", n_head},
-                {"num_key_value_heads", n_head},
-                {"head_dim", n_embd / n_head},
-                {"hidden_act", "silu"},
-                {"max_position_embeddings", max_seq},
-                {"rms_norm_eps", eps},
-                {"rope_theta", rope_theta},
-                {"rope_scaling", nullptr},
-                {"attention_bias", false},
-                {"attention_dropout", 0.0},
-                {"mlp_bias", false},
-                {"pretraining_tp", 1},
-                {"initializer_range", 0.02},
-                {"tie_word_embeddings", true},
-                {"use_cache", true},
-                {"bos_token_id", vocab - 1},
-                {"eos_token_id", vocab - 1},
-                {"torch_dtype", "float32"}};
+        nlohmann::json j = {{"architectures", {architecture_of(arch)}},
+                            {"model_type", model_type_of(arch)},
+                            {"vocab_size", vocab},
+                            {"hidden_size", n_embd},
+                            {"intermediate_size", hidden},
+                            {"num_hidden_layers", n_layer},
+                            {"num_attention_heads", n_head},
+                            {"num_key_value_heads", kv_heads()},
+                            {"head_dim", head_size()},
+                            {"hidden_act", "silu"},
+                            {"max_position_embeddings", max_seq},
+                            {"rms_norm_eps", eps},
+                            {"rope_theta", rope_theta},
+                            {"rope_scaling", nullptr},
+                            {"attention_dropout", 0.0},
+                            {"initializer_range", 0.02},
+                            {"tie_word_embeddings", tie_word_embeddings},
+                            {"use_cache", true},
+                            {"bos_token_id", vocab - 1},
+                            {"eos_token_id", vocab - 1},
+                            {"torch_dtype", "float32"}};
+        if (arch == llama_arch::llama) {
+            j["attention_bias"] = false;
+            j["mlp_bias"] = false;
+            j["pretraining_tp"] = 1;
+            if (rope_factor > 0)
+                j["rope_scaling"] = {{"rope_type", "llama3"},
+                                     {"factor", rope_factor},
+                                     {"low_freq_factor", rope_low_freq_factor},
+                                     {"high_freq_factor", rope_high_freq_factor},
+                                     {"original_max_position_embeddings", rope_original_max}};
+        } else if (arch == llama_arch::mistral) {
+            j["sliding_window"] = nullptr;
+        } else {
+            j["use_sliding_window"] = false;
+            j["sliding_window"] = nullptr;
+            j["max_window_layers"] = n_layer;
+        }
+        return j;
     }
 
-    // The rotary base of a LlamaConfig. transformers 4 writes rope_theta at the top (and
+    // The rotary frequencies of a config.json. transformers 4 writes rope_theta at the top (and
     // rope_scaling null or a scaling); transformers 5 writes only rope_parameters {"rope_type":
-    // "default", "rope_theta": ...}. Both are read; where both give a base they must agree; any
-    // rope type but the plain one (linear, dynamic, yarn, llama3 scaling) is refused by name.
-    static double rope_theta_of(const nlohmann::json& j, const std::string& source) {
+    // "default" or "llama3", "rope_theta": ...}. Both are read; where both give a base they must
+    // agree; rope types other than plain and llama3 (linear, dynamic, yarn, ...) are refused by name.
+    static kernels::rope_params rope_of(const nlohmann::json& j, const std::string& source) {
         auto number = [&](const std::string& where, const nlohmann::json& v) {
             const double x = v.is_number() ? v.get<double>() : -1;
             if (!(x > 0) || !std::isfinite(x))
@@ -135,22 +204,55 @@ struct llama_config {
         };
         std::vector<std::pair<std::string, double>> bases;  // where it was found, value
         if (j.contains("rope_theta") && !j["rope_theta"].is_null()) bases.emplace_back("rope_theta", number("rope_theta", j["rope_theta"]));
+        kernels::rope_params rope;
         for (const char* key : {"rope_parameters", "rope_scaling"}) {
             if (!j.contains(key) || j[key].is_null()) continue;
             const auto& r = j[key];
             const auto unsupported = [&] {
                 return strata::error(source + ": " + key + " " + r.dump() + " is not supported",
-                                     "the block applies plain rotary embedding (rope_type \"default\", no scaling)");
+                                     "the block applies plain rotary embedding or Llama 3.1's (rope_type \"default\" "
+                                     "or \"llama3\")");
             };
             if (!r.is_object()) throw unsupported();
+            std::string type = "default";
+            if (r.contains("rope_type")) type = r["rope_type"].is_string() ? r["rope_type"].get<std::string>() : "?";
+            else if (r.contains("type")) type = r["type"].is_string() ? r["type"].get<std::string>() : "?";
+            if (type != "default" && type != "llama3") throw unsupported();
+            kernels::rope_params found;
+            std::size_t llama3_fields = 0;
             for (const auto& [name, value] : r.items()) {
-                if (name == "rope_type" || name == "type") {
-                    if (value != "default") throw unsupported();
-                } else if (name == "rope_theta") {
-                    bases.emplace_back(std::string(key) + ".rope_theta", number(std::string(key) + ".rope_theta", value));
+                const std::string where = std::string(key) + "." + name;
+                if (name == "rope_type" || name == "type") continue;
+                if (name == "rope_theta") {
+                    bases.emplace_back(where, number(where, value));
+                } else if (type == "llama3" && name == "factor") {
+                    found.factor = number(where, value), ++llama3_fields;
+                } else if (type == "llama3" && name == "low_freq_factor") {
+                    found.low_freq_factor = number(where, value), ++llama3_fields;
+                } else if (type == "llama3" && name == "high_freq_factor") {
+                    found.high_freq_factor = number(where, value), ++llama3_fields;
+                } else if (type == "llama3" && name == "original_max_position_embeddings") {
+                    if (!value.is_number_unsigned() || value.get<std::size_t>() == 0)
+                        throw strata::error(source + ": " + where + " " + value.dump() + " is not a positive integer",
+                                            "is this a Llama 3.1 config.json?");
+                    found.original_max_position_embeddings = double(value.get<std::size_t>()), ++llama3_fields;
                 } else if (!(name == "partial_rotary_factor" && value.is_number() && value.get<double>() == 1.0)) {
                     throw unsupported();
                 }
+            }
+            if (type == "llama3") {
+                if (llama3_fields != 4)
+                    throw strata::error(source + ": " + key + " " + r.dump() + " lacks a field of rope_type llama3",
+                                        "llama3 scaling needs factor, low_freq_factor, high_freq_factor and "
+                                        "original_max_position_embeddings");
+                if (!(found.high_freq_factor > found.low_freq_factor))
+                    throw strata::error(source + ": " + key + ".high_freq_factor must exceed low_freq_factor",
+                                        "is this a Llama 3.1 config.json?");
+                if (rope.scaled() && !(rope.factor == found.factor && rope.low_freq_factor == found.low_freq_factor &&
+                                       rope.high_freq_factor == found.high_freq_factor &&
+                                       rope.original_max_position_embeddings == found.original_max_position_embeddings))
+                    throw strata::error(source + ": rope_parameters and rope_scaling disagree", "keep one of them");
+                rope = found;
             }
         }
         for (const auto& [where, value] : bases)
@@ -158,11 +260,14 @@ struct llama_config {
                 throw strata::error(source + ": " + bases.front().first + " " + std::to_string(bases.front().second) + " and " +
                                         where + " " + std::to_string(value) + " disagree",
                                     "keep one rotary base (transformers 5 reads rope_parameters.rope_theta)");
-        return bases.empty() ? 10000.0 : bases.front().second;  // LlamaConfig's default
+        rope.theta = bases.empty() ? 10000.0 : bases.front().second;  // LlamaConfig's default
+        return rope;
     }
+    static double rope_theta_of(const nlohmann::json& j, const std::string& source) { return rope_of(j, source).theta; }
 
-    // A LlamaConfig strata can train: multi-head attention (no grouped-query), SiLU, no biases,
-    // plain rotary embedding. Anything else is refused by name.
+    // A LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM strata can train: SiLU, grouped-
+    // query attention, tied or untied head, q/k/v biases only for Qwen2, plain or llama3 rotary
+    // embedding, full causal attention. Anything else is refused, naming the config field.
     static llama_config from_hf_json(const nlohmann::json& j, const std::string& source = "config.json") {
         if (!j.is_object())
             throw strata::error(source + " is a JSON " + std::string(j.type_name()) + ", not an object",
@@ -176,30 +281,38 @@ struct llama_config {
         auto refuse = [&](const std::string& what, const std::string& hint) {
             throw strata::error(source + ": " + what + " is not supported", hint);
         };
-        if (j.contains("model_type") && j["model_type"] != "llama")
-            refuse("model_type " + j["model_type"].dump(), "strata-llama loads Llama checkpoints (\"llama\")");
+        auto present = [&](const char* name) { return j.contains(name) && !j[name].is_null(); };
+        llama_config c;
+        if (j.contains("model_type")) {
+            if (j["model_type"] == "llama") c.arch = llama_arch::llama;
+            else if (j["model_type"] == "mistral") c.arch = llama_arch::mistral;
+            else if (j["model_type"] == "qwen2") c.arch = llama_arch::qwen2;
+            else
+                refuse("model_type " + j["model_type"].dump(),
+                       "strata-llama loads Llama, Mistral and Qwen2 checkpoints (\"llama\", \"mistral\", \"qwen2\")");
+        }
         if (j.contains("hidden_act") && j["hidden_act"] != "silu")
             refuse("hidden_act " + j["hidden_act"].dump(), "the block's MLP is SwiGLU (\"silu\")");
-        // (const operator[] of a missing key is undefined: num_attention_heads is looked at only when
-        // present; field() reports it missing below.)
-        if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null() &&
-            j.contains("num_attention_heads") && j["num_key_value_heads"] != j["num_attention_heads"])
-            refuse("grouped-query attention (num_key_value_heads " + j["num_key_value_heads"].dump() + " of " +
-                       j["num_attention_heads"].dump() + " heads)",
-                   "the block has as many key/value heads as query heads");
+        // Mixture of experts (Mixtral, Qwen2-MoE, ...): no field of theirs may be set.
+        for (const char* moe : {"num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                                "shared_expert_intermediate_size", "router_aux_loss_coef", "decoder_sparse_step"})
+            if (present(moe) && j[moe] != 0)
+                refuse(std::string("mixture of experts (") + moe + " " + j[moe].dump() + ")",
+                       "the block has one dense SwiGLU MLP");
         // j.value(key, default) throws nlohmann's type_error when the value has another type.
         auto number_or = [&](const char* name, double fallback) {
-            if (!j.contains(name) || j[name].is_null()) return fallback;
+            if (!present(name)) return fallback;
             const double v = j[name].is_number() ? j[name].get<double>() : -1;
             if (!(v > 0) || !std::isfinite(v))
                 throw strata::error(source + ": field '" + name + "' is " + j[name].dump() + ", not a positive number",
                                     "is this a Llama config.json?");
             return v;
         };
-        for (const char* flag : {"attention_bias", "mlp_bias"})
-            if (j.contains(flag) && j[flag] != false && !j[flag].is_null())
-                refuse(std::string(flag) + " " + j[flag].dump(), "the block has no biases");
-        llama_config c;
+        if (c.arch == llama_arch::llama)
+            for (const char* flag : {"attention_bias", "mlp_bias"})
+                if (j.contains(flag) && j[flag] != false && !j[flag].is_null())
+                    refuse(std::string(flag) + " " + j[flag].dump(),
+                           "a Llama block has no biases (Qwen2's q/k/v biases come with model_type qwen2)");
         c.vocab = field("vocab_size");
         c.n_embd = field("hidden_size");
         c.hidden = field("intermediate_size");
@@ -207,10 +320,61 @@ struct llama_config {
         c.n_head = field("num_attention_heads");
         c.max_seq = field("max_position_embeddings");
         c.eps = number_or("rms_norm_eps", 1e-6);  // LlamaConfig's defaults
-        c.rope_theta = rope_theta_of(j, source);
-        if (j.contains("head_dim") && !j["head_dim"].is_null() && c.n_head && j["head_dim"] != c.n_embd / c.n_head)
-            refuse("head_dim " + j["head_dim"].dump() + " other than hidden_size / num_attention_heads",
-                   "the block splits the channels evenly into heads");
+        if (present("num_key_value_heads")) {
+            const std::size_t kv = field("num_key_value_heads");
+            if (kv == 0 || c.n_head % kv != 0)
+                refuse("num_key_value_heads " + std::to_string(kv) + " of " + std::to_string(c.n_head) + " heads",
+                       "num_key_value_heads must divide num_attention_heads");
+            c.n_kv_head = kv == c.n_head ? 0 : kv;
+        }
+        if (present("head_dim")) {
+            const std::size_t hs = field("head_dim");
+            if (hs == 0 || hs % 2 != 0)
+                refuse("head_dim " + std::to_string(hs), "rotary embedding rotates pairs: head_dim must be even and > 0");
+            c.head_dim = (c.n_head != 0 && c.n_embd % c.n_head == 0 && hs == c.n_embd / c.n_head) ? 0 : hs;
+        }
+        const auto rope = rope_of(j, source);
+        c.rope_theta = rope.theta;
+        if (rope.scaled()) {
+            if (c.arch != llama_arch::llama)
+                refuse("rope_scaling llama3 with model_type " + j["model_type"].dump(),
+                       "llama3 rope scaling is read for model_type llama only");
+            c.rope_factor = rope.factor;
+            c.rope_low_freq_factor = rope.low_freq_factor;
+            c.rope_high_freq_factor = rope.high_freq_factor;
+            c.rope_original_max = static_cast<std::size_t>(rope.original_max_position_embeddings);
+        }
+        // LlamaConfig, MistralConfig and Qwen2Config all default tie_word_embeddings to false.
+        if (present("tie_word_embeddings")) {
+            if (!j["tie_word_embeddings"].is_boolean())
+                throw strata::error(source + ": tie_word_embeddings " + j["tie_word_embeddings"].dump() + " is not a boolean",
+                                    "is this a Llama config.json?");
+            c.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
+        } else {
+            c.tie_word_embeddings = false;
+        }
+        if (c.arch == llama_arch::mistral && present("sliding_window")) {
+            const std::size_t window = field("sliding_window");
+            if (window < c.max_seq)
+                refuse("sliding_window " + std::to_string(window) + " (smaller than max_position_embeddings " +
+                           std::to_string(c.max_seq) + ")",
+                       "the block attends to the whole causal context: use a config with sliding_window null, or "
+                       "max_position_embeddings at most the window");
+        }
+        // transformers >= 4.53 also says per layer what attention it has
+        if (present("layer_types")) {
+            if (!j["layer_types"].is_array())
+                refuse("layer_types " + j["layer_types"].dump(), "layer_types is a list of \"full_attention\"");
+            for (const auto& t : j["layer_types"])
+                if (t != "full_attention")
+                    refuse("layer_types entry " + t.dump(), "the block attends to the whole causal context (\"full_attention\")");
+        }
+        if (c.arch == llama_arch::qwen2) {
+            if (present("use_sliding_window") && j["use_sliding_window"] != false)
+                refuse("use_sliding_window " + j["use_sliding_window"].dump(),
+                       "the block attends to the whole causal context (use_sliding_window false)");
+            c.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+        }
         c.validate();
         return c;
     }
@@ -230,21 +394,34 @@ llama_model<B> make_llama_model(const llama_config& c) {
 template <class R, strata::Backend B>
 llama_config config_of(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& m) {
     const auto& b = m.block_layer_config();
-    return {.vocab = m.config().vocab_size,
-            .max_seq = m.config().max_seq,
-            .n_layer = m.config().n_layer,
-            .n_head = b.n_head,
-            .n_embd = m.config().n_embd,
-            .hidden = b.hidden,
-            .eps = b.norm_eps,
-            .rope_theta = b.rope_theta};
+    const auto& d = m.config();
+    llama_config c{.vocab = d.vocab_size,
+                   .max_seq = d.max_seq,
+                   .n_layer = d.n_layer,
+                   .n_head = b.n_head,
+                   .n_embd = d.n_embd,
+                   .hidden = b.hidden,
+                   .eps = b.norm_eps,
+                   .rope_theta = b.rope_theta.theta,
+                   .n_kv_head = b.n_kv_head,
+                   .head_dim = b.head_dim,
+                   .tie_word_embeddings = d.tied_head,
+                   .qkv_bias = b.qkv_bias,
+                   .rope_factor = b.rope_theta.factor,
+                   .rope_low_freq_factor = b.rope_theta.low_freq_factor,
+                   .rope_high_freq_factor = b.rope_theta.high_freq_factor,
+                   .rope_original_max = static_cast<std::size_t>(b.rope_theta.original_max_position_embeddings)};
+    // the architecture is not in the model's shape: qwen2 is the one with q/k/v biases, and a
+    // model without them is exported as a Llama
+    c.arch = b.qkv_bias ? llama_arch::qwen2 : llama_arch::llama;
+    return c;
 }
 
 // ---- Hugging Face files ----
 
 // One tensor of a Hugging Face Llama file and where it lives in strata's parameter slot: the
 // whole slot, or (2-D weights) the transposed columns [column, column + shape[0]) of the
-// (in, out) slot.
+// (in, out) slot, or (1-D biases) the elements [column, column + shape[0]) of the slot.
 struct hf_tensor {
     std::string name;
     std::vector<std::size_t> shape;  // as HF stores it: nn.Linear (out, in)
@@ -252,19 +429,28 @@ struct hf_tensor {
     std::size_t column = 0;
 };
 
-// The HF tensors of one parameter slot of group g (see the top of this file).
+// The HF tensors of one parameter slot of group g (see the top of this file): the fused q|k|v
+// weight (C, QKV) is q_proj (A, C), k_proj and v_proj (KV, C); its bias (QKV) is q_proj.bias (A),
+// k_proj.bias and v_proj.bias (KV). An untied head is lm_head.weight (V, C) as it is.
 template <class Model>
 std::vector<hf_tensor> hf_tensors_of(const Model& m, std::size_t g, const strata::param_slot& slot) {
     const std::string name = m.hf_name(g, slot);
     const auto& e = slot.spec.shape.extents();
-    if (g == 0 || e.size() != 2) return {{name, e}};  // embed_tokens (V, C) and the norm gains as they are
+    const auto& b = m.block_layer_config();
+    const std::size_t A = b.attn_channels(), KV = b.kv_heads() * b.head_size();
+    if (g != 0 && slot.spec.name == "self_attn.qkv_proj.bias") {
+        const std::string layer = name.substr(0, name.size() - slot.spec.name.size());
+        return {{layer + "self_attn.q_proj.bias", {A}, false, 0},
+                {layer + "self_attn.k_proj.bias", {KV}, false, A},
+                {layer + "self_attn.v_proj.bias", {KV}, false, A + KV}};
+    }
+    if (g == 0 || e.size() != 2) return {{name, e}};  // embed_tokens, lm_head (V, C) and the norm gains as they are
     const std::size_t in = e[0], out = e[1];
     if (slot.spec.name != "self_attn.qkv_proj.weight") return {{name, {out, in}, true, 0}};
     const std::string layer = name.substr(0, name.size() - slot.spec.name.size());  // "model.layers.<l>."
-    const std::size_t C = out / 3;
-    return {{layer + "self_attn.q_proj.weight", {C, in}, true, 0},
-            {layer + "self_attn.k_proj.weight", {C, in}, true, C},
-            {layer + "self_attn.v_proj.weight", {C, in}, true, 2 * C}};
+    return {{layer + "self_attn.q_proj.weight", {A, in}, true, 0},
+            {layer + "self_attn.k_proj.weight", {KV, in}, true, A},
+            {layer + "self_attn.v_proj.weight", {KV, in}, true, A + KV}};
 }
 
 namespace detail {
@@ -322,7 +508,7 @@ void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, r
                     if (t.transposed)
                         out.write(t.name, std::span<const R>(to_hf(p, slot.spec.shape.extents()[1], t)));
                     else
-                        out.write(t.name, std::span<const R>(p, slot.spec.shape.numel()));
+                        out.write(t.name, std::span<const R>(p + t.column, strata::shape(t.shape).numel()));
                 }
             }
         });
@@ -402,14 +588,14 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
                 if (t.transposed)
                     detail::from_hf(p, slot.spec.shape.extents()[1], t, values);
                 else
-                    std::copy(values.begin(), values.end(), p);
+                    std::copy(values.begin(), values.end(), p + t.column);
             }
         }
     }
     if (!missing.empty())
         throw strata::error("'" + model_path.string() + "' lacks " + std::to_string(missing.size()) +
                                 " tensor(s): " + detail::join(missing),
-                            "the file does not match config.json (num_hidden_layers, hidden_size, vocab_size)");
+                            "the file does not match config.json (num_hidden_layers, hidden_size, vocab_size, num_key_value_heads, tie_word_embeddings)");
     std::vector<std::string> unknown;
     for (const auto& name : file.names()) {
         if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
@@ -418,19 +604,17 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
             const auto shape = file.info(embed).shape;
             const auto head = read(name, shape), wte = read(embed, shape);
             if (!std::equal(head.begin(), head.end(), wte.begin()))
-                throw strata::error("'" + model_path.string() + "': lm_head.weight differs from " + embed,
-                                    "the model ties the LM head to the token embedding; untied heads are not supported");
+                throw strata::error("'" + model_path.string() + "': lm_head.weight differs from " + embed +
+                                        " but config.json says tie_word_embeddings true",
+                                    "set tie_word_embeddings to false for an untied head");
             continue;
         }
         unknown.push_back(name);
     }
-    if (!json.value("tie_word_embeddings", false) && !file.contains("lm_head.weight"))
-        throw strata::error(config_path.string() + ": tie_word_embeddings is false but there is no lm_head.weight",
-                            "the model ties the LM head to the token embedding: set tie_word_embeddings to true");
     if (!unknown.empty())
         throw strata::error("'" + model_path.string() + "' has tensor(s) a Llama model of this shape does not: " +
                                 detail::join(unknown),
-                            "is this a LlamaForCausalLM checkpoint?");
+                            "is this a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM checkpoint?");
     return out;
 }
 

@@ -34,12 +34,20 @@ struct llama_ops<strata::cpu_backend> {
                   "rmsnorm_backward");
     }
     template <class R>
-    static void rope_forward(stream& s, R* out, const R* qkv, size B, size T, size C, size NH, double theta) {
+    static void rope_forward(stream& s, R* out, const R* qkv, size B, size T, size C, size NH, const kernels::rope_params& theta) {
         s.enqueue([=] { kernels::cpu::rope_forward(out, qkv, B, T, C, NH, theta); }, "rope_forward");
     }
     template <class R>
-    static void rope_backward(stream& s, R* dqkv, const R* dout, size B, size T, size C, size NH, double theta) {
+    static void rope_backward(stream& s, R* dqkv, const R* dout, size B, size T, size C, size NH, const kernels::rope_params& theta) {
         s.enqueue([=] { kernels::cpu::rope_backward(dqkv, dout, B, T, C, NH, theta); }, "rope_backward");
+    }
+    template <class R>
+    static void expand_kv_forward(stream& s, R* out, const R* qkv, size B, size T, size NH, size NKV, size HS) {
+        s.enqueue([=] { kernels::cpu::expand_kv_forward(out, qkv, B, T, NH, NKV, HS); }, "expand_kv_forward");
+    }
+    template <class R>
+    static void expand_kv_backward(stream& s, R* dqkv, const R* dout, size B, size T, size NH, size NKV, size HS) {
+        s.enqueue([=] { kernels::cpu::expand_kv_backward(dqkv, dout, B, T, NH, NKV, HS); }, "expand_kv_backward");
     }
     template <class R>
     static void swiglu_forward(stream& s, R* out, const R* gate, const R* up, size N) {

@@ -23,13 +23,25 @@ void cuda_ops::rmsnorm_backward(stream& s, float* dinp, float* dweight, const fl
     gpu::rmsnorm_backward<float>(dinp, dweight, dout, inp, weight, rstd, B, T, C, s.native());
 }
 
-void cuda_ops::rope_forward(stream& s, float* out, const float* qkv, size B, size T, size C, size NH, double theta) {
+void cuda_ops::rope_forward(stream& s, float* out, const float* qkv, size B, size T, size C, size NH,
+                            const kernels::rope_params& theta) {
     trace_span span(s, "rope_forward");
     gpu::rope_forward(out, qkv, B, T, C, NH, theta, s.native());
 }
-void cuda_ops::rope_backward(stream& s, float* dqkv, const float* dout, size B, size T, size C, size NH, double theta) {
+void cuda_ops::rope_backward(stream& s, float* dqkv, const float* dout, size B, size T, size C, size NH,
+                            const kernels::rope_params& theta) {
     trace_span span(s, "rope_backward");
     gpu::rope_backward(dqkv, dout, B, T, C, NH, theta, s.native());
+}
+
+void cuda_ops::expand_kv_forward(stream& s, float* out, const float* qkv, size B, size T, size NH, size NKV, size HS) {
+    trace_span span(s, "expand_kv_forward");
+    gpu::expand_kv_forward(out, qkv, B, T, NH, NKV, HS, s.native());
+}
+void cuda_ops::expand_kv_backward(stream& s, float* dqkv, const float* dout, size B, size T, size NH, size NKV,
+                                  size HS) {
+    trace_span span(s, "expand_kv_backward");
+    gpu::expand_kv_backward(dqkv, dout, B, T, NH, NKV, HS, s.native());
 }
 
 void cuda_ops::swiglu_forward(stream& s, float* out, const float* gate, const float* up, size N) {

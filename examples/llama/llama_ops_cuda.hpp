@@ -31,9 +31,13 @@ struct llama_ops<strata::cuda_backend> {
                                 size T, size C, double eps);
     static void rmsnorm_backward(stream& s, float* dinp, float* dweight, const float* dout, const float* inp,
                                  const float* weight, const float* rstd, size B, size T, size C);
-    static void rope_forward(stream& s, float* out, const float* qkv, size B, size T, size C, size NH, double theta);
+    static void rope_forward(stream& s, float* out, const float* qkv, size B, size T, size C, size NH,
+                             const kernels::rope_params& theta);
     static void rope_backward(stream& s, float* dqkv, const float* dout, size B, size T, size C, size NH,
-                              double theta);
+                              const kernels::rope_params& theta);
+    static void expand_kv_forward(stream& s, float* out, const float* qkv, size B, size T, size NH, size NKV, size HS);
+    static void expand_kv_backward(stream& s, float* dqkv, const float* dout, size B, size T, size NH, size NKV,
+                                   size HS);
     static void swiglu_forward(stream& s, float* out, const float* gate, const float* up, size N);
     static void swiglu_backward(stream& s, float* dgate, float* dup, const float* dout, const float* gate,
                                 const float* up, size N);

@@ -76,6 +76,8 @@ int on_backend(bool cuda, const tier_options& tiers, F&& f) {
 struct train_args {
     std::string data, format = "auto", tokenizer = "byte", init_from, resume;
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, hidden = 0, seq_len = 128;
+    std::size_t n_kv_head = 0, head_dim = 0;  // 0: n_head key/value heads, heads of n_embd / n_head
+    bool untied_head = false;
     double rope_theta = 10000.0, norm_eps = 1e-5;
     std::size_t batch = 8, accum = 1;
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8, stop_at = 0;
@@ -265,6 +267,17 @@ void check_consistency(const train_args& a) {
     if (!a.init_from.empty() && !a.resume.empty())
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
                     "drop --init-from to continue the run, or --resume to start afresh from the weights");
+    // the shape options, each named (a checkpoint's config.json gives the shape with --init-from / --resume)
+    if (a.n_kv_head != 0 && a.n_head % a.n_kv_head != 0)
+        throw error("--n-kv-head " + std::to_string(a.n_kv_head) + " does not divide --n-head " + std::to_string(a.n_head),
+                    "each key/value head serves n-head / n-kv-head query heads: pick a divisor of --n-head");
+    if (a.head_dim != 0 && a.head_dim % 2 != 0)
+        throw error("--head-dim " + std::to_string(a.head_dim) + " is odd",
+                    "rotary embedding rotates pairs of channels: pick an even --head-dim");
+    if (a.head_dim == 0 && (a.n_embd % a.n_head != 0 || (a.n_embd / a.n_head) % 2 != 0))
+        throw error("--n-embd " + std::to_string(a.n_embd) + " does not split into --n-head " + std::to_string(a.n_head) +
+                        " heads of an even size",
+                    "choose --n-head so that n-embd / n-head is even, or give --head-dim");
     if (a.resume.empty()) return;
     const auto state = read_json_file(fs::path(a.resume) / "trainer_state.json");
     nlohmann::json saved = state.value("options", nlohmann::json::object());
@@ -295,7 +308,10 @@ int run_train(const train_args& a) {
     const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
     llama::llama_config config{.vocab = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head,
                                .n_embd = a.n_embd, .hidden = a.hidden ? a.hidden : llama::default_hidden(a.n_embd),
-                               .eps = a.norm_eps, .rope_theta = a.rope_theta};
+                               .eps = a.norm_eps, .rope_theta = a.rope_theta,
+                               .n_kv_head = a.n_kv_head == a.n_head ? 0 : a.n_kv_head,
+                               .head_dim = a.head_dim == a.n_embd / a.n_head && a.n_embd % a.n_head == 0 ? 0 : a.head_dim,
+                               .tie_word_embeddings = !a.untied_head};
     if (init) {
         if (init->config.vocab != vocab)
             throw error(from + " has a vocabulary of " + std::to_string(init->config.vocab) + " tokens, the tokenizer " +
@@ -345,7 +361,10 @@ int run_train(const train_args& a) {
         o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
         o.homes = p.trainer_homes();  // each group's tier (streamed plans)
         print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
-                   std::to_string(config.n_head) + " heads, " + std::to_string(config.n_embd) + " channels, hidden " +
+                   std::to_string(config.n_head) + " heads" +
+                   (config.n_kv_head ? " (" + std::to_string(config.kv_heads()) + " key/value)" : std::string()) +
+                   (config.head_dim ? " of " + std::to_string(config.head_dim) : std::string()) + ", " +
+                   std::to_string(config.n_embd) + " channels, hidden " +
                    std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +
                    std::to_string(config.max_seq) + ": " + std::to_string(config.parameter_count()) +
                    " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
@@ -401,6 +420,9 @@ int main(int argc, char** argv) {
     train->add_option("--n-layer", t.n_layer, "Llama blocks")->capture_default_str()->check(count_in(1, 4096));
     train->add_option("--n-head", t.n_head, "attention heads (n-embd / n-head must be even)")->capture_default_str()->check(count_in(1, 4096));
     train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str()->check(count_in(1, 1L << 20));
+    train->add_option("--n-kv-head", t.n_kv_head, "key/value heads, grouped-query attention (0: --n-head; must divide --n-head)")->capture_default_str()->check(count_in(0, 4096));
+    train->add_option("--head-dim", t.head_dim, "channels per attention head, even (0: n-embd / n-head)")->capture_default_str()->check(count_in(0, 1L << 16));
+    train->add_flag("--untied-head", t.untied_head, "an LM head of its own (lm_head.weight) instead of the token embedding's transpose");
     train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str()->check(count_in(0, 1L << 22));
     train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str()->check(real_in(1e-6, 1e12));
     train->add_option("--norm-eps", t.norm_eps, "RMSNorm epsilon")->capture_default_str()->check(real_in(1e-30, 1));

@@ -1,6 +1,9 @@
 // decoder_model: a model assembled from Layers, trained by the same trainers as gpt_model.
 // - GPT-2 from Layers (gpt2_block + layernorm_layer) trains bit for bit like gpt_model, resident
 //   and streamed: the generic path adds nothing to the numbers.
+// - An untied LM head (tied_head = false): its own (V, C) tensor in group 0, named lm_head
+//   verbatim; equal to the embedding it computes the tied model's loss bit for bit, then the two
+//   move apart; streamed == resident.
 // - Frozen tensors: frozen embeddings (the LoRA setting) and a wholly frozen block keep their
 //   weights bitwise, have no gradients or moments, stream == resident, and cost exactly their
 //   gradient and moment bytes less host memory.
@@ -16,6 +19,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -182,6 +186,48 @@ TEST_CASE_TEMPLATE("GPT-2 assembled from Layers trains bit for bit like gpt_mode
     check_equal(reference, resident);
     check_equal(reference, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, gpt2_from_layers<B>>>(
                                backend, layers, o, 6));
+}
+
+TEST_CASE_TEMPLATE("an untied LM head: its own tensor in group 0; equal to the embedding it gives the tied loss bit for "
+                   "bit; streamed == resident",
+                   B, STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    B& backend = *made;
+    const auto o = options();
+    auto untied_shape = decoder_shape(false);
+    untied_shape.tied_head = false;
+    const gpt2_from_layers<B> tied(decoder_shape(false), config, layernorm_config{.channels = config.n_embd});
+    const gpt2_from_layers<B> untied(untied_shape, config, layernorm_config{.channels = config.n_embd});
+    const auto& g0 = untied.groups()[0];
+    REQUIRE(g0.slots().size() == 3);  // wte, wpe, lm_head
+    CHECK(untied.hf_name(0, g0.slots()[2]) == "lm_head.weight");
+    CHECK(g0.slots()[2].spec.shape.numel() == config.vocab_size * config.n_embd);
+
+    using resident = trainer_t<float, B, resident_placement, moments_in<device_tier>, gpt2_from_layers<B>>;
+    resident a(backend, tied, o), b(backend, untied, o);
+    a.initialize(7);
+    using kind = typename resident::state_kind;
+    const auto blocks = download_blocks(a, kind::params);
+    std::vector<float> group0(g0.numel(), 0.0f);
+    const auto& t0 = tied.groups()[0];
+    for (std::size_t i = 0; i < 2; ++i)  // wte and wpe as they are
+        std::copy_n(blocks[0].begin() + t0.slots()[i].offset, t0.slots()[i].spec.shape.numel(),
+                    group0.begin() + g0.slots()[i].offset);
+    std::copy_n(blocks[0].begin() + t0.slots()[0].offset, t0.slots()[0].spec.shape.numel(),
+                group0.begin() + g0.slots()[2].offset);  // the head: a copy of wte
+    for (std::size_t g = 0; g < blocks.size(); ++g) b.upload(kind::params, g, g == 0 ? group0 : blocks[g]);
+    const auto batches = micro_batches(0, o.accum, o.batch, o.seq);
+    CHECK(a.step(batches).loss == b.step(batches).loss);  // the same logits, bit for bit
+    const auto after = download_blocks(b, kind::params);
+    CHECK_FALSE(std::equal(after[0].begin() + g0.slots()[0].offset,
+                           after[0].begin() + g0.slots()[0].offset + g0.slots()[0].spec.shape.numel(),
+                           after[0].begin() + g0.slots()[2].offset));
+
+    const auto r = run<resident>(backend, untied, o, 4);
+    CHECK(r.losses.back() < r.losses.front());
+    check_equal(r, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, gpt2_from_layers<B>>>(
+                       backend, untied, o, 4));
 }
 
 TEST_CASE_TEMPLATE("frozen embeddings: weights kept bitwise, no gradients or moments, streamed == resident", B,

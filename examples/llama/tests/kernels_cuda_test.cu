@@ -16,6 +16,7 @@
 #include <cmath>      // std::isfinite
 #include <cstddef>  // std::size_t, std::ptrdiff_t
 #include <cstdint>  // std::uint32_t
+#include <tuple>    // std::tuple
 #include <vector>   // std::vector
 
 namespace {
@@ -175,6 +176,67 @@ TEST_CASE("llama cuda rope refuses heads of an odd size before launching anythin
                          doctest::Contains("heads of an even size"), strata::error);
     CHECK_THROWS_WITH_AS(gpu::rope_backward(none, none, 2, 5, 12, 0, 1e4, nullptr),
                          doctest::Contains("heads of an even size"), strata::error);
+}
+
+TEST_CASE("llama cuda rope with llama3 frequencies matches the CPU") {
+    if (skip_without_gpu()) return;
+    // Threshold 1e-6, as plain rope: rope_params::inv_freq is the same double expression on both
+    // sides (__host__ __device__), then the same rotation.
+    test_stream stream;
+    std::uint32_t seed = 250;
+    const llama::kernels::rope_params llama31(500000.0, 8.0, 1.0, 4.0, 8192.0), small(100.0, 8.0, 1.0, 4.0, 32.0);
+    for (const auto& [C, NH, rope] : {std::tuple{std::size_t{256}, std::size_t{2}, llama31},
+                                      std::tuple{std::size_t{12}, std::size_t{2}, small}}) {
+        CAPTURE(C);
+        const std::size_t B = 2, T = 300, n = B * T * 3 * C;
+        const auto qkv = random_floats(n, ++seed), dout = random_floats(n, ++seed), dqkv0 = random_floats(n, ++seed);
+        std::vector<float> out(n), dqkv = dqkv0;
+        cpu::rope_forward(out.data(), qkv.data(), B, T, C, NH, rope);
+        cpu::rope_backward(dqkv.data(), dout.data(), B, T, C, NH, rope);
+        device_buffer<float> d_qkv(qkv), d_dout(dout), d_out(n), d_dqkv(dqkv0);
+        gpu::rope_forward(d_out.get(), d_qkv.get(), B, T, C, NH, rope, stream);
+        gpu::rope_backward(d_dqkv.get(), d_dout.get(), B, T, C, NH, rope, stream);
+        const auto e_out = normalized_error(d_out.download(), out);
+        const auto e_dqkv = normalized_error(d_dqkv.download(), dqkv);
+        CHECK_MESSAGE(e_out.error < 1e-6, e_out.describe("out"));
+        CHECK_MESSAGE(e_dqkv.error < 1e-6, e_dqkv.describe("dqkv"));
+    }
+}
+
+TEST_CASE("llama cuda expand_kv forward and backward match the CPU bit for bit") {
+    if (skip_without_gpu()) return;
+    // Copies forward; backward adds each group's heads in head order in float, as the CPU does,
+    // then one addition: the same float operations, so bitwise.
+    test_stream stream;
+    std::uint32_t seed = 270;
+    struct kv_shape {
+        std::size_t B, T, NH, NKV, HS;
+    };
+    for (const auto [B, T, NH, NKV, HS] : {kv_shape{1, 1, 2, 1, 2}, kv_shape{2, 5, 6, 2, 3}, kv_shape{2, 37, 32, 8, 128},
+                                           kv_shape{1, 300, 12, 1, 64}}) {
+        CAPTURE(NH);
+        CAPTURE(NKV);
+        CAPTURE(HS);
+        const std::size_t A = NH * HS, QKV = (NH + 2 * NKV) * HS, rows = B * T;
+        const auto qkv = random_floats(rows * QKV, ++seed), dout = random_floats(rows * 3 * A, ++seed);
+        const auto dqkv0 = random_floats(rows * QKV, ++seed);
+        std::vector<float> out(rows * 3 * A), dqkv = dqkv0;
+        cpu::expand_kv_forward(out.data(), qkv.data(), B, T, NH, NKV, HS);
+        cpu::expand_kv_backward(dqkv.data(), dout.data(), B, T, NH, NKV, HS);
+        device_buffer<float> d_qkv(qkv), d_dout(dout), d_out(rows * 3 * A), d_dqkv(dqkv0);
+        gpu::expand_kv_forward(d_out.get(), d_qkv.get(), B, T, NH, NKV, HS, stream);
+        gpu::expand_kv_backward(d_dqkv.get(), d_dout.get(), B, T, NH, NKV, HS, stream);
+        const auto out_diff = first_difference(d_out.download(), out, "out");
+        const auto dqkv_diff = first_difference(d_dqkv.download(), dqkv, "dqkv");
+        CHECK_MESSAGE(out_diff.empty(), out_diff);
+        CHECK_MESSAGE(dqkv_diff.empty(), dqkv_diff);
+    }
+}
+
+TEST_CASE("llama cuda expand_kv refuses key/value heads that do not divide the query heads") {
+    float* none = nullptr;
+    CHECK_THROWS_WITH_AS(gpu::expand_kv_forward(none, none, 1, 1, 6, 4, 2, nullptr),
+                         doctest::Contains("num_key_value_heads must divide"), strata::error);
 }
 
 TEST_CASE("llama cuda swiglu forward and backward match the CPU, also where exp overflows") {

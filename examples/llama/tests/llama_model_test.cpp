@@ -289,8 +289,22 @@ TEST_CASE("llama model: loading refuses what the model cannot represent, by name
         c[key] = std::move(value);
         write_json_file(dir / "config.json", c);
     };
-    with("num_key_value_heads", 1);
-    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("grouped-query"), error);
+    with("num_key_value_heads", 3);  // does not divide 2 heads
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("num_key_value_heads 3 of 2 heads"), error);
+    with("num_key_value_heads", 1);  // grouped-query attention: the file's k_proj is of 2 heads
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("k_proj.weight"), error);
+    with("attention_bias", true);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("attention_bias true"), error);
+    with("mlp_bias", true);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("mlp_bias true"), error);
+    with("num_local_experts", 8);
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("num_local_experts"), error);
+    with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}});
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("rope_scaling"), error);
+    with("tie_word_embeddings", false);  // then lm_head.weight must be there
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("lm_head.weight"), error);
+    with("model_type", "gemma");
+    CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("model_type \"gemma\""), error);
     with("hidden_act", "gelu");
     CHECK_THROWS_WITH_AS(llama::load_llama_files(dir), doctest::Contains("hidden_act"), error);
     with("num_hidden_layers", tiny.n_layer + 1);
@@ -382,6 +396,188 @@ TEST_CASE_TEMPLATE("llama model: generation reads the last position's logits of 
     CHECK(a.size() == 20);
     CHECK(a == c);
     for (token_id id : a) CHECK((id >= 0 && id < 29));
+}
+
+
+// ---- the Llama family (issue 16): GQA, q/k/v biases, head_dim, llama3 rope, untied head ----
+
+// Qwen2-shaped: 6 query heads of 4 (A = 24 != C = 16), 2 key/value heads, q/k/v biases, untied head.
+const llama_config qwen{.vocab = 29,
+                        .max_seq = 8,
+                        .n_layer = 2,
+                        .n_head = 6,
+                        .n_embd = 16,
+                        .hidden = 24,
+                        .n_kv_head = 2,
+                        .head_dim = 4,
+                        .tie_word_embeddings = false,
+                        .qkv_bias = true,
+                        .arch = llama::llama_arch::qwen2};
+
+TEST_CASE("llama family: GQA + q/k/v biases + untied head export HF names (q/k/v_proj.bias, lm_head.weight); load is bitwise") {
+    const auto dir = scratch_dir("family-export");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const auto model = llama::make_llama_model<cpu_backend>(qwen);
+    const auto blocks = numbered_blocks(model);
+    llama::write_model_files(model, blocks, dir);
+    const auto file = safetensors_file::open(dir / "model.safetensors");
+    const std::size_t C = qwen.n_embd, A = 24, KV = 8;
+    CHECK(file.size() == 1 + 1 + qwen.n_layer * 12 + 1);  // embed, lm_head, 9 weights + 3 biases per layer, norm
+    CHECK(file.info("lm_head.weight").shape == std::vector<std::size_t>{qwen.vocab, C});
+    CHECK(file.info("model.layers.1.self_attn.q_proj.weight").shape == std::vector<std::size_t>{A, C});
+    CHECK(file.info("model.layers.1.self_attn.k_proj.weight").shape == std::vector<std::size_t>{KV, C});
+    CHECK(file.info("model.layers.1.self_attn.v_proj.weight").shape == std::vector<std::size_t>{KV, C});
+    CHECK(file.info("model.layers.1.self_attn.o_proj.weight").shape == std::vector<std::size_t>{C, A});
+    CHECK(file.info("model.layers.1.self_attn.q_proj.bias").shape == std::vector<std::size_t>{A});
+    CHECK(file.info("model.layers.1.self_attn.k_proj.bias").shape == std::vector<std::size_t>{KV});
+    CHECK_FALSE(file.contains("model.layers.1.self_attn.o_proj.bias"));
+    // v_proj.bias is elements [A + KV, A + 2 KV) of the fused bias
+    const auto& layout = model.groups()[1];
+    REQUIRE(layout.slots()[2].spec.name == "self_attn.qkv_proj.bias");
+    const auto v_bias = file.get<float>("model.layers.0.self_attn.v_proj.bias");
+    for (std::size_t i = 0; i < KV; ++i) CHECK(v_bias[i] == blocks[1][layout.slots()[2].offset + A + KV + i]);
+    // lm_head is its own tensor, not a copy of embed_tokens
+    const auto head = file.get<float>("lm_head.weight"), embed = file.get<float>("model.embed_tokens.weight");
+    CHECK_FALSE(std::equal(head.begin(), head.end(), embed.begin()));
+
+    const auto config = read_json_file(dir / "config.json");
+    CHECK(config["architectures"][0] == "Qwen2ForCausalLM");
+    CHECK(config["model_type"] == "qwen2");
+    CHECK(config["num_key_value_heads"] == 2);
+    CHECK(config["head_dim"] == 4);
+    CHECK(config["tie_word_embeddings"] == false);
+    CHECK(config["use_sliding_window"] == false);
+    const auto loaded = llama::load_llama_files(dir);
+    CHECK(loaded.config == qwen);
+    CHECK(same_bits(loaded.blocks, blocks));
+    fs::remove_all(dir);
+}
+
+TEST_CASE("llama family: parameter_count counts the untied head, the biases and GQA's smaller k/v") {
+    const auto model = llama::make_llama_model<cpu_backend>(qwen);
+    std::size_t n = 0;
+    for (const auto& g : model.groups())
+        for (const auto& slot : g.slots()) n += slot.spec.shape.numel();
+    CHECK(qwen.parameter_count() == n);
+    const auto mha = llama::make_llama_model<cpu_backend>(tiny);
+    std::size_t m = 0;
+    for (const auto& g : mha.groups())
+        for (const auto& slot : g.slots()) m += slot.spec.shape.numel();
+    CHECK(tiny.parameter_count() == m);
+    const std::size_t V = tiny.vocab, C = tiny.n_embd, H = tiny.hidden, L = tiny.n_layer;
+    CHECK(m == V * C + L * (2 * C + 4 * C * C + 3 * C * H) + C);  // today's formula, unchanged
+}
+
+TEST_CASE_TEMPLATE("llama family: an untied head equal to the embedding computes what the tied model does", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    auto untied_config = tiny;
+    untied_config.tie_word_embeddings = false;
+    const auto tied = llama::make_llama_model<B>(tiny);
+    const auto untied = llama::make_llama_model<B>(untied_config);
+    const auto o = options();
+    resident_t<B> a(*made, tied, o), b(*made, untied, o);
+    a.initialize(5);
+    using kind = typename resident_t<B>::state_kind;
+    auto blocks = download_blocks(a, kind::params);
+    // group 0 of the untied model: embed_tokens, then lm_head (a copy)
+    const auto& g0 = untied.groups()[0];
+    REQUIRE(g0.slots().size() == 2);
+    REQUIRE(g0.slots()[1].spec.name == "lm_head.weight");
+    CHECK(untied.hf_name(0, g0.slots()[1]) == "lm_head.weight");
+    std::vector<float> group0(g0.numel(), 0.0f);
+    const std::size_t VC = tiny.vocab * tiny.n_embd;
+    std::copy(blocks[0].begin(), blocks[0].begin() + VC, group0.begin() + g0.slots()[0].offset);
+    std::copy(blocks[0].begin(), blocks[0].begin() + VC, group0.begin() + g0.slots()[1].offset);
+    for (std::size_t g = 0; g < blocks.size(); ++g) b.upload(kind::params, g, g == 0 ? group0 : blocks[g]);
+    const auto batches = micro_batches(0, o.accum, o.batch, o.seq);
+    const auto ra = a.step(batches), rb = b.step(batches);
+    CHECK(ra.loss == rb.loss);  // the same logits, bit for bit
+    // after the step the head and the embedding have moved apart (each got its own gradient)
+    const auto after = download_blocks(b, kind::params);
+    CHECK_FALSE(std::equal(after[0].begin() + g0.slots()[0].offset, after[0].begin() + g0.slots()[0].offset + VC,
+                           after[0].begin() + g0.slots()[1].offset));
+    // and the loss falls when it trains on
+    double last = rb.loss;
+    for (int s = 1; s < 6; ++s) last = b.step(micro_batches(s, o.accum, o.batch, o.seq)).loss;
+    CHECK(last < rb.loss);
+}
+
+TEST_CASE_TEMPLATE("llama family: a GQA + bias + llama3 model trains, streamed == resident bit for bit", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    auto c = qwen;
+    c.arch = llama::llama_arch::qwen2;
+    const auto model = llama::make_llama_model<B>(c);
+    const auto o = options();
+    const auto resident = run<resident_t<B>>(*made, model, o, 4);
+    const auto streamed =
+        run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, llama_model<B>>>(*made, model, o, 4);
+    check_equal(resident, streamed);
+    CHECK(resident.losses.back() < resident.losses.front());
+}
+
+TEST_CASE("llama config: Llama 3.1 rope_scaling llama3, Mistral and Qwen2 configs read; what the block lacks is refused by field") {
+    nlohmann::json j = tiny.to_hf_json();
+    j["num_key_value_heads"] = 1u;
+    j["rope_theta"] = 500000.0;
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192u}};
+    auto c = llama_config::from_hf_json(j);
+    CHECK(c.kv_heads() == 1);
+    CHECK(c.rope_factor == 8.0);
+    CHECK(c.rope_original_max == 8192);
+    CHECK(llama_config::from_hf_json(c.to_hf_json()) == c);  // round trip
+    j["rope_scaling"].erase("low_freq_factor");
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(j), doctest::Contains("lacks a field of rope_type llama3"), error);
+    j["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(j), doctest::Contains("rope_scaling"), error);
+    j.erase("rope_scaling");
+    j.erase("tie_word_embeddings");  // LlamaConfig's default: untied
+    CHECK_FALSE(llama_config::from_hf_json(j).tie_word_embeddings);
+
+    auto mistral = tiny;
+    mistral.arch = llama::llama_arch::mistral;
+    mistral.n_kv_head = 1;
+    auto m = mistral.to_hf_json();
+    CHECK(m["architectures"][0] == "MistralForCausalLM");
+    CHECK(m["sliding_window"].is_null());
+    CHECK(llama_config::from_hf_json(m) == mistral);
+    m["sliding_window"] = tiny.max_seq;  // the window covers the whole context: plain causal attention
+    CHECK(llama_config::from_hf_json(m) == mistral);
+    m["sliding_window"] = tiny.max_seq - 1;
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(m), doctest::Contains("sliding_window 7"), error);
+    m["sliding_window"] = nullptr;
+    m["num_local_experts"] = 8;  // Mixtral
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(m), doctest::Contains("num_local_experts"), error);
+
+    auto q = qwen.to_hf_json();
+    CHECK(llama_config::from_hf_json(q) == qwen);
+    q["use_sliding_window"] = true;
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("use_sliding_window true"), error);
+    q["use_sliding_window"] = false;
+    q["layer_types"] = {"full_attention", "sliding_attention"};
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("layer_types entry \"sliding_attention\""), error);
+    q["layer_types"] = {"full_attention", "full_attention"};
+    CHECK(llama_config::from_hf_json(q) == qwen);
+    q["num_experts"] = 4;  // Qwen2-MoE
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("num_experts"), error);
+    q.erase("num_experts");
+    q["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192u}};
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("rope_scaling llama3 with model_type"), error);
+    q.erase("rope_scaling");
+    q["num_key_value_heads"] = 4u;  // does not divide 6
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("num_key_value_heads 4 of 6 heads"), error);
+    q["num_key_value_heads"] = 2u;
+    q["head_dim"] = 5u;
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(q), doctest::Contains("head_dim 5"), error);
 }
 
 }  // namespace

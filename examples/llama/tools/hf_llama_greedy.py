@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Greedy continuation of a prompt by a Hugging Face Llama directory (byte tokenizer), computed
-WITHOUT strata: with transformers.LlamaForCausalLM when torch and transformers are installed, else
-with a plain-Python restatement of Hugging Face's Llama forward (modeling_llama.py: RMSNorm,
-rotate_half rotary embedding, causal attention, SwiGLU MLP, LM head tied to embed_tokens) that
-reads model.safetensors and config.json by itself.
+WITHOUT strata: with transformers' AutoModelForCausalLM when torch and transformers are installed,
+else with a plain-Python restatement of Hugging Face's Llama forward (modeling_llama.py: RMSNorm,
+rotate_half rotary embedding with llama3 scaling if any, causal grouped-query attention with
+num_key_value_heads and head_dim, q/k/v biases when the file has them (Qwen2), SwiGLU MLP, LM head
+tied to embed_tokens or lm_head.weight) that reads model.safetensors and config.json by itself.
 
 strata-llama's checkpoints must give what `strata-llama sample --temperature 0` gives: the check
 that the export (names, nn.Linear (out, in) layouts, q/k/v split, config fields) means the same
@@ -41,8 +42,32 @@ def load_safetensors(path):
     return tensors
 
 
-def linear(x, w):  # nn.Linear without bias: x (T, in), w (out, in) -> (T, out)
-    return [[sum(a * b for a, b in zip(row, wr)) for wr in w] for row in x]
+def linear(x, w, bias=None):  # nn.Linear: x (T, in), w (out, in) -> (T, out)
+    out = [[sum(a * b for a, b in zip(row, wr)) for wr in w] for row in x]
+    if bias is not None:
+        out = [[a + b for a, b in zip(row, bias)] for row in out]
+    return out
+
+
+def inv_freqs(config, hs):  # transformers' default and llama3 rope initializations
+    theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    inv = [1.0 / theta ** (2 * i / hs) for i in range(hs // 2)]
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    if scaling.get("rope_type", scaling.get("type")) != "llama3":
+        return inv
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    out = []
+    for f in inv:
+        wavelen = 2 * math.pi / f
+        if wavelen < original / high:
+            out.append(f)
+        elif wavelen > original / low:
+            out.append(f / factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return out
 
 
 def rmsnorm(x, weight, eps):
@@ -53,10 +78,9 @@ def rmsnorm(x, weight, eps):
     return out
 
 
-def rotary(x, n_head, theta):  # x (T, C), heads of HS; HF's rotate_half convention
+def rotary(x, n_head, inv_freq):  # x (T, n_head HS); HF's rotate_half convention
     hs = len(x[0]) // n_head
     half = hs // 2
-    inv_freq = [1.0 / theta ** (2 * i / hs) for i in range(half)]
     out = []
     for t, row in enumerate(x):
         new = list(row)
@@ -71,19 +95,22 @@ def rotary(x, n_head, theta):  # x (T, C), heads of HS; HF's rotate_half convent
     return out
 
 
-def attention(q, k, v, n_head):
+def attention(q, k, v, n_head, n_kv_head):  # q (T, NH HS), k and v (T, NKV HS): query head h reads kv head h / (NH/NKV)
     T, C = len(q), len(q[0])
     hs = C // n_head
+    group = n_head // n_kv_head
     out = [[0.0] * C for _ in range(T)]
     for h in range(n_head):
         sl = slice(h * hs, (h + 1) * hs)
+        g = h // group
+        kl = slice(g * hs, (g + 1) * hs)
         for t in range(T):
-            scores = [sum(a * b for a, b in zip(q[t][sl], k[u][sl])) / math.sqrt(hs) for u in range(t + 1)]
+            scores = [sum(a * b for a, b in zip(q[t][sl], k[u][kl])) / math.sqrt(hs) for u in range(t + 1)]
             top = max(scores)
             w = [math.exp(s - top) for s in scores]
             z = sum(w)
             for j in range(hs):
-                out[t][h * hs + j] = sum(w[u] * v[u][h * hs + j] for u in range(t + 1)) / z
+                out[t][h * hs + j] = sum(w[u] * v[u][g * hs + j] for u in range(t + 1)) / z
     return out
 
 
@@ -92,16 +119,20 @@ def silu(x):
 
 
 def plain_logits(tensors, config, ids):
-    eps, theta, nh = config["rms_norm_eps"], config.get("rope_theta", 10000.0), config["num_attention_heads"]
+    eps, nh = config["rms_norm_eps"], config["num_attention_heads"]
+    nkv = config.get("num_key_value_heads") or nh
+    hs = config.get("head_dim") or config["hidden_size"] // nh
+    inv_freq = inv_freqs(config, hs)
     embed = tensors["model.embed_tokens.weight"]
     x = [list(embed[i]) for i in ids]
     for l in range(config["num_hidden_layers"]):
         p = f"model.layers.{l}."
         h = rmsnorm(x, tensors[p + "input_layernorm.weight"], eps)
-        q = rotary(linear(h, tensors[p + "self_attn.q_proj.weight"]), nh, theta)
-        k = rotary(linear(h, tensors[p + "self_attn.k_proj.weight"]), nh, theta)
-        v = linear(h, tensors[p + "self_attn.v_proj.weight"])
-        o = linear(attention(q, k, v, nh), tensors[p + "self_attn.o_proj.weight"])
+        a = p + "self_attn."
+        q = rotary(linear(h, tensors[a + "q_proj.weight"], tensors.get(a + "q_proj.bias")), nh, inv_freq)
+        k = rotary(linear(h, tensors[a + "k_proj.weight"], tensors.get(a + "k_proj.bias")), nkv, inv_freq)
+        v = linear(h, tensors[a + "v_proj.weight"], tensors.get(a + "v_proj.bias"))
+        o = linear(attention(q, k, v, nh, nkv), tensors[a + "o_proj.weight"])
         x = [[a + b for a, b in zip(r1, r2)] for r1, r2 in zip(x, o)]
         h = rmsnorm(x, tensors[p + "post_attention_layernorm.weight"], eps)
         gate = linear(h, tensors[p + "mlp.gate_proj.weight"])
@@ -110,7 +141,7 @@ def plain_logits(tensors, config, ids):
         d = linear(act, tensors[p + "mlp.down_proj.weight"])
         x = [[a + b for a, b in zip(r1, r2)] for r1, r2 in zip(x, d)]
     last = rmsnorm([x[-1]], tensors["model.norm.weight"], eps)
-    return linear(last, embed)[0]  # tied head
+    return linear(last, tensors.get("lm_head.weight", embed))[0]  # untied head, or tied to embed_tokens
 
 
 def main():
@@ -123,9 +154,9 @@ def main():
     ids = list(prompt.encode("utf-8")) or [config["vocab_size"] - 1]  # strata's byte tokenizer; eot = 256
     try:
         import torch
-        from transformers import LlamaForCausalLM
+        from transformers import AutoModelForCausalLM  # Llama, Mistral or Qwen2 as config.json says
 
-        model = LlamaForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.float32).eval()
         engine = "transformers " + __import__("transformers").__version__
 
         def next_logits(context):

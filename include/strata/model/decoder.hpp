@@ -1,6 +1,6 @@
 // decoder_model<Block, Norm>: a decoder-only language model assembled from Layers
 // (nn/layer.hpp): token embedding (+ learned positions, optional), n_layer Blocks, a final Norm,
-// an LM head tied to the token embedding, softmax cross-entropy. Both trainers (train/trainer.hpp,
+// an LM head (tied to the token embedding, or its own (V, C) matrix), softmax cross-entropy. Both trainers (train/trainer.hpp,
 // train/streamed_trainer.hpp) train it resident or streamed exactly as they train gpt_model: it
 // has the same groups and binder protocol.
 //
@@ -9,7 +9,7 @@
 //                .learned_positions = false}, block_config, norm_config);
 //
 // Groups: 0 = embeddings ("wte.weight" (V, C), "wpe.weight" (max_seq, C) if learned_positions),
-// 1..L = the blocks (Block::params), L+1 = the final norm (Norm::params). Both Layers map
+// + "lm_head.weight" (V, C) when the head is untied, 1..L = the blocks (Block::params), L+1 = the final norm (Norm::params). Both Layers map
 // (B, T, C) -> (B, T, C), C = n_embd. A frozen group (every tensor trainable = false) has no
 // gradients and no moments; with freeze_embeddings, the embeddings (and so the tied head) are
 // frozen: the LoRA setting, where only adapters inside the blocks train.
@@ -52,7 +52,7 @@ struct decoder_config {
     std::size_t n_layer = 4;
     std::size_t n_embd = 128;
     bool learned_positions = true;   // a "wpe" table added to the token embedding (GPT-2); false: RoPE & co.
-    bool freeze_embeddings = false;  // wte (the tied head) and wpe frozen
+    bool freeze_embeddings = false;  // wte (the tied head), wpe and an untied head frozen
     // Positions per chunk of the LM head and cross-entropy (model/lm_head.hpp): the logits buffers
     // hold this many rows of V, whatever B x T is. Changes no number while B x T fits in one chunk.
     std::size_t head_chunk_rows = lm_head_chunk_rows;
@@ -63,6 +63,10 @@ struct decoder_config {
     std::string final_prefix = "ln_f.";
     std::string token_embedding = "wte.weight";
     std::string position_embedding = "wpe.weight";
+    // tied_head false: the LM head is its own (V, C) matrix in group 0 (after the embeddings),
+    // named lm_head verbatim (not under root), as Hugging Face's untied heads are.
+    bool tied_head = true;
+    std::string lm_head = "lm_head.weight";
 
     void validate() const {
         if (vocab_size == 0 || max_seq == 0 || n_layer == 0 || n_embd == 0 || head_chunk_rows == 0)
@@ -123,6 +127,7 @@ public:
         std::vector<param_spec> embeddings{{m_config.token_embedding, {m_config.vocab_size, C}, true, train}};
         if (m_config.learned_positions)
             embeddings.push_back({m_config.position_embedding, {m_config.max_seq, C}, true, train});
+        if (!m_config.tied_head) embeddings.push_back({m_config.lm_head, {m_config.vocab_size, C}, true, train});
         m_groups.push_back(param_layout::of<R>(std::move(embeddings)));
         for (std::size_t l = 0; l < m_config.n_layer; ++l) m_groups.push_back(param_layout::of<R>(Block::params(block)));
         m_groups.push_back(param_layout::of<R>(Norm::params(norm)));
@@ -141,7 +146,8 @@ public:
 
     // The checkpoint name of a parameter ("transformer.h.3.attn.c_attn.weight" with the defaults).
     std::string hf_name(std::size_t group, const param_slot& slot) const {
-        if (group == 0) return m_config.root + slot.spec.name;
+        if (group == 0) return !m_config.tied_head && slot.spec.name == m_config.lm_head ? m_config.lm_head
+                                                                                        : m_config.root + slot.spec.name;
         if (group == final_group()) return m_config.root + m_config.final_prefix + slot.spec.name;
         return m_config.root + m_config.block_prefix + std::to_string(group - 1) + "." + slot.spec.name;
     }
@@ -165,7 +171,7 @@ public:
         }
     }
 
-    // Forward FLOPs of one B x T micro-batch (blocks, norm, tied head).
+    // Forward FLOPs of one B x T micro-batch (blocks, norm, head).
     double flops(std::size_t batch, std::size_t seq) const {
         return static_cast<double>(m_config.n_layer) * Block::flops(m_block_config, batch, seq) +
                Norm::flops(m_norm_config, batch, seq) +
@@ -281,7 +287,7 @@ public:
         const R* p0 = bind.params(0, s, group_use::forward);
         m_norm.forward(s, pf, act.norm_out(), act.norm(), act.block_input(m_config.n_layer, BTC), act.workspace(), batch,
                        seq);
-        lm_head_loss_forward<backend_type>(s, act.losses(), act.lse(), act.logits_chunk(), act.norm_out(), wte(p0),
+        lm_head_loss_forward<backend_type>(s, act.losses(), act.lse(), act.logits_chunk(), act.norm_out(), head(p0),
                                            act.targets(), batch, seq, m_config.n_embd, m_config.vocab_size,
                                            m_config.head_chunk_rows);
         bind.done(0, s, group_use::forward);
@@ -306,9 +312,9 @@ public:
             R* gf = bind.grads(fg, s);
             m_norm.forward(s, pf, act.norm_out(), act.norm(), act.block_input(L, BTC), act.workspace(), batch, seq);
             op::zero(s, act.dnorm_out(), BTC);
-            lm_head_loss_backward<backend_type>(s, act.dnorm_out(), g0 ? wte(g0) : static_cast<R*>(nullptr), act.losses(),
+            lm_head_loss_backward<backend_type>(s, act.dnorm_out(), g0 ? head(g0) : static_cast<R*>(nullptr), act.losses(),
                                                 act.lse(), act.logits_chunk(), act.dlogits_chunk(), act.norm_out(),
-                                                wte(p0), act.targets(), loss_scale, batch, seq, C, m_config.vocab_size,
+                                                head(p0), act.targets(), loss_scale, batch, seq, C, m_config.vocab_size,
                                                 m_config.head_chunk_rows);
             R* dx = act.dx(L % 2, BTC);
             op::zero(s, dx, BTC);
@@ -374,6 +380,12 @@ private:
     template <class P>
     P* wte(P* group0) const {
         return group0 + m_groups[0].slots()[0].offset;
+    }
+    // The LM head's (V, C) weights: the token embedding when tied.
+    template <class P>
+    P* head(P* group0) const {
+        return m_config.tied_head ? wte(group0)
+                                  : group0 + m_groups[0].slots()[m_config.learned_positions ? 2 : 1].offset;
     }
     template <class P>
     P* wpe(P* group0) const {
