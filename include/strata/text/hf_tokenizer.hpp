@@ -20,7 +20,6 @@
 #pragma once
 
 #include <strata/core/error.hpp>              // strata::error
-#include <strata/io/json_file.hpp>            // parse_json_text, detail::read_text_file
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_detail::merge_table, piece_cache, string_hash
 #include <strata/text/gpt2_vocab_files.hpp>   // gpt2_detail::byte_to_code_point, code_point_to_byte
 #include <strata/text/hf_tokenizer_json.hpp>   // hf_detail::tables, json_loader
@@ -30,10 +29,12 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include <algorithm>      // std::sort, std::max
+#include <algorithm>      // std::all_of
 #include <cstddef>        // std::size_t, std::ptrdiff_t
 #include <cstdint>        // std::uint32_t
 #include <filesystem>     // std::filesystem::path
+#include <fstream>        // std::ifstream
+#include <iterator>       // std::istreambuf_iterator
 #include <functional>     // std::equal_to, std::greater
 #include <memory>         // std::shared_ptr, std::make_shared
 #include <mutex>          // std::mutex, std::lock_guard
@@ -89,12 +90,22 @@ public:
         if (!std::filesystem::is_regular_file(file, ec))
             throw error("hf_tokenizer: " + file.string() + " is not a file",
                         "pass a Hugging Face tokenizer.json, or the model directory that holds one");
-        return from_json_text(detail::read_text_file(file, "tokenizer.json"), file.string());
+        std::ifstream in(file, std::ios::binary);
+        std::string text(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>{});
+        if (!in.good() && !in.eof())
+            throw error("hf_tokenizer: cannot read " + file.string(), "check the file's permissions");
+        return from_json_text(text, file.string());
     }
 
     // The text of a tokenizer.json; source names it in errors.
     static hf_tokenizer from_json_text(std::string_view json_text, const std::string& source = "tokenizer.json") {
-        const nlohmann::json root = parse_json_text(json_text, source);
+        nlohmann::json root;
+        try {
+            root = nlohmann::json::parse(json_text);
+        } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e400
+            throw error("hf_tokenizer: " + source + " is not valid JSON: " + e.what(),
+                        "a tokenizer.json is what tokenizers' Tokenizer.save writes; was it copied completely?");
+        }
         auto t = std::make_shared<tables>();
         try {
             hf_detail::json_loader(*t, source).load(root);
