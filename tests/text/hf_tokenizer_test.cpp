@@ -64,7 +64,8 @@ std::optional<fs::path> find_corpus(std::string& tried) {
     roots.push_back(repo_dir() / ".." / ".." / "shared" / "data");  // a worktree in /work/wt/<name>
     for (const fs::path& root : roots) {
         const fs::path corpus = root / "corpus" / "nlp-corpus.txt";
-        tried += " " + corpus.string();
+        tried += ' ';
+        tried += corpus.string();
         std::error_code ec;
         if (fs::is_regular_file(corpus, ec)) return corpus;
     }
@@ -199,6 +200,34 @@ void check_hashes(const std::string& kind) {
     CHECK(hex(whole.h) == all_hash);
 }
 
+// The llama2 fixture's tokenizer.json with one change, loaded; returns the error text ("" if none).
+template <class Change>
+std::string load_error(Change&& change) {
+    nlohmann::json j = nlohmann::json::parse(read_file(kind_dir("llama2") / "tokenizer.json"));
+    change(j);
+    try {
+        (void)hf_tokenizer::from_json_text(j.dump(), "t.json");
+    } catch (const strata::error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+std::string load_error_of_text(std::string_view text) {
+    try {
+        (void)hf_tokenizer::from_json_text(text, "t.json");
+    } catch (const strata::error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+std::string hex_of(std::string_view s) {
+    std::string out;
+    for (unsigned char c : s) out += hex(c).substr(14);
+    return out;
+}
+
 }  // namespace
 
 TEST_CASE("hf_tokenizer llama3 vs tokenizers: edge cases and 200 corpus lines, id for id") { check_cases("llama3"); }
@@ -209,5 +238,105 @@ TEST_CASE("hf_tokenizer llama3 vs tokenizers: 20,000 corpus lines by hash, and t
 TEST_CASE("hf_tokenizer qwen2 vs tokenizers: 20,000 corpus lines by hash, and the whole corpus") { check_hashes("qwen2"); }
 TEST_CASE("hf_tokenizer llama2 vs tokenizers: 20,000 corpus lines by hash, and the whole corpus") { check_hashes("llama2"); }
 TEST_CASE("hf_tokenizer mistral vs tokenizers: 20,000 corpus lines by hash, and the whole corpus") { check_hashes("mistral"); }
+
+TEST_CASE("hf_tokenizer refuses what it does not implement, naming the field") {
+    CHECK(load_error([](nlohmann::json&) {}) == "");  // the unchanged file loads: the changes below are what fails
+    CHECK(load_error([](nlohmann::json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }) ==
+          "hf_tokenizer: t.json: normalizer.type = \"Lowercase\" is not supported (hint: supported normalizers: NFC, "
+          "Prepend, Replace (String pattern), Sequence)");
+    CHECK(load_error([](nlohmann::json& j) { j["normalizer"]["normalizers"][1] = {{"type", "NFKC"}}; }) ==
+          "hf_tokenizer: t.json: normalizer.normalizers[1].type = \"NFKC\" is not supported (hint: supported "
+          "normalizers: NFC, Prepend, Replace (String pattern), Sequence)");
+    CHECK(load_error([](nlohmann::json& j) {
+              j["normalizer"]["normalizers"][1]["pattern"] = {{"Regex", " +"}};
+          }) == "hf_tokenizer: t.json: normalizer.normalizers[1].pattern = {\"Regex\":\" +\"} is not supported (hint: "
+                "only {\"String\": ...} patterns are implemented here, not regexes)");
+    CHECK(load_error([](nlohmann::json& j) {
+              j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\w+|\\s+"}}}, {"behavior", "Isolated"}, {"invert", false}};
+          }) == "hf_tokenizer: t.json: pre_tokenizer.pattern.Regex = \"\\\\w+|\\\\s+\" is not supported (hint: strata implements "
+                "the split regexes of GPT-2, Llama 3 and Qwen2 by hand, exactly as those files spell them, and has no "
+                "general regex engine)");
+    CHECK(load_error([](nlohmann::json& j) {
+              j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", std::string(strata::qwen2_split_regex)}}},
+                                    {"behavior", "MergedWithPrevious"}, {"invert", false}};
+          }) == "hf_tokenizer: t.json: pre_tokenizer.behavior = \"MergedWithPrevious\" is not supported (hint: only "
+                "\"Isolated\" is implemented)");
+    CHECK(load_error([](nlohmann::json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }) ==
+          "hf_tokenizer: t.json: pre_tokenizer.type = \"Whitespace\" is not supported (hint: supported pre-tokenizers: "
+          "ByteLevel, Split (GPT-2, Llama 3, Qwen2 regexes), Metaspace, Sequence)");
+    CHECK(load_error([](nlohmann::json& j) { j["model"]["type"] = "Unigram"; }) ==
+          "hf_tokenizer: t.json: model.type = \"Unigram\" is not supported (hint: strata implements the BPE model "
+          "only (not WordPiece, Unigram, WordLevel))");
+    CHECK(load_error([](nlohmann::json& j) { j["model"]["continuing_subword_prefix"] = "##"; }) ==
+          "hf_tokenizer: t.json: model.continuing_subword_prefix = \"##\" is not supported (hint: BPE with subword "
+          "prefixes or suffixes is not implemented; it must be null)");
+    CHECK(load_error([](nlohmann::json& j) { j["decoder"]["decoders"][0] = {{"type", "CTC"}}; }) ==
+          "hf_tokenizer: t.json: decoder.decoders[0].type = \"CTC\" is not supported (hint: supported decoders: "
+          "ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence)");
+    CHECK(load_error([](nlohmann::json& j) { j["post_processor"] = {{"type", "BertProcessing"}}; }) ==
+          "hf_tokenizer: t.json: post_processor.type = \"BertProcessing\" is not supported (hint: supported "
+          "post-processors: TemplateProcessing, ByteLevel, Sequence)");
+    CHECK(load_error([](nlohmann::json& j) { j["model"]["merges"][5] = "x"; }) ==
+          "hf_tokenizer: t.json: model.merges[5] is \"x\" (hint: a merge string is two tokens separated by one space)");
+    CHECK(load_error([](nlohmann::json& j) { j["model"]["merges"][0] = "zzz qqq"; }) ==
+          "hf_tokenizer: t.json: model.merges[0] names \"zzz\", which is not in model.vocab (hint: the file is "
+          "inconsistent; save it again with tokenizers)");
+    CHECK(load_error([](nlohmann::json& j) { j["model"]["vocab"] = nlohmann::json::array({1, 2}); }) ==
+          "hf_tokenizer: t.json: model.vocab is [1,2] (hint: expected an object {\"token\": id, ...})");
+    CHECK(load_error([](nlohmann::json& j) { j["added_tokens"][0]["id"] = -3; }) ==
+          "hf_tokenizer: t.json: added_tokens[0].id is -3 (hint: token ids are integers in [0, 2^30))");
+    CHECK(load_error([](nlohmann::json& j) { j.erase("model"); }) ==
+          "hf_tokenizer: t.json: model has no field 'model' (hint: the file is incomplete or not a Hugging Face "
+          "tokenizer.json)");
+}
+
+TEST_CASE("hf_tokenizer refuses malformed JSON with the parser's position") {
+    CHECK(load_error_of_text(R"({"model": )") ==
+          "hf_tokenizer: t.json is not valid JSON: [json.exception.parse_error.101] parse error at line 1, column 11: "
+          "syntax error while parsing value - unexpected end of input; expected '[', '{', or a literal (hint: a "
+          "tokenizer.json is what tokenizers' Tokenizer.save writes; was it copied completely?)");
+    CHECK(load_error_of_text("[1, 2]") ==
+          "hf_tokenizer: t.json: the top level is [1,2] (hint: a tokenizer.json is one JSON object)");
+    CHECK(load_error_of_text(R"({"model": {"type": 7}})") ==
+          "hf_tokenizer: t.json: model.type is 7 (hint: expected a string)");
+    const std::string missing = (kind_dir("llama2") / "no-such-file.json").string();
+    try {
+        (void)hf_tokenizer::load(missing);
+        FAIL("loading a missing file did not throw");
+    } catch (const strata::error& e) {
+        CHECK(std::string(e.what()) == "hf_tokenizer: " + missing + " is not a file (hint: pass a Hugging Face "
+                                       "tokenizer.json, or the model directory that holds one)");
+    }
+}
+
+TEST_CASE("hf_tokenizer: NFC as Python's unicodedata 15.0 computes it") {
+    using strata::unicode::to_nfc;
+    CHECK(hex_of(to_nfc("e\u0301 caf\u00e9")) == "c3a920636166c3a9");      // composes
+    CHECK(hex_of(to_nfc("\u212b")) == "c385");                               // a singleton decomposes
+    CHECK(hex_of(to_nfc("\u1100\u1161\u11a8")) == "eab081");                // Hangul LV + T
+    CHECK(hex_of(to_nfc("a\u0323\u0302 q\u0307\u0323")) == "e1baad2071cca3cc87");  // reordering
+    CHECK(hex_of(to_nfc("\u1e0b\u0323")) == "e1b88dcc87");
+    CHECK(hex_of(to_nfc("\u0344")) == "cc88cc81");                           // a composition exclusion
+    CHECK(hex_of(to_nfc("x\u0301\u0301")) == "78cc81cc81");                 // blocked second accent
+    CHECK(hex_of(to_nfc("\u00c5\u0301 \u0f73")) == "c7ba20e0bdb1e0bdb2");
+    CHECK(to_nfc("plain ascii") == "plain ascii");
+    CHECK(hex_of(to_nfc("a\xff\u0301b")) == "61ffcc8162");  // an invalid byte passes through and blocks
+}
+
+TEST_CASE("hf_tokenizer: ids out of range, eot, bos and vocabulary size") {
+    const hf_tokenizer& llama3 = tokenizer_of("llama3");
+    CHECK(llama3.vocab_size() == 4000);
+    CHECK(llama3.eot_id() == 1);  // <|end_of_text|>
+    CHECK(llama3.bos_id() == 0);  // <|begin_of_text|>
+    CHECK(tokenizer_of("qwen2").eot_id() == 0);  // <|endoftext|>
+    CHECK(!tokenizer_of("qwen2").bos_id());
+    CHECK(tokenizer_of("llama2").eot_id() == 2);  // </s>
+    CHECK(tokenizer_of("llama2").bos_id() == 1);  // <s>
+    const std::vector<token_id> bad{5, 4000};
+    CHECK_THROWS_WITH_AS(llama3.decode(bad),
+                         "hf_tokenizer: token id 4000 is out of range [0, 4000) (hint: the ids were not produced by "
+                         "this tokenizer.json; check --tokenizer)", strata::error);
+    CHECK(llama3.decode(llama3.encode("a<|eot_id|>b")) == "a<|eot_id|>b");
+}
 
 }  // namespace hf_tokenizer_test

@@ -199,8 +199,10 @@ private:
             } else {
                 fail(where, m, "a merge is \"left right\" or [\"left\", \"right\"]");
             }
-            m_t.merges.insert_or_assign(vocab_id(left, where), vocab_id(right, where),
-                                        {rank++, vocab_id(left + right, where)});
+            const token_id left_id = vocab_id(left, where), right_id = vocab_id(right, where);
+            const token_id merged_id = vocab_id(left + right, where);
+            // A repeated pair keeps its last rank, as tokenizers does.
+            m_t.merges.insert_or_assign(left_id, right_id, {rank++, merged_id});
         }
     }
 
