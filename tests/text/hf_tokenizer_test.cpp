@@ -284,7 +284,11 @@ TEST_CASE("hf_tokenizer refuses what it does not implement, naming the field") {
     CHECK(load_error([](nlohmann::json& j) { j["model"]["vocab"] = nlohmann::json::array({1, 2}); }) ==
           "hf_tokenizer: t.json: model.vocab is [1,2] (hint: expected an object {\"token\": id, ...})");
     CHECK(load_error([](nlohmann::json& j) { j["added_tokens"][0]["id"] = -3; }) ==
-          "hf_tokenizer: t.json: added_tokens[0].id is -3 (hint: token ids are integers in [0, 2^30))");
+          "hf_tokenizer: t.json: added_tokens[0].id is -3 (hint: token ids are integers from 0 to the number of tokens "
+          "(3259 in model.vocab and added_tokens) less one)");
+    CHECK(load_error([](nlohmann::json& j) { j["model"]["vocab"]["e"] = 3259; }) ==
+          "hf_tokenizer: t.json: model.vocab[\"e\"] is 3259 (hint: token ids are integers from 0 to the number of "
+          "tokens (3259 in model.vocab and added_tokens) less one)");
     CHECK(load_error([](nlohmann::json& j) { j.erase("model"); }) ==
           "hf_tokenizer: t.json: model has no field 'model' (hint: the file is incomplete or not a Hugging Face "
           "tokenizer.json)");

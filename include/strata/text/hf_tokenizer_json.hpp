@@ -71,6 +71,12 @@ public:
 
     void load(const json& root) {
         if (!root.is_object()) fail("the top level", root, "a tokenizer.json is one JSON object");
+        // Ids are dense in real files (the added tokens follow the vocabulary, or repeat some of
+        // its entries), so none reaches the number of tokens; a larger one would size the id ->
+        // token table by a number the file chooses.
+        if (const json* model = optional_field(root, "model"); model && model->is_object())
+            if (const json* vocab = optional_field(*model, "vocab"); vocab && vocab->is_object()) m_id_limit += vocab->size();
+        if (const json* added = optional_field(root, "added_tokens"); added && added->is_array()) m_id_limit += added->size();
         read_model(field(root, "model", "model"));
         if (const json* a = optional_field(root, "added_tokens")) read_added(*a);
         if (const json* n = optional_field(root, "normalizer")) read_normalizer(*n, "normalizer");
@@ -129,8 +135,9 @@ private:
         return v->get<bool>();
     }
     token_id id_value(const json& v, const std::string& where) const {
-        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= (std::int64_t{1} << 30))
-            fail(where, v, "token ids are integers in [0, 2^30)");
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || static_cast<std::uint64_t>(v.get<std::int64_t>()) >= m_id_limit)
+            fail(where, v, "token ids are integers from 0 to the number of tokens (" + std::to_string(m_id_limit) +
+                               " in model.vocab and added_tokens) less one");
         return static_cast<token_id>(v.get<std::int64_t>());
     }
     std::string type_of(const json& object, const std::string& where) const { return string_field(object, "type", where); }
@@ -386,6 +393,7 @@ private:
     }
 
     tables& m_t;
+    std::uint64_t m_id_limit = 0;
 };
 
 }  // namespace strata::hf_detail
