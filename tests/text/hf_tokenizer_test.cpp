@@ -17,6 +17,7 @@
 #include <filesystem>   // std::filesystem
 #include <fstream>      // std::ifstream
 #include <iterator>     // std::istreambuf_iterator
+#include <algorithm>    // std::find
 #include <map>          // std::map
 #include <optional>     // std::optional
 #include <sstream>      // std::istringstream
@@ -341,6 +342,44 @@ TEST_CASE("hf_tokenizer: ids out of range, eot, bos and vocabulary size") {
                          "hf_tokenizer: token id 4000 is out of range [0, 4000) (hint: the ids were not produced by "
                          "this tokenizer.json; check --tokenizer)", strata::error);
     CHECK(llama3.decode(llama3.encode("a<|eot_id|>b")) == "a<|eot_id|>b");
+}
+
+TEST_CASE("hf_tokenizer: added tokens' lstrip, rstrip, single_word and normalized") {
+    // The llama3 fixture, its <|eot_id|> (id 4) changed.
+    const auto llama3_with = [](auto&& change) {
+        nlohmann::json j = nlohmann::json::parse(read_file(kind_dir("llama3") / "tokenizer.json"));
+        REQUIRE(j["added_tokens"][4]["content"] == "<|eot_id|>");
+        change(j["added_tokens"][4]);
+        return hf_tokenizer::from_json_text(j.dump(), "llama3 changed");
+    };
+    const hf_tokenizer plain = hf_tokenizer::load(kind_dir("llama3") / "tokenizer.json");  // the file itself
+    const auto cat = [](ids_t a, const ids_t& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+    };
+    const ids_t a = plain.encode("a"), b = plain.encode("b"), space_b = plain.encode(" b"), a_space = plain.encode("a ");
+    CHECK(plain.encode("a <|eot_id|> b") == cat(cat(a_space, {4}), space_b));
+
+    const hf_tokenizer both = llama3_with([](nlohmann::json& t) { t["lstrip"] = t["rstrip"] = true; });
+    CHECK(both.encode("a \t <|eot_id|>  \n b") == cat(cat(a, {4}), b));
+    const hf_tokenizer left = llama3_with([](nlohmann::json& t) { t["lstrip"] = true; });
+    CHECK(left.encode("a <|eot_id|> b") == cat(cat(a, {4}), space_b));
+    const hf_tokenizer right = llama3_with([](nlohmann::json& t) { t["rstrip"] = true; });
+    CHECK(right.encode("a <|eot_id|> b") == cat(cat(a_space, {4}), b));
+
+    const hf_tokenizer word = llama3_with([](nlohmann::json& t) { t["single_word"] = true; });
+    CHECK(word.encode("a <|eot_id|> b") == plain.encode("a <|eot_id|> b"));
+    const ids_t glued = word.encode("a<|eot_id|>b");
+    CHECK(std::find(glued.begin(), glued.end(), 4) == glued.end());  // inside a word: plain text
+    CHECK(word.decode(glued) == "a<|eot_id|>b");
+
+    // Without a normalizer, normalized: true matches the same text.
+    const hf_tokenizer normalized = llama3_with([](nlohmann::json& t) { t["normalized"] = true; });
+    CHECK(normalized.encode("x<|eot_id|>y") == plain.encode("x<|eot_id|>y"));
+    // With one (Qwen2's NFC), it is refused rather than matched differently from tokenizers.
+    CHECK(load_error([](nlohmann::json& j) { j["added_tokens"][1]["normalized"] = true; }) ==
+          "hf_tokenizer: t.json: added_tokens[1].normalized = true is not supported (hint: added tokens matched after "
+          "a normalizer are not supported; only normalized: false with a normalizer (or any with none))");
 }
 
 }  // namespace hf_tokenizer_test

@@ -45,6 +45,7 @@ struct added_token {
     std::string content;
     token_id id;
     bool special, lstrip, rstrip, single_word, normalized;
+    std::size_t index;  // in added_tokens, for errors
 };
 
 using id_map = std::unordered_map<std::string, token_id, gpt2_detail::string_hash, std::equal_to<>>;
@@ -85,7 +86,7 @@ public:
         if (const json* d = optional_field(root, "decoder")) read_decoder(*d, "decoder");
         for (const added_token& a : m_t.added)
             if (a.normalized && !m_t.normalizers.empty())
-                unsupported("added_tokens[" + std::to_string(a.id) + "].normalized", "true",
+                unsupported("added_tokens[" + std::to_string(a.index) + "].normalized", "true",
                             "added tokens matched after a normalizer are not supported; only normalized: false "
                             "with a normalizer (or any with none)");
         for (std::string_view eot : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>", "<eos>"}) {
@@ -221,7 +222,7 @@ private:
             added_token t{string_field(a, "content", where), id_value(field(a, "id", where), where + ".id"),
                           bool_field(a, "special", where, false), bool_field(a, "lstrip", where, false),
                           bool_field(a, "rstrip", where, false), bool_field(a, "single_word", where, false),
-                          bool_field(a, "normalized", where, false)};
+                          bool_field(a, "normalized", where, false), i};
             if (t.content.empty()) fail(where + ".content", a["content"], "an added token cannot be empty");
             set_token(t.id, t.content);
             m_t.added.push_back(std::move(t));
