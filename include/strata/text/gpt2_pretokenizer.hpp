@@ -22,6 +22,7 @@
 #include <algorithm>    // std::upper_bound
 #include <array>        // std::array
 #include <cstddef>      // std::size_t
+#include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
@@ -82,6 +83,25 @@ inline utf8_unit decode_utf8(std::string_view text, std::size_t pos) noexcept {
         cp = (cp << 6) | (b & 0x3F);
     }
     return {cp, static_cast<unsigned char>(length), true};
+}
+
+// Appends cp (at most U+10FFFF) as UTF-8.
+inline void encode_utf8(char32_t cp, std::string& out) {
+    if (cp < 0x80) {
+        out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
 }
 
 }  // namespace unicode

@@ -167,6 +167,57 @@ private:
     std::size_t m_size = 0;
 };
 
+// Byte-pair merging as Hugging Face's tokenizers does it: always the pair of lowest rank next,
+// the leftmost among equals, over a linked list of symbols with a heap of candidate pairs
+// (n log n, so a megabyte without spaces is no trap). Appends the merged ids of start to ids.
+inline void merge_pairs(std::span<const token_id> start, const merge_table& merges, std::vector<token_id>& ids) {
+    if (start.size() <= 1) {
+        ids.insert(ids.end(), start.begin(), start.end());
+        return;
+    }
+    struct symbol {
+        token_id id;
+        std::ptrdiff_t prev, next;  // -1 at the ends; a merged-away symbol is skipped by both
+        bool alive;
+    };
+    struct candidate {
+        std::uint32_t rank;
+        std::ptrdiff_t left;  // symbol index
+        token_id merged;
+        bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    const auto n = static_cast<std::ptrdiff_t>(start.size());
+    std::vector<symbol> symbols(start.size());
+    for (std::ptrdiff_t i = 0; i < n; ++i)
+        symbols[static_cast<std::size_t>(i)] = {start[static_cast<std::size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1, true};
+    const auto at = [&](std::ptrdiff_t i) -> symbol& { return symbols[static_cast<std::size_t>(i)]; };
+    std::priority_queue<candidate, std::vector<candidate>, std::greater<>> queue;
+    const auto offer = [&](std::ptrdiff_t left) {
+        const std::ptrdiff_t right = at(left).next;
+        if (right < 0) return;
+        if (const auto* m = merges.find(at(left).id, at(right).id)) queue.push({m->rank, left, m->merged});
+    };
+    for (std::ptrdiff_t i = 0; i + 1 < n; ++i) offer(i);
+
+    while (!queue.empty()) {
+        const candidate top = queue.top();
+        queue.pop();
+        symbol& left = at(top.left);
+        if (!left.alive || left.next < 0) continue;
+        symbol& right = at(left.next);
+        // Stale when either side has merged since this candidate was offered.
+        const auto* m = merges.find(left.id, right.id);
+        if (!m || m->merged != top.merged) continue;
+        left.id = top.merged;
+        right.alive = false;
+        left.next = right.next;
+        if (right.next >= 0) at(right.next).prev = top.left;
+        if (left.prev >= 0) offer(left.prev);
+        offer(top.left);
+    }
+    for (std::ptrdiff_t i = 0; i >= 0; i = at(i).next) ids.push_back(at(i).id);
+}
+
 }  // namespace gpt2_detail
 
 class gpt2_tokenizer {
@@ -381,53 +432,10 @@ private:
             m_cache->cache.insert(piece, hash, std::span<const token_id>(ids).subspan(first));
     }
 
-    // Byte-pair merging as Hugging Face's tokenizers does it: always the pair of lowest rank next,
-    // the leftmost among equals, over a linked list of symbols with a heap of candidate pairs
-    // (n log n, so a megabyte without spaces is no trap).
     void bpe(std::string_view piece, std::vector<token_id>& ids) const {
-        struct symbol {
-            token_id id;
-            std::ptrdiff_t prev, next;  // -1 at the ends; a merged-away symbol is skipped by both
-            bool alive;
-        };
-        struct candidate {
-            std::uint32_t rank;
-            std::ptrdiff_t left;  // symbol index
-            token_id merged;
-            bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-        };
-        const auto n = static_cast<std::ptrdiff_t>(piece.size());
-        std::vector<symbol> symbols(piece.size());
-        for (std::ptrdiff_t i = 0; i < n; ++i)
-            symbols[static_cast<std::size_t>(i)] = {m_tables->byte_id[static_cast<unsigned char>(piece[static_cast<std::size_t>(i)])],
-                                                    i - 1, i + 1 < n ? i + 1 : -1, true};
-        const auto at = [&](std::ptrdiff_t i) -> symbol& { return symbols[static_cast<std::size_t>(i)]; };
-        const gpt2_detail::merge_table& merges = m_tables->merges;
-        std::priority_queue<candidate, std::vector<candidate>, std::greater<>> queue;
-        const auto offer = [&](std::ptrdiff_t left) {
-            const std::ptrdiff_t right = at(left).next;
-            if (right < 0) return;
-            if (const auto* m = merges.find(at(left).id, at(right).id)) queue.push({m->rank, left, m->merged});
-        };
-        for (std::ptrdiff_t i = 0; i + 1 < n; ++i) offer(i);
-
-        while (!queue.empty()) {
-            const candidate top = queue.top();
-            queue.pop();
-            symbol& left = at(top.left);
-            if (!left.alive || left.next < 0) continue;
-            symbol& right = at(left.next);
-            // Stale when either side has merged since this candidate was offered.
-            const auto* m = merges.find(left.id, right.id);
-            if (!m || m->merged != top.merged) continue;
-            left.id = top.merged;
-            right.alive = false;
-            left.next = right.next;
-            if (right.next >= 0) at(right.next).prev = top.left;
-            if (left.prev >= 0) offer(left.prev);
-            offer(top.left);
-        }
-        for (std::ptrdiff_t i = 0; i >= 0; i = at(i).next) ids.push_back(at(i).id);
+        std::vector<token_id> start(piece.size());
+        for (std::size_t i = 0; i < piece.size(); ++i) start[i] = m_tables->byte_id[static_cast<unsigned char>(piece[i])];
+        gpt2_detail::merge_pairs(start, m_tables->merges, ids);
     }
 
     std::shared_ptr<const tables> m_tables;

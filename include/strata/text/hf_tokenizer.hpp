@@ -20,7 +20,7 @@
 #pragma once
 
 #include <strata/core/error.hpp>              // strata::error
-#include <strata/text/gpt2_tokenizer.hpp>     // gpt2_detail::merge_table, piece_cache, string_hash
+#include <strata/text/gpt2_tokenizer.hpp>     // gpt2_detail::merge_pairs, piece_cache
 #include <strata/text/gpt2_vocab_files.hpp>   // gpt2_detail::byte_to_code_point, code_point_to_byte
 #include <strata/text/hf_tokenizer_json.hpp>   // hf_detail::tables, json_loader
 #include <strata/text/hf_split.hpp>           // llama3_split, *_split_regex
@@ -35,11 +35,10 @@
 #include <filesystem>     // std::filesystem::path
 #include <fstream>        // std::ifstream
 #include <iterator>       // std::istreambuf_iterator
-#include <functional>     // std::equal_to, std::greater
+#include <functional>     // std::hash
 #include <memory>         // std::shared_ptr, std::make_shared
 #include <mutex>          // std::mutex, std::lock_guard
 #include <optional>       // std::optional
-#include <queue>          // std::priority_queue
 #include <span>           // std::span
 #include <string>         // std::string
 #include <string_view>    // std::string_view
@@ -289,7 +288,7 @@ private:
                 const auto to_chars = [&](std::string_view s) {
                     std::string mapped;
                     mapped.reserve(s.size() * 2);
-                    for (unsigned char b : s) unicode::nfc_detail::append_utf8(map[b], mapped);
+                    for (unsigned char b : s) unicode::encode_utf8(map[b], mapped);
                     emit(mapped);
                 };
                 if (p.use_regex) gpt2_split(pc.text, to_chars);
@@ -375,54 +374,11 @@ private:
         if (pending_unk) out.push_back(*pending_unk);
     }
 
-    // Merging as tokenizers does it: the pair of lowest rank next, the leftmost among equals.
+    // tokenizers' BPE: the initial symbols, merged as gpt2_detail::merge_pairs does.
     void bpe(std::string_view word, std::vector<token_id>& ids) const {
         std::vector<token_id> start;
         initial_symbols(word, start);
-        if (start.size() <= 1) {
-            ids.insert(ids.end(), start.begin(), start.end());
-            return;
-        }
-        struct symbol {
-            token_id id;
-            std::ptrdiff_t prev, next;
-            bool alive;
-        };
-        struct candidate {
-            std::uint32_t rank;
-            std::ptrdiff_t left;
-            token_id merged;
-            bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-        };
-        const auto n = static_cast<std::ptrdiff_t>(start.size());
-        std::vector<symbol> symbols(start.size());
-        for (std::ptrdiff_t i = 0; i < n; ++i)
-            symbols[static_cast<std::size_t>(i)] = {start[static_cast<std::size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1, true};
-        const auto at = [&](std::ptrdiff_t i) -> symbol& { return symbols[static_cast<std::size_t>(i)]; };
-        const gpt2_detail::merge_table& merges = m_tables->merges;
-        std::priority_queue<candidate, std::vector<candidate>, std::greater<>> queue;
-        const auto offer = [&](std::ptrdiff_t left) {
-            const std::ptrdiff_t right = at(left).next;
-            if (right < 0) return;
-            if (const auto* m = merges.find(at(left).id, at(right).id)) queue.push({m->rank, left, m->merged});
-        };
-        for (std::ptrdiff_t i = 0; i + 1 < n; ++i) offer(i);
-        while (!queue.empty()) {
-            const candidate top = queue.top();
-            queue.pop();
-            symbol& left = at(top.left);
-            if (!left.alive || left.next < 0) continue;
-            symbol& right = at(left.next);
-            const auto* m = merges.find(left.id, right.id);
-            if (!m || m->merged != top.merged) continue;
-            left.id = top.merged;
-            right.alive = false;
-            left.next = right.next;
-            if (right.next >= 0) at(right.next).prev = top.left;
-            if (left.prev >= 0) offer(left.prev);
-            offer(top.left);
-        }
-        for (std::ptrdiff_t i = 0; i >= 0; i = at(i).next) ids.push_back(at(i).id);
+        gpt2_detail::merge_pairs(start, m_tables->merges, ids);
     }
 
     std::shared_ptr<const tables> m_tables;

@@ -6,7 +6,7 @@
 // byte for byte: each invalid byte is a starter that composes with nothing.
 #pragma once
 
-#include <strata/text/gpt2_pretokenizer.hpp>  // unicode::decode_utf8
+#include <strata/text/gpt2_pretokenizer.hpp>  // unicode::decode_utf8, unicode::encode_utf8
 #include <strata/text/nfc_tables.hpp>         // unicode::nfc::decompositions, combining_classes, compositions
 
 #include <algorithm>    // std::lower_bound, std::stable_sort
@@ -69,23 +69,8 @@ inline char32_t compose(char32_t a, char32_t b) noexcept {
 }
 
 inline void append_utf8(char32_t cp, std::string& out) {
-    if (cp >= invalid_base) {
-        out.push_back(static_cast<char>(cp - invalid_base));
-    } else if (cp < 0x80) {
-        out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
+    if (cp >= invalid_base) out.push_back(static_cast<char>(cp - invalid_base));
+    else encode_utf8(cp, out);
 }
 
 }  // namespace nfc_detail
