@@ -167,6 +167,36 @@ private:
     std::size_t m_size = 0;
 };
 
+// A piece_cache that threads share (tokenizers are copied into loader threads): the lookup and
+// the insertion under a lock, the BPE outside it.
+class shared_piece_cache {
+public:
+    // Appends piece's ids: the cached ones, else compute(piece, ids)'s, which are then cached.
+    template <class Compute>
+    void encode(std::string_view piece, std::vector<token_id>& ids, Compute&& compute) {
+        if (piece.size() > piece_cache::max_piece) {
+            compute(piece, ids);
+            return;
+        }
+        const std::size_t hash = std::hash<std::string_view>{}(piece);
+        {
+            std::lock_guard lock(m_mutex);
+            if (m_cache.find(piece, hash, ids)) return;
+        }
+        const std::size_t first = ids.size();
+        compute(piece, ids);
+        if (ids.size() == first) return;  // the cache cannot hold an empty result
+        std::lock_guard lock(m_mutex);
+        // Another thread may have cached it meanwhile; the cache holds each piece once.
+        std::vector<token_id> scratch;
+        if (!m_cache.find(piece, hash, scratch)) m_cache.insert(piece, hash, std::span<const token_id>(ids).subspan(first));
+    }
+
+private:
+    std::mutex m_mutex;
+    piece_cache m_cache;
+};
+
 // Byte-pair merging as Hugging Face's tokenizers does it: always the pair of lowest rank next,
 // the leftmost among equals, over a linked list of symbols with a heap of candidate pairs
 // (n log n, so a megabyte without spaces is no trap). Appends the merged ids of start to ids.
@@ -297,14 +327,10 @@ private:
         token_id eot = -1;
     };
 
-    // Shared by copies of a tokenizer and guarded, since encode is const and may run on threads.
-    struct guarded_cache {
-        std::mutex mutex;
-        gpt2_detail::piece_cache cache;
-    };
-
+    // The piece cache is shared by copies of a tokenizer and guarded, since encode is const and may
+    // run on threads.
     explicit gpt2_tokenizer(std::shared_ptr<const tables> t)
-        : m_tables(std::move(t)), m_cache(std::make_shared<guarded_cache>()) {}
+        : m_tables(std::move(t)), m_cache(std::make_shared<gpt2_detail::shared_piece_cache>()) {}
 
     static std::string read_file(const std::filesystem::path& path) {
         std::ifstream in(path, std::ios::binary);
@@ -414,22 +440,7 @@ private:
             ids.push_back(m_tables->byte_id[static_cast<unsigned char>(piece[0])]);
             return;
         }
-        if (piece.size() > gpt2_detail::piece_cache::max_piece) {
-            bpe(piece, ids);
-            return;
-        }
-        const std::size_t hash = std::hash<std::string_view>{}(piece);
-        {
-            std::lock_guard lock(m_cache->mutex);
-            if (m_cache->cache.find(piece, hash, ids)) return;
-        }
-        const std::size_t first = ids.size();
-        bpe(piece, ids);
-        std::lock_guard lock(m_cache->mutex);
-        // Another thread may have cached it meanwhile; the cache holds each piece once.
-        std::vector<token_id> scratch;
-        if (!m_cache->cache.find(piece, hash, scratch))
-            m_cache->cache.insert(piece, hash, std::span<const token_id>(ids).subspan(first));
+        m_cache->encode(piece, ids, [this](std::string_view p, std::vector<token_id>& out) { bpe(p, out); });
     }
 
     void bpe(std::string_view piece, std::vector<token_id>& ids) const {
@@ -439,7 +450,7 @@ private:
     }
 
     std::shared_ptr<const tables> m_tables;
-    std::shared_ptr<guarded_cache> m_cache;
+    std::shared_ptr<gpt2_detail::shared_piece_cache> m_cache;
 };
 
 static_assert(Tokenizer<gpt2_tokenizer>);

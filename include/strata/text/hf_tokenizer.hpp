@@ -20,7 +20,7 @@
 #pragma once
 
 #include <strata/core/error.hpp>              // strata::error
-#include <strata/text/gpt2_tokenizer.hpp>     // gpt2_detail::merge_pairs, piece_cache
+#include <strata/text/gpt2_tokenizer.hpp>     // gpt2_detail::merge_pairs, shared_piece_cache
 #include <strata/text/gpt2_vocab_files.hpp>   // gpt2_detail::byte_to_code_point, code_point_to_byte
 #include <strata/text/hf_tokenizer_json.hpp>   // hf_detail::tables, json_loader
 #include <strata/text/hf_split.hpp>           // llama3_split, *_split_regex
@@ -35,9 +35,7 @@
 #include <filesystem>     // std::filesystem::path
 #include <fstream>        // std::ifstream
 #include <iterator>       // std::istreambuf_iterator
-#include <functional>     // std::hash
 #include <memory>         // std::shared_ptr, std::make_shared
-#include <mutex>          // std::mutex, std::lock_guard
 #include <optional>       // std::optional
 #include <span>           // std::span
 #include <string>         // std::string
@@ -179,13 +177,8 @@ public:
 private:
     using tables = hf_detail::tables;
 
-    struct guarded_cache {
-        std::mutex mutex;
-        gpt2_detail::piece_cache cache;
-    };
-
     explicit hf_tokenizer(std::shared_ptr<const tables> t)
-        : m_tables(std::move(t)), m_cache(std::make_shared<guarded_cache>()) {}
+        : m_tables(std::move(t)), m_cache(std::make_shared<gpt2_detail::shared_piece_cache>()) {}
 
     // ---- encoding ----
 
@@ -325,22 +318,7 @@ private:
                 return;
             }
         }
-        if (piece.size() > gpt2_detail::piece_cache::max_piece) {
-            bpe(piece, ids);
-            return;
-        }
-        const std::size_t hash = std::hash<std::string_view>{}(piece);
-        {
-            std::lock_guard lock(m_cache->mutex);
-            if (m_cache->cache.find(piece, hash, ids)) return;
-        }
-        const std::size_t first = ids.size();
-        bpe(piece, ids);
-        if (ids.size() == first) return;  // the cache cannot hold an empty result
-        std::lock_guard lock(m_cache->mutex);
-        std::vector<token_id> scratch;
-        if (!m_cache->cache.find(piece, hash, scratch))
-            m_cache->cache.insert(piece, hash, std::span<const token_id>(ids).subspan(first));
+        m_cache->encode(piece, ids, [this](std::string_view p, std::vector<token_id>& out) { bpe(p, out); });
     }
 
     // The symbols a word starts as (tokenizers' BPE::merge_word): each character's token; else
@@ -382,7 +360,7 @@ private:
     }
 
     std::shared_ptr<const tables> m_tables;
-    std::shared_ptr<guarded_cache> m_cache;
+    std::shared_ptr<gpt2_detail::shared_piece_cache> m_cache;
 };
 
 static_assert(Tokenizer<hf_tokenizer>);
