@@ -10,7 +10,7 @@
 // Invalid UTF-8 bytes are "other", one byte each, as in gpt2_split.
 #pragma once
 
-#include <strata/text/gpt2_pretokenizer.hpp>  // unicode::classify, unicode::decode_utf8
+#include <strata/text/gpt2_pretokenizer.hpp>  // unicode::classed_unit_at, unicode::class_run_end
 
 #include <cstddef>      // std::size_t
 #include <string_view>  // std::string_view
@@ -31,22 +31,9 @@ template <class OnPiece>
 void llama3_split(std::string_view text, std::size_t max_digits, OnPiece&& on_piece) {
     using unicode::char_class;
     const std::size_t n = text.size();
-    struct unit {
-        std::size_t length;
-        char_class cls;
-    };
-    const auto unit_at = [&](std::size_t pos) -> unit {
-        const unicode::utf8_unit u = unicode::decode_utf8(text, pos);
-        return {u.length, u.valid ? unicode::classify(u.code_point) : char_class::other};
-    };
-    const auto run_end = [&](std::size_t pos, char_class cls) {
-        while (pos < n) {
-            const unit u = unit_at(pos);
-            if (u.cls != cls) break;
-            pos += u.length;
-        }
-        return pos;
-    };
+    using unit = unicode::classed_unit;
+    const auto unit_at = [&](std::size_t pos) { return unicode::classed_unit_at(text, pos); };
+    const auto run_end = [&](std::size_t pos, char_class cls) { return unicode::class_run_end(text, pos, cls); };
     const auto is_newline = [&](std::size_t pos) { return text[pos] == '\r' || text[pos] == '\n'; };
     // (?i:'s|'t|'re|'ve|'m|'ll|'d)
     const auto contraction_length = [&](std::size_t pos) -> std::size_t {
