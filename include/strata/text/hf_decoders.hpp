@@ -12,6 +12,22 @@
 
 namespace strata::hf_detail {
 
+// Every occurrence of pattern (not empty) in text replaced by content.
+inline std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content) {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t pos = 0;;) {
+        const std::size_t found = text.find(pattern, pos);
+        if (found == std::string_view::npos) {
+            out.append(text.substr(pos));
+            return out;
+        }
+        out.append(text.substr(pos, found - pos));
+        out.append(content);
+        pos = found + pattern.size();
+    }
+}
+
 // Rust's String::from_utf8_lossy: each maximal ill-formed subsequence becomes one U+FFFD.
 inline std::string utf8_lossy(std::string_view bytes) {
     std::string out;
@@ -102,17 +118,7 @@ inline std::vector<std::string> apply(const decoder_step& d, std::vector<std::st
             }
             return out;
         case kind::replace:
-            for (std::string& token : tokens) {
-                std::string s;
-                for (std::size_t pos = 0;;) {
-                    const std::size_t found = token.find(d.pattern, pos);
-                    s.append(token, pos, found == std::string::npos ? std::string::npos : found - pos);
-                    if (found == std::string::npos) break;
-                    s.append(d.content);
-                    pos = found + d.pattern.size();
-                }
-                out.push_back(std::move(s));
-            }
+            for (const std::string& token : tokens) out.push_back(replace_all(token, d.pattern, d.content));
             return out;
         case kind::byte_fallback: {
             std::string run;  // bytes of consecutive <0xNN> tokens

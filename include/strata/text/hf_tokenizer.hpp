@@ -55,21 +55,6 @@ struct piece {
     bool at_start;
 };
 
-inline std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content) {
-    std::string out;
-    out.reserve(text.size());
-    for (std::size_t pos = 0;;) {
-        const std::size_t found = text.find(pattern, pos);
-        if (found == std::string_view::npos) {
-            out.append(text.substr(pos));
-            return out;
-        }
-        out.append(text.substr(pos, found - pos));
-        out.append(content);
-        pos = found + pattern.size();
-    }
-}
-
 inline bool is_space_at(std::string_view text, std::size_t pos, std::size_t& length) {
     const unicode::utf8_unit u = unicode::decode_utf8(text, pos);
     length = u.length;
