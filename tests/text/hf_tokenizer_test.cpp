@@ -300,4 +300,52 @@ TEST_CASE("hf_tokenizer: added tokens' lstrip, rstrip, single_word and normalize
           "a normalizer are not supported; only normalized: false with a normalizer (or any with none))");
 }
 
+// A tiny BPE over plain characters: vocabulary <unk> a b c ab abc, merge "a b" only, so "abc"
+// is reachable only by ignore_merges; no pre-tokenizer, no decoder unless given.
+hf_tokenizer tiny(bool ignore_merges, bool fuse_unk, nlohmann::json decoder = nullptr) {
+    nlohmann::json j = {
+        {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", fuse_unk}, {"ignore_merges", ignore_merges},
+                   {"vocab", {{"<unk>", 0}, {"a", 1}, {"b", 2}, {"c", 3}, {"ab", 4}, {"abc", 5}}},
+                   {"merges", nlohmann::json::array({nlohmann::json::array({"a", "b"})})}}},
+        {"decoder", decoder}};
+    return hf_tokenizer::from_json_text(j.dump(), "tiny");
+}
+
+TEST_CASE("hf_tokenizer: ignore_merges, unk and fuse_unk as tokenizers' BPE does them") {
+    CHECK(tiny(false, false).encode("abc") == ids_t{4, 3});  // merges only: ab c
+    CHECK(tiny(true, false).encode("abc") == ids_t{5});      // the whole word is a token
+    CHECK(tiny(true, false).encode("abcab") == ids_t{4, 3, 4});
+    CHECK(tiny(false, false).encode("axyb") == ids_t{1, 0, 0, 2});  // one <unk> per unknown character
+    CHECK(tiny(false, true).encode("axyb") == ids_t{1, 0, 2});      // fused
+    CHECK(tiny(false, true).encode("xaxy") == ids_t{0, 1, 0});
+    CHECK(tiny(false, false).vocab_size() == 6);
+    CHECK_THROWS_WITH_AS(tiny(false, false).eot_id(),
+                         "hf_tokenizer: tiny has no end-of-text token (none of <|endoftext|>, <|end_of_text|>, </s>, "
+                         "<|im_end|>, <eos> is a special added token) (hint: documents cannot be separated; add one to "
+                         "added_tokens, or use another tokenizer)", strata::error);
+}
+
+TEST_CASE("hf_tokenizer: decoders one by one") {
+    const ids_t ids{4, 0, 3};  // "ab" "<unk>" "c"
+    CHECK(tiny(false, false).decode(ids) == "ab<unk>c");  // no decoder: joined
+    CHECK(tiny(false, false, {{"type", "Replace"}, {"pattern", {{"String", "b"}}}, {"content", "B"}}).decode(ids) == "aB<unk>c");
+    CHECK(tiny(false, false, {{"type", "Strip"}, {"content", "a"}, {"start", 1}, {"stop", 0}}).decode(ids) == "b<unk>c");
+    CHECK(tiny(false, false, {{"type", "Strip"}, {"content", "c"}, {"start", 0}, {"stop", 1}}).decode(ids) == "ab<unk>");
+    CHECK(tiny(false, false, {{"type", "Metaspace"}, {"replacement", "b"}, {"prepend_scheme", "never"}, {"split", false}})
+              .decode(ids) == "a <unk>c");
+    CHECK(tiny(false, false, {{"type", "Metaspace"}, {"replacement", "b"}, {"prepend_scheme", "always"}, {"split", false}})
+              .decode(ids) == "a<unk>c");  // the first token loses its replacement characters
+    // ByteFallback: a run of <0xNN> that is valid UTF-8 becomes its text, else one U+FFFD per byte.
+    nlohmann::json j = nlohmann::json::parse(read_file(kind_dir("llama2") / "tokenizer.json"));
+    const hf_tokenizer llama2 = hf_tokenizer::from_json_text(j.dump(), "llama2");
+    const auto id = [&](std::string_view t) { return *llama2.token_id_of(t); };
+    CHECK(llama2.decode(ids_t{id("<0xC3>"), id("<0xA9>")}) == "\u00e9");
+    CHECK(llama2.decode(ids_t{id("<0xC3>"), id("a"), id("<0xA9>")}) == "\ufffda\ufffd");
+    CHECK(llama2.decode(ids_t{id("<0xE6>"), id("<0x9C>")}) == "\ufffd\ufffd");
+    // ByteLevel: the bytes read back lossily, one U+FFFD per maximal invalid subsequence.
+    const hf_tokenizer& llama3 = tokenizer_of("llama3");
+    const auto byte_token = [&](const char* t) { return *llama3.token_id_of(t); };
+    CHECK(llama3.decode(ids_t{byte_token("\u00e6"), byte_token("\u013e")}) == "\ufffd");  // E6 9C: a truncated 3-byte form
+}
+
 }  // namespace hf_tokenizer_test
