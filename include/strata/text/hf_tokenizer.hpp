@@ -5,8 +5,8 @@
 // What it supports, and refuses with a strata::error naming the field otherwise:
 //   model           BPE (ignore_merges, byte_fallback, fuse_unk, unk_token; no dropout, no
 //                   continuing_subword_prefix / end_of_word_suffix)
-//   added_tokens    matched before normalization (normalized false) or after it (true), leftmost
-//                   longest, with lstrip / rstrip / single_word
+//   added_tokens    matched before normalization (normalized false), or by their normalized text
+//                   after it (true), leftmost longest, with lstrip / rstrip / single_word
 //   normalizer      NFC, Prepend, Replace (String pattern), Sequence
 //   pre_tokenizer   ByteLevel (with or without its regex), Split with the GPT-2, Llama 3 or Qwen2
 //                   regex (Isolated), Metaspace, Sequence
@@ -29,7 +29,7 @@
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include <algorithm>      // std::all_of
+#include <algorithm>      // std::all_of, std::stable_sort
 #include <cstddef>        // std::size_t, std::ptrdiff_t
 #include <cstdint>        // std::uint32_t
 #include <filesystem>     // std::filesystem::path
@@ -95,6 +95,12 @@ public:
             throw error("hf_tokenizer: " + source + " is not a tokenizer.json strata understands: " + e.what(),
                         "check that the file is a Hugging Face tokenizers file (tokenizer.save)");
         }
+        // tokenizers matches a normalized added token by its normalized text (Llama 2's "<s>" as
+        // "▁<s>"), in the normalized segments; the others by their text, before normalization.
+        for (hf_detail::added_token& a : t->added) a.match = a.normalized ? normalize(*t, a.content) : a.content;
+        std::stable_sort(t->added.begin(), t->added.end(), [](const hf_detail::added_token& a, const hf_detail::added_token& b) {
+            return a.match.size() > b.match.size();
+        });
         return hf_tokenizer(std::move(t));
     }
 
@@ -176,14 +182,13 @@ private:
         for (std::size_t pos = 0; pos < text.size(); ++pos) {
             const hf_detail::added_token* match = nullptr;
             for (const hf_detail::added_token& a : added)  // longest first: the first match is the longest
-                if (a.normalized == normalized && text.compare(pos, a.content.size(), a.content) == 0 &&
-                    !a.content.empty()) {
-                    if (a.single_word && !single_word_ok(text, pos, pos + a.content.size())) continue;
+                if (a.normalized == normalized && !a.match.empty() && text.compare(pos, a.match.size(), a.match) == 0) {
+                    if (a.single_word && !single_word_ok(text, pos, pos + a.match.size())) continue;
                     match = &a;
                     break;
                 }
             if (!match) continue;
-            std::size_t start = pos, stop = pos + match->content.size(), length = 0;
+            std::size_t start = pos, stop = pos + match->match.size(), length = 0;
             if (match->lstrip)
                 while (start > done) {
                     std::size_t back = start - 1;
@@ -225,9 +230,11 @@ private:
         }, push_id);
     }
 
-    std::string normalize(std::string_view text) const {
+    std::string normalize(std::string_view text) const { return normalize(*m_tables, text); }
+
+    static std::string normalize(const tables& t, std::string_view text) {
         std::string out(text);
-        for (const hf_detail::normalizer_step& n : m_tables->normalizers) {
+        for (const hf_detail::normalizer_step& n : t.normalizers) {
             using kind = hf_detail::normalizer_step::kind;
             switch (n.type) {
                 case kind::nfc: out = unicode::to_nfc(out); break;

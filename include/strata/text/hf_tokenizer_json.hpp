@@ -46,6 +46,7 @@ struct added_token {
     token_id id;
     bool special, lstrip, rstrip, single_word, normalized;
     std::size_t index;  // in added_tokens, for errors
+    std::string match;  // what is matched: content, or content normalized when normalized
 };
 
 using id_map = std::unordered_map<std::string, token_id, gpt2_detail::string_hash, std::equal_to<>>;
@@ -58,7 +59,7 @@ struct tables {
     std::optional<token_id> unk;
     bool ignore_merges = false, byte_fallback = false, fuse_unk = false;
     std::array<token_id, 256> byte_fallback_id{};  // <0xNN>; -1 where the vocabulary lacks it
-    std::vector<added_token> added;                // longest first
+    std::vector<added_token> added;                // longest match first (hf_tokenizer sorts them)
     std::vector<normalizer_step> normalizers;
     std::vector<pretokenizer_step> pretokenizers;
     std::vector<token_id> template_prefix, template_suffix;
@@ -84,11 +85,6 @@ public:
         if (const json* p = optional_field(root, "pre_tokenizer")) read_pretokenizer(*p, "pre_tokenizer");
         if (const json* p = optional_field(root, "post_processor")) read_post_processor(*p, "post_processor");
         if (const json* d = optional_field(root, "decoder")) read_decoder(*d, "decoder");
-        for (const added_token& a : m_t.added)
-            if (a.normalized && !m_t.normalizers.empty())
-                unsupported("added_tokens[" + std::to_string(a.index) + "].normalized", "true",
-                            "added tokens matched after a normalizer are not supported; only normalized: false "
-                            "with a normalizer (or any with none)");
         for (std::string_view eot : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<|im_end|>", "<eos>"}) {
             const auto it = std::find_if(m_t.added.begin(), m_t.added.end(),
                                          [&](const added_token& a) { return a.special && a.content == eot; });
@@ -222,13 +218,11 @@ private:
             added_token t{string_field(a, "content", where), id_value(field(a, "id", where), where + ".id"),
                           bool_field(a, "special", where, false), bool_field(a, "lstrip", where, false),
                           bool_field(a, "rstrip", where, false), bool_field(a, "single_word", where, false),
-                          bool_field(a, "normalized", where, false), i};
+                          bool_field(a, "normalized", where, false), i, {}};
             if (t.content.empty()) fail(where + ".content", a["content"], "an added token cannot be empty");
             set_token(t.id, t.content);
             m_t.added.push_back(std::move(t));
         }
-        std::stable_sort(m_t.added.begin(), m_t.added.end(),
-                         [](const added_token& a, const added_token& b) { return a.content.size() > b.content.size(); });
     }
 
     std::string string_pattern(const json& step, const std::string& where) const {
