@@ -71,7 +71,7 @@ for name in "${targets[@]}"; do
   mkdir -p "$scratch"
   dict=()
   case "$name" in
-    records|checkpoint_json|hf_index) dict=(-dict=fuzz/dict/json.dict) ;;
+    records|checkpoint_json|hf_index|hf_tokenizer) dict=(-dict=fuzz/dict/json.dict) ;;
     *) [[ -f "fuzz/dict/$name.dict" ]] && dict=(-dict="fuzz/dict/$name.dict") ;;
   esac
   log="$build/$name.log"

@@ -8,6 +8,7 @@
 #include <strata/plan/planner.hpp>            // memory_plan, placement
 #include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
+#include <strata/text/hf_tokenizer.hpp>       // hf_tokenizer
 #include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend
@@ -18,23 +19,59 @@
 #include <filesystem>  // std::filesystem
 #include <string>      // std::string
 #include <variant>     // std::variant
+#include <vector>      // std::vector
 
 namespace strata::examples {
 
-using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer>;
+using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer, hf_tokenizer>;
 
-// "byte" or "gpt2:DIR" (a directory with vocab.json and merges.txt).
+// The --tokenizer help text: every spec make_tokenizer accepts.
+inline constexpr const char* tokenizer_help =
+    "byte; gpt2:DIR with vocab.json and merges.txt; or hf:PATH, a Hugging Face tokenizer.json (or a directory "
+    "holding one: Llama 3, Qwen2, Llama 2, Mistral kinds)";
+
+// "byte", "gpt2:DIR" (a directory with vocab.json and merges.txt) or "hf:PATH" (a tokenizer.json,
+// or a directory with one).
 inline any_tokenizer make_tokenizer(const std::string& spec) {
     if (spec == "byte") return byte_tokenizer{};
     if (spec.starts_with("gpt2:")) return gpt2_tokenizer::load(spec.substr(5));
-    throw error("unknown tokenizer '" + spec + "'", "use --tokenizer byte or --tokenizer gpt2:DIR");
+    if (spec.starts_with("hf:")) return hf_tokenizer::load(spec.substr(3));
+    throw error("unknown tokenizer '" + spec + "'",
+                "use --tokenizer byte, --tokenizer gpt2:DIR or --tokenizer hf:PATH (a tokenizer.json or its directory)");
+}
+
+// The kind a spec names, as trainer_state.json records it: "byte", "gpt2" or "hf".
+inline std::string tokenizer_kind(const std::string& spec) {
+    if (spec.starts_with("gpt2:")) return "gpt2";
+    if (spec.starts_with("hf:")) return "hf";
+    return "byte";
+}
+
+// The files of a spec's tokenizer, which a checkpoint keeps next to the weights (under their own
+// names) so that tokenizer_of_checkpoint finds them again.
+inline std::vector<std::filesystem::path> tokenizer_files(const std::string& spec) {
+    if (spec.starts_with("gpt2:")) {
+        const std::filesystem::path dir = spec.substr(5);
+        return {dir / "vocab.json", dir / "merges.txt"};
+    }
+    if (spec.starts_with("hf:")) {
+        const std::filesystem::path path = spec.substr(3);
+        if (std::filesystem::is_directory(path)) return {path / "tokenizer.json"};
+        if (path.filename() != "tokenizer.json")
+            throw error("--tokenizer " + spec + ": a checkpoint keeps the file under its own name, and looks for "
+                        "tokenizer.json when it is loaded again",
+                        "rename the file to tokenizer.json, or pass the directory that holds it");
+        return {path};
+    }
+    return {};
 }
 
 // The tokenizer a checkpoint directory was trained with: its own vocab.json + merges.txt (saved
-// next to the weights when training with GPT-2 BPE), else bytes.
+// next to the weights when training with GPT-2 BPE), or tokenizer.json (with hf:), else bytes.
 inline std::string tokenizer_of_checkpoint(const std::filesystem::path& dir) {
     if (std::filesystem::exists(dir / "vocab.json") && std::filesystem::exists(dir / "merges.txt"))
         return "gpt2:" + dir.string();
+    if (std::filesystem::exists(dir / "tokenizer.json")) return "hf:" + dir.string();
     return "byte";
 }
 

@@ -118,7 +118,7 @@ struct run_context {
     std::optional<trace_recorder> trace;  // per-step recorder: transfer time hidden under compute
     host_blocks<float> init_blocks;       // --init-from: weights to start from (empty: random init)
     gpt_config init_config;               // --init-from: its shape
-    std::string tokenizer;                // "byte" or "gpt2:DIR", as used
+    std::string tokenizer;                // "byte", "gpt2:DIR" or "hf:PATH", as used
 };
 
 // strata-gpt trains two models: the GPT (gpt_model) and, with --lora-rank, its LoRA model (a
@@ -172,15 +172,11 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
 
     std::optional<metrics_writer> metrics;
     if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
-    std::vector<fs::path> extra_files;
-    if (ctx.tokenizer.starts_with("gpt2:")) {
-        const fs::path dir = ctx.tokenizer.substr(5);
-        extra_files = {dir / "vocab.json", dir / "merges.txt"};
-    }
+    const std::vector<fs::path> extra_files = examples::tokenizer_files(ctx.tokenizer);
     auto trainer_state = [&] {
         nlohmann::json state{{"data_cursor", train_loader.cursor()},
                              {"seed", a.seed},
-                             {"tokenizer", ctx.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
+                             {"tokenizer", examples::tokenizer_kind(ctx.tokenizer)},
                              {"data", a.data},
                              {"options", run_options(a, o.schedule.warmup_steps)},
                              {"first_loss", first_loss},
@@ -508,7 +504,7 @@ int run_export(const export_args& a) {
     for (const char* f : {"vocab.json", "merges.txt"})
         if (fs::exists(fs::path(base) / f)) fs::copy_file(fs::path(base) / f, tmp / f);
     write_json_file(tmp / "trainer_state.json", nlohmann::json{{"format", "strata-gpt LoRA merge 1"},
-                                                 {"tokenizer", tokenizer_of_checkpoint(base) == "byte" ? "byte" : "gpt2"},
+                                                 {"tokenizer", examples::tokenizer_kind(tokenizer_of_checkpoint(base))},
                                                  {"base", fs::absolute(base).string()},
                                                  {"adapters", fs::absolute(adapters).string()}});
     commit_directory_atomically(tmp, a.out, {.replace_existing = true});
@@ -557,7 +553,7 @@ int main(int argc, char** argv) {
     train->add_option("--config", t.config, "read options from a TOML/INI file: keys are the long flag names (steps = 600), at the top or in [train]; the command line wins")->check(CLI::ExistingFile);
     train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records (required)")->check(CLI::ExistingFile);
     train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
-    train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
+    train->add_option("--tokenizer", t.tokenizer, examples::tokenizer_help)->capture_default_str();
     train->add_option("--init-from", t.init_from, "start from the weights of a GPT-2 directory (Hugging Face's or strata's); its config gives the model's shape")->check(CLI::ExistingDirectory);
     train->add_option("--n-layer", t.n_layer, "transformer blocks")->capture_default_str()->check(count_in(1, 4096));
     train->add_option("--n-head", t.n_head, "attention heads")->capture_default_str()->check(count_in(1, 4096));

@@ -125,7 +125,7 @@ struct run_context {
     std::string data;  // the data file used
     data::prepared_data& prepared;
     token_id eot;
-    std::string tokenizer;                  // "byte" or "gpt2:DIR"
+    std::string tokenizer;                  // "byte", "gpt2:DIR" or "hf:PATH"
     std::vector<std::vector<float>> init;   // --init-from's weights (empty: random initialization)
 };
 
@@ -153,15 +153,11 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     }
     std::optional<metrics_writer> metrics;
     if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
-    std::vector<fs::path> extra_files;
-    if (ctx.tokenizer.starts_with("gpt2:")) {
-        const fs::path dir = ctx.tokenizer.substr(5);
-        extra_files = {dir / "vocab.json", dir / "merges.txt"};
-    }
+    const std::vector<fs::path> extra_files = examples::tokenizer_files(ctx.tokenizer);
     auto trainer_state = [&] {
         return nlohmann::json{{"data_cursor", train_loader.cursor()},
                               {"seed", a.seed},
-                              {"tokenizer", ctx.tokenizer.starts_with("gpt2:") ? "gpt2" : "byte"},
+                              {"tokenizer", examples::tokenizer_kind(ctx.tokenizer)},
                               {"data", ctx.data},
                               {"model", "strata-llama"},
                               {"options", run_options(a, o.schedule.warmup_steps)},
@@ -415,7 +411,7 @@ int main(int argc, char** argv) {
     train->add_option("--config", t.config, "read options from a TOML/INI file: keys are the long flag names (steps = 600), at the top or in [train]; the command line wins")->check(CLI::ExistingFile);
     train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records (default: the licence texts of /usr/share/common-licenses)")->check(CLI::ExistingFile);
     train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
-    train->add_option("--tokenizer", t.tokenizer, "byte, or gpt2:DIR with vocab.json and merges.txt")->capture_default_str();
+    train->add_option("--tokenizer", t.tokenizer, examples::tokenizer_help)->capture_default_str();
     train->add_option("--init-from", t.init_from, "start from the weights of a Llama directory (strata-llama's or Hugging Face's); its config gives the model's shape")->check(CLI::ExistingDirectory);
     train->add_option("--n-layer", t.n_layer, "Llama blocks")->capture_default_str()->check(count_in(1, 4096));
     train->add_option("--n-head", t.n_head, "attention heads (n-embd / n-head must be even)")->capture_default_str()->check(count_in(1, 4096));

@@ -276,4 +276,15 @@ grep -q "^This License" "$work/demo.log" || fail "the demo printed no sample: $(
   --eval-every 0 --save-every 0 --out "$work/learn" > "$work/learn.log" || fail "learning run: $(tail -3 "$work/learn.log")"
 cont=$("$gpt" sample --checkpoint "$work/learn" --prompt "the quick brown" --max-new-tokens 24 --temperature 0)
 [[ "$cont" == "the quick brown fox jumps over the lazy"* ]] || fail "greedy continuation of a learned text: $cont"
+# a Hugging Face tokenizer.json (hf:DIR): the checkpoint keeps it, records the kind, and sample
+# finds it again; a tokenizer.json strata does not implement is refused naming the field
+hf_fixtures="$(cd "$(dirname "$0")/../fixtures/hf_tokenizers" && pwd)"
+"$gpt" train "${common[@]}" --steps 2 --tokenizer "hf:$hf_fixtures/llama3" --out "$work/hf" > /dev/null
+[[ -f "$work/hf/step-000002/tokenizer.json" ]] || fail "the hf: checkpoint has no tokenizer.json"
+grep -q '"tokenizer": "hf"' "$work/hf/step-000002/trainer_state.json" || fail "trainer_state.json does not say hf"
+out=$("$gpt" sample --checkpoint "$work/hf/step-000002" --prompt "the quick" --max-new-tokens 5 --seed 3)
+[[ "$out" == "the quick"* ]] || fail "sample with the hf: tokenizer: $out"
+sed 's/"type": *"NFC"/"type": "NFKC"/' "$hf_fixtures/qwen2/tokenizer.json" > "$work/nfkc.json"
+refuses 'normalizer.type = "NFKC" is not supported' "$gpt" train "${common[@]}" --steps 1 --tokenizer "hf:$work/nfkc.json" --out "$work/x"
+refuses "unknown tokenizer 'sentencepiece:x'" "$gpt" train "${common[@]}" --steps 1 --tokenizer sentencepiece:x --out "$work/x"
 echo "strata-gpt CLI: all checks passed"

@@ -22,6 +22,7 @@
 #include <algorithm>    // std::upper_bound
 #include <array>        // std::array
 #include <cstddef>      // std::size_t
+#include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <vector>       // std::vector
 
@@ -84,6 +85,46 @@ inline utf8_unit decode_utf8(std::string_view text, std::size_t pos) noexcept {
     return {cp, static_cast<unsigned char>(length), true};
 }
 
+// Appends cp (at most U+10FFFF) as UTF-8.
+inline void encode_utf8(char32_t cp, std::string& out) {
+    if (cp < 0x80) {
+        out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+}
+
+// One unit of text with its class; an invalid byte is "other".
+struct classed_unit {
+    std::size_t length;
+    char_class cls;
+};
+
+inline classed_unit classed_unit_at(std::string_view text, std::size_t pos) noexcept {
+    const utf8_unit u = decode_utf8(text, pos);
+    return {u.length, u.valid ? classify(u.code_point) : char_class::other};
+}
+
+// End of the run of units of class cls that starts at pos.
+inline std::size_t class_run_end(std::string_view text, std::size_t pos, char_class cls) noexcept {
+    while (pos < text.size()) {
+        const classed_unit u = classed_unit_at(text, pos);
+        if (u.cls != cls) break;
+        pos += u.length;
+    }
+    return pos;
+}
+
 }  // namespace unicode
 
 // Calls on_piece(std::string_view) for each GPT-2 pre-token of text, in order; the pieces
@@ -93,23 +134,9 @@ void gpt2_split(std::string_view text, OnPiece&& on_piece) {
     using unicode::char_class;
     const std::size_t n = text.size();
 
-    struct unit {
-        std::size_t length;
-        char_class cls;
-    };
-    const auto unit_at = [&](std::size_t pos) -> unit {
-        const unicode::utf8_unit u = unicode::decode_utf8(text, pos);
-        return {u.length, u.valid ? unicode::classify(u.code_point) : char_class::other};
-    };
-    // End of the run of units of class cls that starts at pos.
-    const auto run_end = [&](std::size_t pos, char_class cls) {
-        while (pos < n) {
-            const unit u = unit_at(pos);
-            if (u.cls != cls) break;
-            pos += u.length;
-        }
-        return pos;
-    };
+    using unit = unicode::classed_unit;
+    const auto unit_at = [&](std::size_t pos) { return unicode::classed_unit_at(text, pos); };
+    const auto run_end = [&](std::size_t pos, char_class cls) { return unicode::class_run_end(text, pos, cls); };
     // 's 't 're 've 'm 'll 'd: lower case only, as in the regex.
     const auto contraction_length = [&](std::size_t pos) -> std::size_t {
         if (text[pos] != '\'' || pos + 1 >= n) return 0;

@@ -167,6 +167,87 @@ private:
     std::size_t m_size = 0;
 };
 
+// A piece_cache that threads share (tokenizers are copied into loader threads): the lookup and
+// the insertion under a lock, the BPE outside it.
+class shared_piece_cache {
+public:
+    // Appends piece's ids: the cached ones, else compute(piece, ids)'s, which are then cached.
+    template <class Compute>
+    void encode(std::string_view piece, std::vector<token_id>& ids, Compute&& compute) {
+        if (piece.size() > piece_cache::max_piece) {
+            compute(piece, ids);
+            return;
+        }
+        const std::size_t hash = std::hash<std::string_view>{}(piece);
+        {
+            std::lock_guard lock(m_mutex);
+            if (m_cache.find(piece, hash, ids)) return;
+        }
+        const std::size_t first = ids.size();
+        compute(piece, ids);
+        if (ids.size() == first) return;  // the cache cannot hold an empty result
+        std::lock_guard lock(m_mutex);
+        // Another thread may have cached it meanwhile; the cache holds each piece once.
+        std::vector<token_id> scratch;
+        if (!m_cache.find(piece, hash, scratch)) m_cache.insert(piece, hash, std::span<const token_id>(ids).subspan(first));
+    }
+
+private:
+    std::mutex m_mutex;
+    piece_cache m_cache;
+};
+
+// Byte-pair merging as Hugging Face's tokenizers does it: always the pair of lowest rank next,
+// the leftmost among equals, over a linked list of symbols with a heap of candidate pairs
+// (n log n, so a megabyte without spaces is no trap). Appends the merged ids of start to ids.
+inline void merge_pairs(std::span<const token_id> start, const merge_table& merges, std::vector<token_id>& ids) {
+    if (start.size() <= 1) {
+        ids.insert(ids.end(), start.begin(), start.end());
+        return;
+    }
+    struct symbol {
+        token_id id;
+        std::ptrdiff_t prev, next;  // -1 at the ends; a merged-away symbol is skipped by both
+        bool alive;
+    };
+    struct candidate {
+        std::uint32_t rank;
+        std::ptrdiff_t left;  // symbol index
+        token_id merged;
+        bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    const auto n = static_cast<std::ptrdiff_t>(start.size());
+    std::vector<symbol> symbols(start.size());
+    for (std::ptrdiff_t i = 0; i < n; ++i)
+        symbols[static_cast<std::size_t>(i)] = {start[static_cast<std::size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1, true};
+    const auto at = [&](std::ptrdiff_t i) -> symbol& { return symbols[static_cast<std::size_t>(i)]; };
+    std::priority_queue<candidate, std::vector<candidate>, std::greater<>> queue;
+    const auto offer = [&](std::ptrdiff_t left) {
+        const std::ptrdiff_t right = at(left).next;
+        if (right < 0) return;
+        if (const auto* m = merges.find(at(left).id, at(right).id)) queue.push({m->rank, left, m->merged});
+    };
+    for (std::ptrdiff_t i = 0; i + 1 < n; ++i) offer(i);
+
+    while (!queue.empty()) {
+        const candidate top = queue.top();
+        queue.pop();
+        symbol& left = at(top.left);
+        if (!left.alive || left.next < 0) continue;
+        symbol& right = at(left.next);
+        // Stale when either side has merged since this candidate was offered.
+        const auto* m = merges.find(left.id, right.id);
+        if (!m || m->merged != top.merged) continue;
+        left.id = top.merged;
+        right.alive = false;
+        left.next = right.next;
+        if (right.next >= 0) at(right.next).prev = top.left;
+        if (left.prev >= 0) offer(left.prev);
+        offer(top.left);
+    }
+    for (std::ptrdiff_t i = 0; i >= 0; i = at(i).next) ids.push_back(at(i).id);
+}
+
 }  // namespace gpt2_detail
 
 class gpt2_tokenizer {
@@ -246,14 +327,10 @@ private:
         token_id eot = -1;
     };
 
-    // Shared by copies of a tokenizer and guarded, since encode is const and may run on threads.
-    struct guarded_cache {
-        std::mutex mutex;
-        gpt2_detail::piece_cache cache;
-    };
-
+    // The piece cache is shared by copies of a tokenizer and guarded, since encode is const and may
+    // run on threads.
     explicit gpt2_tokenizer(std::shared_ptr<const tables> t)
-        : m_tables(std::move(t)), m_cache(std::make_shared<guarded_cache>()) {}
+        : m_tables(std::move(t)), m_cache(std::make_shared<gpt2_detail::shared_piece_cache>()) {}
 
     static std::string read_file(const std::filesystem::path& path) {
         std::ifstream in(path, std::ios::binary);
@@ -363,75 +440,17 @@ private:
             ids.push_back(m_tables->byte_id[static_cast<unsigned char>(piece[0])]);
             return;
         }
-        if (piece.size() > gpt2_detail::piece_cache::max_piece) {
-            bpe(piece, ids);
-            return;
-        }
-        const std::size_t hash = std::hash<std::string_view>{}(piece);
-        {
-            std::lock_guard lock(m_cache->mutex);
-            if (m_cache->cache.find(piece, hash, ids)) return;
-        }
-        const std::size_t first = ids.size();
-        bpe(piece, ids);
-        std::lock_guard lock(m_cache->mutex);
-        // Another thread may have cached it meanwhile; the cache holds each piece once.
-        std::vector<token_id> scratch;
-        if (!m_cache->cache.find(piece, hash, scratch))
-            m_cache->cache.insert(piece, hash, std::span<const token_id>(ids).subspan(first));
+        m_cache->encode(piece, ids, [this](std::string_view p, std::vector<token_id>& out) { bpe(p, out); });
     }
 
-    // Byte-pair merging as Hugging Face's tokenizers does it: always the pair of lowest rank next,
-    // the leftmost among equals, over a linked list of symbols with a heap of candidate pairs
-    // (n log n, so a megabyte without spaces is no trap).
     void bpe(std::string_view piece, std::vector<token_id>& ids) const {
-        struct symbol {
-            token_id id;
-            std::ptrdiff_t prev, next;  // -1 at the ends; a merged-away symbol is skipped by both
-            bool alive;
-        };
-        struct candidate {
-            std::uint32_t rank;
-            std::ptrdiff_t left;  // symbol index
-            token_id merged;
-            bool operator>(const candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-        };
-        const auto n = static_cast<std::ptrdiff_t>(piece.size());
-        std::vector<symbol> symbols(piece.size());
-        for (std::ptrdiff_t i = 0; i < n; ++i)
-            symbols[static_cast<std::size_t>(i)] = {m_tables->byte_id[static_cast<unsigned char>(piece[static_cast<std::size_t>(i)])],
-                                                    i - 1, i + 1 < n ? i + 1 : -1, true};
-        const auto at = [&](std::ptrdiff_t i) -> symbol& { return symbols[static_cast<std::size_t>(i)]; };
-        const gpt2_detail::merge_table& merges = m_tables->merges;
-        std::priority_queue<candidate, std::vector<candidate>, std::greater<>> queue;
-        const auto offer = [&](std::ptrdiff_t left) {
-            const std::ptrdiff_t right = at(left).next;
-            if (right < 0) return;
-            if (const auto* m = merges.find(at(left).id, at(right).id)) queue.push({m->rank, left, m->merged});
-        };
-        for (std::ptrdiff_t i = 0; i + 1 < n; ++i) offer(i);
-
-        while (!queue.empty()) {
-            const candidate top = queue.top();
-            queue.pop();
-            symbol& left = at(top.left);
-            if (!left.alive || left.next < 0) continue;
-            symbol& right = at(left.next);
-            // Stale when either side has merged since this candidate was offered.
-            const auto* m = merges.find(left.id, right.id);
-            if (!m || m->merged != top.merged) continue;
-            left.id = top.merged;
-            right.alive = false;
-            left.next = right.next;
-            if (right.next >= 0) at(right.next).prev = top.left;
-            if (left.prev >= 0) offer(left.prev);
-            offer(top.left);
-        }
-        for (std::ptrdiff_t i = 0; i >= 0; i = at(i).next) ids.push_back(at(i).id);
+        std::vector<token_id> start(piece.size());
+        for (std::size_t i = 0; i < piece.size(); ++i) start[i] = m_tables->byte_id[static_cast<unsigned char>(piece[i])];
+        gpt2_detail::merge_pairs(start, m_tables->merges, ids);
     }
 
     std::shared_ptr<const tables> m_tables;
-    std::shared_ptr<guarded_cache> m_cache;
+    std::shared_ptr<gpt2_detail::shared_piece_cache> m_cache;
 };
 
 static_assert(Tokenizer<gpt2_tokenizer>);

@@ -3,7 +3,7 @@
 #pragma once
 
 #include <strata/core/error.hpp>              // strata::error
-#include <strata/text/gpt2_pretokenizer.hpp>  // unicode::decode_utf8
+#include <strata/text/gpt2_pretokenizer.hpp>  // unicode::decode_utf8, unicode::encode_utf8
 #include <strata/text/tokenizer.hpp>          // token_id
 
 #include <array>        // std::array
@@ -147,24 +147,6 @@ private:
         return value;
     }
 
-    static void append_utf8(std::string& out, char32_t cp) {
-        if (cp < 0x80) {
-            out.push_back(static_cast<char>(cp));
-        } else if (cp < 0x800) {
-            out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-            out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-        } else if (cp < 0x10000) {
-            out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-            out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-            out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-        } else {
-            out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-            out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-            out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-            out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-        }
-    }
-
     void read_string(std::string& out) {
         out.clear();
         expect('"', "'\"' to open a token");
@@ -197,7 +179,7 @@ private:
                     } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
                         fail(m_pos - 6, "a lone low surrogate \\u escape");
                     }
-                    append_utf8(out, cp);
+                    unicode::encode_utf8(cp, out);
                     break;
                 }
                 default: fail(m_pos - 1, std::string("unknown escape \\") + e);
