@@ -3,9 +3,10 @@
 // asks for. Example code, not library code: both programs include it.
 #pragma once
 
+#include <strata/core/bytes.hpp>              // parse_bytes
 #include <strata/core/error.hpp>              // strata::error
 #include <strata/model/activations.hpp>        // activation_policy
-#include <strata/plan/planner.hpp>            // memory_plan, placement
+#include <strata/plan/planner.hpp>            // memory_plan, placement, tier_bytes, default_budgets
 #include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
 #include <strata/text/hf_tokenizer.hpp>       // hf_tokenizer
@@ -90,6 +91,28 @@ inline bool use_cuda(const std::string& device, const std::string& program) {
                     "rebuild where nvcc is found (cmake --preset cuda-release), or use --device cpu");
     return false;
 #endif
+}
+
+// --device-budget, --host-budget, --storage-budget: each tier's bytes (e.g. 100G), overriding the
+// defaults; into a.device_budget, a.host_budget, a.storage_budget.
+template <class Args>
+void add_budget_options(CLI::App& train, Args& a) {
+    train.add_option("--device-budget", a.device_budget,
+                     "device tier budget in bytes (e.g. 120G; default: the GPU's free memory less a margin, a quarter of "
+                     "RAM on the CPU backend)");
+    train.add_option("--host-budget", a.host_budget, "host tier budget in bytes (default: 90% of RAM)");
+    train.add_option("--storage-budget", a.storage_budget, "storage tier budget in bytes (default: free disk at --storage-dir)");
+}
+
+// The budgets those options ask for, over the defaults (default_budgets of device_bytes, the
+// device tier's default, and of the storage directory).
+template <class Args>
+tier_bytes budgets_of(const Args& a, std::size_t device_bytes, const std::filesystem::path& storage_dir) {
+    tier_bytes budgets = default_budgets(device_bytes, storage_dir);
+    if (!a.device_budget.empty()) budgets.device = parse_bytes(a.device_budget, "--device-budget");
+    if (!a.host_budget.empty()) budgets.host = parse_bytes(a.host_budget, "--host-budget");
+    if (!a.storage_budget.empty()) budgets.storage = parse_bytes(a.storage_budget, "--storage-budget");
+    return budgets;
 }
 
 // --activations auto|keep|recompute|offload, and --no-checkpointing (its older spelling of keep), into

@@ -77,6 +77,7 @@ struct train_args {
     std::string data, format = "auto", tokenizer = "byte", init_from, resume;
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, hidden = 0, seq_len = 128;
     std::size_t n_kv_head = 0, head_dim = 0;  // 0: n_head key/value heads, heads of n_embd / n_head
+    std::size_t vocab = 0;                    // embedding rows; 0: the tokenizer's (or the checkpoint's)
     bool untied_head = false;
     double rope_theta = 10000.0, norm_eps = 1e-5;
     std::size_t batch = 8, accum = 1;
@@ -87,6 +88,8 @@ struct train_args {
     std::string out = "runs/llama", metrics, device = "auto";
     std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
     std::string placement = "auto", moments = "host", storage_dir;
+    std::string device_budget, host_budget, storage_budget;  // bytes per tier (empty: the defaults)
+    bool plan_only = false;                                  // --plan: print the plan and stop
     int threads = 0;
     bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
     std::string activations = "auto";
@@ -302,17 +305,27 @@ int run_train(const train_args& a) {
     }
     const auto tok = make_tokenizer(tokenizer_spec);
     const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
-    llama::llama_config config{.vocab = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head,
+    if (a.vocab != 0 && a.vocab < vocab)
+        throw error("--vocab " + std::to_string(a.vocab) + " is smaller than the tokenizer's " + std::to_string(vocab) +
+                        " tokens (" + tokenizer_spec + ")",
+                    "pass --vocab 0 (the tokenizer's) or at least " + std::to_string(vocab));
+    llama::llama_config config{.vocab = a.vocab ? a.vocab : vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head,
                                .n_embd = a.n_embd, .hidden = a.hidden ? a.hidden : llama::default_hidden(a.n_embd),
                                .eps = a.norm_eps, .rope_theta = a.rope_theta,
                                .n_kv_head = a.n_kv_head == a.n_head ? 0 : a.n_kv_head,
                                .head_dim = a.head_dim == a.n_embd / a.n_head && a.n_embd % a.n_head == 0 ? 0 : a.head_dim,
                                .tie_word_embeddings = !a.untied_head};
     if (init) {
-        if (init->config.vocab != vocab)
-            throw error(from + " has a vocabulary of " + std::to_string(init->config.vocab) + " tokens, the tokenizer " +
-                            tokenizer_spec + " has " + std::to_string(vocab),
+        // A model may have more embedding rows than its tokenizer has tokens (Qwen2.5: 152064 rows,
+        // 151665 tokens; the rows past the tokenizer are never an input), never fewer.
+        if (init->config.vocab < vocab)
+            throw error(from + " has a vocabulary of " + std::to_string(init->config.vocab) + " tokens, fewer than the " +
+                            std::to_string(vocab) + " of the tokenizer " + tokenizer_spec,
                         "train with the tokenizer the model was trained with (--tokenizer)");
+        if (a.vocab != 0 && a.vocab != init->config.vocab)
+            throw error("--vocab " + std::to_string(a.vocab) + " differs from the " + std::to_string(init->config.vocab) +
+                            " rows of " + from,
+                        "leave --vocab out: the checkpoint's shape is used");
         if (a.seq_len > init->config.max_seq)
             throw error("--seq-len " + std::to_string(a.seq_len) + " exceeds the context of " + from + " (" +
                             std::to_string(init->config.max_seq) + ")",
@@ -340,7 +353,7 @@ int run_train(const train_args& a) {
 #ifdef STRATA_WITH_CUDA
     if (cuda) device_bytes = cuda_backend::default_device_budget();
 #endif
-    const tier_bytes budgets = default_budgets(device_bytes, a.storage_dir);
+    const tier_bytes budgets = examples::budgets_of(a, device_bytes, a.storage_dir);
     // No --storage-dir: the backend's own temporary directory, removed at the end.
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
                              .storage_bytes = budgets.storage, .storage_dir = a.storage_dir};
@@ -366,6 +379,7 @@ int run_train(const train_args& a) {
                    " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
                    std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
         print_line(p.to_table());
+        if (a.plan_only) return 0;
         return train_on(backend, p, model, o, ctx);
     });
 }
@@ -418,6 +432,7 @@ int main(int argc, char** argv) {
     train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str()->check(count_in(1, 1L << 20));
     train->add_option("--n-kv-head", t.n_kv_head, "key/value heads, grouped-query attention (0: --n-head; must divide --n-head)")->capture_default_str()->check(count_in(0, 4096));
     train->add_option("--head-dim", t.head_dim, "channels per attention head, even (0: n-embd / n-head)")->capture_default_str()->check(count_in(0, 1L << 16));
+    train->add_option("--vocab", t.vocab, "embedding rows (0: the tokenizer's; more pads the vocabulary, e.g. 128256 for Llama 3's shape)")->capture_default_str()->check(count_in(0, 1L << 24));
     train->add_flag("--untied-head", t.untied_head, "an LM head of its own (lm_head.weight) instead of the token embedding's transpose");
     train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str()->check(count_in(0, 1L << 22));
     train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str()->check(real_in(1e-6, 1e12));
@@ -447,6 +462,8 @@ int main(int argc, char** argv) {
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     train->add_option("--moments", t.moments, "home of the AdamW moments when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
+    examples::add_budget_options(*train, t);
+    train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
     examples::add_activation_options(*train, t);
