@@ -7,6 +7,7 @@
 #include <strata/core/error.hpp>              // strata::error
 #include <strata/model/activations.hpp>        // activation_policy
 #include <strata/plan/planner.hpp>            // memory_plan, placement, tier_bytes, default_budgets
+#include <strata/storage/io_engine.hpp>       // io_engine_options, io_engine_kind_from_string
 #include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
 #include <strata/text/hf_tokenizer.hpp>       // hf_tokenizer
@@ -18,6 +19,7 @@
 #include <CLI/CLI.hpp>  // CLI::App
 
 #include <filesystem>  // std::filesystem
+#include <optional>    // std::optional
 #include <string>      // std::string
 #include <variant>     // std::variant
 #include <vector>      // std::vector
@@ -94,14 +96,30 @@ inline bool use_cuda(const std::string& device, const std::string& program) {
 }
 
 // --device-budget, --host-budget, --storage-budget: each tier's bytes (e.g. 100G), overriding the
-// defaults; into a.device_budget, a.host_budget, a.storage_budget.
+// defaults; --io-engine and --io-workers: the storage tier's I/O engine. Into a.device_budget,
+// a.host_budget, a.storage_budget, a.io_engine, a.io_workers.
 template <class Args>
-void add_budget_options(CLI::App& train, Args& a) {
+void add_tier_options(CLI::App& train, Args& a) {
     train.add_option("--device-budget", a.device_budget,
                      "device tier budget in bytes (e.g. 120G; default: the GPU's free memory less a margin, a quarter of "
                      "RAM on the CPU backend)");
     train.add_option("--host-budget", a.host_budget, "host tier budget in bytes (default: 90% of RAM)");
     train.add_option("--storage-budget", a.storage_budget, "storage tier budget in bytes (default: free disk at --storage-dir)");
+    train.add_option("--io-engine", a.io_engine,
+                     "storage tier I/O: auto (io_uring where the build and the kernel have it, else a thread pool), "
+                     "threads or io_uring")
+        ->check(CLI::IsMember({"auto", "threads", "io_uring"}))
+        ->capture_default_str();
+    train.add_option("--io-workers", a.io_workers, "threads of the thread-pool I/O engine (0: its default)")
+        ->check(CLI::Range(0, 1024))
+        ->capture_default_str();
+}
+
+// The storage tier's I/O engine those options ask for (empty: the library's default).
+template <class Args>
+std::optional<io_engine_options> io_options_of(const Args& a) {
+    if (a.io_engine == "auto" && a.io_workers == 0) return std::nullopt;
+    return io_engine_options{.kind = io_engine_kind_from_string(a.io_engine), .workers = a.io_workers};
 }
 
 // The budgets those options ask for, over the defaults (default_budgets of device_bytes, the

@@ -65,6 +65,8 @@ struct train_args {
     std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
     long stop_at = 0;  // stop (and save) after this step without changing the schedule
     std::string placement = "auto", device_budget, host_budget, storage_dir, storage_budget, trace;
+    std::string io_engine = "auto";  // the storage tier's I/O engine
+    std::size_t io_workers = 0;
     bool plan_only = false;
     std::string init_from;
     bool tokenizer_given = false;
@@ -438,7 +440,8 @@ int run_train(const train_args& a) {
     if (a.plan_only) return 0;
 
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
-                             .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir};
+                             .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir,
+                             .io = examples::io_options_of(a)};
     run_context ctx{a, prepared, eot, std::nullopt, {}, config, tokenizer_spec};
     if (init) ctx.init_blocks = std::move(init->blocks);
     if (p.where == placement::streamed || !a.trace.empty()) ctx.trace.emplace();
@@ -578,7 +581,7 @@ int main(int argc, char** argv) {
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE");
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
-    examples::add_budget_options(*train, t);
+    examples::add_tier_options(*train, t);
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files; puts the AdamW moments there when streaming");
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");

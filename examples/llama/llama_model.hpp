@@ -47,6 +47,7 @@
 #include <filesystem>  // std::filesystem::path, exists
 #include <set>         // std::set
 #include <span>        // std::span
+#include <optional>    // std::optional
 #include <string>      // std::string, std::to_string
 #include <utility>     // std::pair
 #include <vector>      // std::vector
@@ -87,6 +88,10 @@ struct llama_config {
     double rope_high_freq_factor = 4.0;
     std::size_t rope_original_max = 8192;  // original_max_position_embeddings
     llama_arch arch = llama_arch::llama;
+    // config.json's bos_token_id and eos_token_id as read (eos may be a list: Llama 3.1 Instruct's
+    // three end tokens), written back as they were; null: V - 1, the end-of-text token of strata's
+    // own tokenizers at the default vocabulary (main sets the tokenizer's when --vocab pads).
+    nlohmann::json bos_token_id = nullptr, eos_token_id = nullptr;
 
     bool operator==(const llama_config&) const = default;
 
@@ -167,8 +172,8 @@ struct llama_config {
                             {"initializer_range", 0.02},
                             {"tie_word_embeddings", tie_word_embeddings},
                             {"use_cache", true},
-                            {"bos_token_id", vocab - 1},
-                            {"eos_token_id", vocab - 1},
+                            {"bos_token_id", bos_token_id.is_null() ? nlohmann::json(vocab - 1) : bos_token_id},
+                            {"eos_token_id", eos_token_id.is_null() ? nlohmann::json(vocab - 1) : eos_token_id},
                             {"torch_dtype", "float32"}};
         if (arch == llama_arch::llama) {
             j["attention_bias"] = false;
@@ -314,6 +319,14 @@ struct llama_config {
                     refuse(std::string(flag) + " " + j[flag].dump(),
                            "a Llama block has no biases (Qwen2's q/k/v biases come with model_type qwen2)");
         c.vocab = field("vocab_size");
+        for (auto [name, to] : {std::pair{"bos_token_id", &c.bos_token_id}, std::pair{"eos_token_id", &c.eos_token_id}})
+            if (present(name)) {
+                const nlohmann::json& id = j[name];
+                const bool ids = id.is_number_integer() ||
+                                 (id.is_array() && std::all_of(id.begin(), id.end(), [](const nlohmann::json& e) { return e.is_number_integer(); }));
+                if (!ids) refuse(std::string(name) + " " + id.dump(), "a token id or a list of token ids");
+                if (id != nlohmann::json(c.vocab - 1)) *to = id;  // V - 1 is what null stands for
+            }
         c.n_embd = field("hidden_size");
         c.hidden = field("intermediate_size");
         c.n_layer = field("num_hidden_layers");
@@ -488,10 +501,35 @@ strata::safetensors_writer declared_model_tensors(
     return w;
 }
 
+// What config.json says beyond the model's shape: the architecture (the shape alone gives Llama,
+// or Qwen2 with q/k/v biases) and the special token ids (alone: V - 1), as a loaded directory or
+// the trainer's tokenizer gave them. A model from a Mistral directory is written back as Mistral,
+// one from Llama 3 with its bos/eos ids.
+struct hf_identity {
+    std::optional<llama_arch> arch;
+    nlohmann::json bos_token_id = nullptr, eos_token_id = nullptr;
+
+    static hf_identity of(const llama_config& c) { return {c.arch, c.bos_token_id, c.eos_token_id}; }
+};
+
+// The config.json written for `model`: its shape, with `id`'s architecture where the shape allows
+// it (q/k/v biases only with Qwen2) and its token ids.
+template <class R, strata::Backend B>
+llama_config written_config(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
+                            const hf_identity& id) {
+    llama_config c = config_of(model);
+    if (id.arch && (*id.arch == llama_arch::qwen2) == c.qkv_bias && (*id.arch != llama_arch::mistral || c.rope_factor == 0))
+        c.arch = *id.arch;
+    c.bos_token_id = id.bos_token_id;
+    c.eos_token_id = id.eos_token_id;
+    return c;
+}
+
 // The bytes of model.safetensors + config.json, exactly.
 template <class R, strata::Backend B>
-std::uint64_t model_files_bytes(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model) {
-    return declared_model_tensors(model).file_size() + strata::json_file_text(config_of(model).to_hf_json()).size();
+std::uint64_t model_files_bytes(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
+                                const hf_identity& id = {}) {
+    return declared_model_tensors(model).file_size() + strata::json_file_text(written_config(model, id).to_hf_json()).size();
 }
 
 namespace detail {
@@ -499,7 +537,7 @@ namespace detail {
 // calls visit(g, group g's whole block) for every group in order.
 template <class R, strata::Backend B, class ForEachBlock>
 void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
-                                ForEachBlock&& for_each_block, const std::filesystem::path& dir) {
+                                ForEachBlock&& for_each_block, const std::filesystem::path& dir, const hf_identity& id) {
     declared_model_tensors(model).write_streamed(dir / "model.safetensors", [&](strata::safetensors_writer::stream& out) {
         for_each_block([&](std::size_t g, std::span<const R> block) {
             for (const auto& slot : model.groups()[g].slots()) {
@@ -513,7 +551,7 @@ void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, r
             }
         });
     });
-    strata::write_json_file(dir / "config.json", config_of(model).to_hf_json());
+    strata::write_json_file(dir / "config.json", written_config(model, id).to_hf_json());
 }
 }  // namespace detail
 
@@ -521,19 +559,20 @@ void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, r
 // blocks[g]: group g's parameter block in the model's layout (trainer download, checkpoint load).
 template <class R, strata::Backend B>
 void write_model_files(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
-                       const std::vector<std::vector<R>>& blocks, const std::filesystem::path& dir) {
+                       const std::vector<std::vector<R>>& blocks, const std::filesystem::path& dir,
+                       const hf_identity& id = {}) {
     detail::write_model_files_by_group(
         model, [&](auto&& visit) {
             for (std::size_t g = 0; g < model.group_count(); ++g) visit(g, std::span<const R>(blocks[g]));
         },
-        dir);
+        dir, id);
 }
 
 // The same from a trainer's weights, streamed group by group (one host buffer of the largest group).
 template <class Trainer>
-void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir) {
+void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir, const hf_identity& id = {}) {
     detail::write_model_files_by_group(
-        t.model(), [&](auto&& visit) { strata::for_each_block(t, Trainer::state_kind::params, visit); }, dir);
+        t.model(), [&](auto&& visit) { strata::for_each_block(t, Trainer::state_kind::params, visit); }, dir, id);
 }
 
 // The weights of a Llama directory in strata's group layout.
@@ -626,10 +665,11 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
 template <class Trainer>
 std::filesystem::path save_llama_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
                                             const std::vector<std::filesystem::path>& extra_files = {},
-                                            strata::checkpoint_contents contents = strata::checkpoint_contents::full) {
+                                            strata::checkpoint_contents contents = strata::checkpoint_contents::full,
+                                            const hf_identity& id = {}) {
     return strata::save_checkpoint(
         t, out_dir, std::move(trainer_state), extra_files,
-        [&](const std::filesystem::path& dir) { llama::write_trainer_model_files(t, dir); }, contents);
+        [&](const std::filesystem::path& dir) { llama::write_trainer_model_files(t, dir, id); }, contents);
 }
 
 // Restores what save_llama_checkpoint wrote (weights, moments, step count) into a trainer of the

@@ -78,7 +78,7 @@ struct train_args {
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, hidden = 0, seq_len = 128;
     std::size_t n_kv_head = 0, head_dim = 0;  // 0: n_head key/value heads, heads of n_embd / n_head
     std::size_t vocab = 0;                    // embedding rows; 0: the tokenizer's (or the checkpoint's)
-    bool untied_head = false;
+    bool untied_head = false, qkv_bias = false;
     double rope_theta = 10000.0, norm_eps = 1e-5;
     std::size_t batch = 8, accum = 1;
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8, stop_at = 0;
@@ -89,6 +89,8 @@ struct train_args {
     std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
     std::string placement = "auto", moments = "host", storage_dir;
     std::string device_budget, host_budget, storage_budget;  // bytes per tier (empty: the defaults)
+    std::string io_engine = "auto";                          // the storage tier's I/O engine
+    std::size_t io_workers = 0;
     bool plan_only = false;                                  // --plan: print the plan and stop
     int threads = 0;
     bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
@@ -130,6 +132,7 @@ struct run_context {
     token_id eot;
     std::string tokenizer;                  // "byte", "gpt2:DIR" or "hf:PATH"
     std::vector<std::vector<float>> init;   // --init-from's weights (empty: random initialization)
+    llama::hf_identity identity;            // the architecture and token ids config.json keeps
 };
 
 template <class Trainer, class B>
@@ -170,7 +173,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     // The weights and config as a Hugging Face Llama directory, AdamW's moments (--save full) and
     // the trainer state.
     const checkpoint_contents contents = examples::contents_of_save(a.save);
-    auto save = [&] { return llama::save_llama_checkpoint(t, a.out, trainer_state(), extra_files, contents); };
+    auto save = [&] { return llama::save_llama_checkpoint(t, a.out, trainer_state(), extra_files, contents, ctx.identity); };
 
     progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
     fs::path last_saved;
@@ -179,7 +182,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     // Before step 1: every checkpoint this run writes fits in --out (its exact bytes, from the
     // model's group layouts), or the run is refused now rather than at its final save.
     const std::uint64_t one_checkpoint = examples::mean_checkpoint_bytes(
-        checkpoint_bytes(model, contents, llama::model_files_bytes(model), 0, extra_files), trainer_state(),
+        checkpoint_bytes(model, contents, llama::model_files_bytes(model, ctx.identity), 0, extra_files), trainer_state(),
         t.step_count(), stop, a.save_every, a.save);
     examples::check_checkpoints_fit(a, one_checkpoint, t.step_count(), stop);
     // A checkpoint is written last, then OUT/latest names it; never one of a diverged run. With
@@ -304,6 +307,7 @@ int run_train(const train_args& a) {
         if (!a.tokenizer_given) tokenizer_spec = tokenizer_of_checkpoint(from);
     }
     const auto tok = make_tokenizer(tokenizer_spec);
+    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
     if (a.vocab != 0 && a.vocab < vocab)
         throw error("--vocab " + std::to_string(a.vocab) + " is smaller than the tokenizer's " + std::to_string(vocab) +
@@ -314,7 +318,8 @@ int run_train(const train_args& a) {
                                .eps = a.norm_eps, .rope_theta = a.rope_theta,
                                .n_kv_head = a.n_kv_head == a.n_head ? 0 : a.n_kv_head,
                                .head_dim = a.head_dim == a.n_embd / a.n_head && a.n_embd % a.n_head == 0 ? 0 : a.head_dim,
-                               .tie_word_embeddings = !a.untied_head};
+                               .tie_word_embeddings = !a.untied_head, .qkv_bias = a.qkv_bias,
+                               .arch = a.qkv_bias ? llama::llama_arch::qwen2 : llama::llama_arch::llama};
     if (init) {
         // A model may have more embedding rows than its tokenizer has tokens (Qwen2.5: 152064 rows,
         // 151665 tokens; the rows past the tokenizer are never an input), never fewer.
@@ -332,13 +337,14 @@ int run_train(const train_args& a) {
                         "lower --seq-len");
         config = init->config;
     }
+    if (!init && eot != static_cast<token_id>(config.vocab - 1))  // --vocab pads: name the tokenizer's end of text
+        config.bos_token_id = config.eos_token_id = eot;
     config.validate();
     const std::string data_path = a.data.empty() ? default_corpus(a.out).string() : a.data;
     const auto records = data::read_records(data_path, data::parse_record_format(a.format));
     data::prepared_data prepared = std::visit(
         [&](const auto& t) { return data::prepare_data(records, t, {.seq_len = a.seq_len, .val_fraction = a.val_fraction}); },
         tok);
-    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     print_line("data: " + data_path + ": " + prepared.stats.summary());
 
     train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
@@ -356,8 +362,9 @@ int run_train(const train_args& a) {
     const tier_bytes budgets = examples::budgets_of(a, device_bytes, a.storage_dir);
     // No --storage-dir: the backend's own temporary directory, removed at the end.
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
-                             .storage_bytes = budgets.storage, .storage_dir = a.storage_dir};
-    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}};
+                             .storage_bytes = budgets.storage, .storage_dir = a.storage_dir,
+                             .io = examples::io_options_of(a)};
+    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, llama::hf_identity::of(config)};
     if (init && a.resume.empty()) ctx.init = std::move(init->blocks);
 
     return on_backend(cuda, tiers, [&]<class B>(B& backend) {
@@ -434,6 +441,7 @@ int main(int argc, char** argv) {
     train->add_option("--head-dim", t.head_dim, "channels per attention head, even (0: n-embd / n-head)")->capture_default_str()->check(count_in(0, 1L << 16));
     train->add_option("--vocab", t.vocab, "embedding rows (0: the tokenizer's; more pads the vocabulary, e.g. 128256 for Llama 3's shape)")->capture_default_str()->check(count_in(0, 1L << 24));
     train->add_flag("--untied-head", t.untied_head, "an LM head of its own (lm_head.weight) instead of the token embedding's transpose");
+    train->add_flag("--qkv-bias", t.qkv_bias, "biases on the q, k and v projections (Qwen2's; written back as Qwen2ForCausalLM)");
     train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str()->check(count_in(0, 1L << 22));
     train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str()->check(real_in(1e-6, 1e12));
     train->add_option("--norm-eps", t.norm_eps, "RMSNorm epsilon")->capture_default_str()->check(real_in(1e-30, 1));
@@ -462,7 +470,7 @@ int main(int argc, char** argv) {
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     train->add_option("--moments", t.moments, "home of the AdamW moments when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
-    examples::add_budget_options(*train, t);
+    examples::add_tier_options(*train, t);
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));

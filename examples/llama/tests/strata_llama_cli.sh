@@ -162,4 +162,17 @@ fi
 refuses "--n-kv-head 3 does not divide --n-head 4" "$llama" train "${family[@]}" --n-head 4 --n-kv-head 3 --steps 1 --out "$work/x"
 refuses "--head-dim 5 is odd" "$llama" train "${tiny[@]}" --head-dim 5 --steps 1 --out "$work/x"
 refuses "--n-kv-head" timeout 20 "$llama" train "${tiny[@]}" --n-kv-head -1 --steps 1 --out "$work/x"
+# q/k/v biases (a Qwen2 directory), a padded vocabulary (the end of text named in config.json), the
+# plan alone, and the storage I/O engine chosen by flag
+"$llama" train "${family[@]}" --n-head 4 --n-kv-head 2 --qkv-bias --vocab 300 --steps 1 --out "$work/qwen" > "$work/qwen.log"
+grep -q '"Qwen2ForCausalLM"' "$work/qwen/step-000001/config.json" || fail "--qkv-bias did not write a Qwen2 config"
+grep -q '"vocab_size": 300' "$work/qwen/step-000001/config.json" || fail "--vocab 300 not in config.json"
+grep -q '"eos_token_id": 256' "$work/qwen/step-000001/config.json" || fail "config.json names the wrong end of text"
+"$llama" train "${family[@]}" --n-head 4 --steps 1 --plan --out "$work/plan-only" > "$work/plan.log"
+grep -q "memory plan" "$work/plan.log" || fail "--plan printed no plan"
+grep -q "^step" "$work/plan.log" && fail "--plan trained"
+"$llama" train "${family[@]}" --n-head 4 --steps 1 --placement streamed --moments storage --io-engine threads --io-workers 2 \
+  --storage-dir "$work/io-storage" --out "$work/io" > /dev/null || fail "--io-engine threads"
+refuses "--vocab 100 is smaller than the tokenizer's 257" "$llama" train "${family[@]}" --n-head 4 --vocab 100 --steps 1 --out "$work/x"
+refuses "--io-engine" timeout 20 "$llama" train "${family[@]}" --n-head 4 --io-engine fast --steps 1 --out "$work/x"
 echo "strata-llama CLI: all checks passed"
