@@ -61,15 +61,15 @@ namespace {
 //   step), beta2 0.999 instead of 0.95 1.8e-2 to 2.1e-2 (strata against strata, measured), both
 //   far more than control_margin x the tolerance.
 // - weights, every element: |p_strata - p_torch| <= 21 lr (the bound above).
-// - loss of each step: a smooth function of the weights; their bulk difference changes it by
-//   ~|g| |dp| / sqrt(n) ~ 1e-7 relative, a flipped element by ~|g_elem| lr with g_elem ~ 0:
-//   tolerance 1e-5 relative at every step (step 1: the one-step test's 1e-6).
-// - gradient norm of each step (before clipping): at step 1 the one-step test's 1e-5, then 1e-4
-//   (the gradient also moves through the Hessian with the weights' difference).
+// - loss and gradient norm (before clipping) of each step: 1e-4 relative, the GPT-2 trajectory's
+//   tolerance (tests/hf/hf_parity_test.cpp, docs/parity.md, held on the CPU and the H200); the loss
+//   is a smooth function of the weights (their bulk difference changes it by ~|g| |dp| / sqrt(n),
+//   ~1e-7 relative; a flipped element by ~|g_elem| lr with g_elem ~ 0), the norm moves also
+//   through the Hessian. Step 1 has the one-step test's tolerances, 1e-6 and 1e-5.
 constexpr double weights_tolerance = 1e-3;          // relative to the norm of the whole update, outliers left out
 constexpr std::size_t min_outliers = 16;            // element differences left out of the bulk (or n / 1000)
 constexpr double element_bound_lr = 21;             // any element: |difference| <= this x lr
-constexpr double loss_tolerance = 1e-5;             // relative, each step
+constexpr double loss_tolerance = 1e-4;             // relative, each step
 constexpr double first_loss_tolerance = 1e-6;       // relative, step 1 (the one-step parity test)
 constexpr double grad_norm_tolerance = 1e-4;        // relative, each step
 constexpr double first_grad_norm_tolerance = 1e-5;  // relative, step 1
