@@ -68,30 +68,16 @@ fs::path fixtures_dir() {
 }
 
 // One shape: the HF directory as strata loads it, and torch's reference.
-struct fixture {
+struct fixture : test::reference {
     std::string name;
     fs::path dir;
     loaded_model<float> hf;
-    safetensors_file ref;
-    std::size_t batch, seq;
 
     explicit fixture(const std::string& shape_name)
-        : name(shape_name),
+        : reference(fixtures_dir() / shape_name / "reference.safetensors"),
+          name(shape_name),
           dir(fixtures_dir() / shape_name),
-          hf(load_model_files<float>(dir)),
-          ref(safetensors_file::open(dir / "reference.safetensors")),
-          batch(ref.info("inputs").shape.at(0)),
-          seq(ref.info("inputs").shape.at(1)) {}
-
-    data::batch tokens() const {
-        const auto in = ref.get<std::int32_t>("inputs"), out = ref.get<std::int32_t>("targets");
-        return {{in.begin(), in.end()}, {out.begin(), out.end()}, {}};
-    }
-    double scalar(const std::string& key) const { return ref.get<double>(key, {1})[0]; }
-    std::span<const double> series(const std::string& key) const { return ref.get<double>(key); }
-    std::span<const float> tensor(const std::string& key, const std::vector<std::size_t>& shape) const {
-        return ref.get<float>(key, shape);
-    }
+          hf(load_model_files<float>(dir)) {}
 
     train_options options(double clip) const {
         train_options o{.batch = batch, .seq = seq, .accum = 1, .clip = clip};
@@ -103,7 +89,6 @@ struct fixture {
         return o;
     }
 };
-
 
 std::vector<float> slot_values(const host_blocks<float>& blocks, std::size_t g, const param_slot& slot) {
     const float* p = blocks[g].data() + slot.offset;

@@ -1,10 +1,12 @@
 // What the parity tests against PyTorch share (tests/hf/hf_parity_test.cpp for GPT-2,
 // examples/llama/tests/ for the Llama family): the comparison that prints the largest difference
-// and the first value pairs, and a model's forward logits on one batch with given weights.
+// and the first value pairs, a fixture's reference file, and a model's forward logits on one batch
+// with given weights.
 #pragma once
 
 #include <strata/core/error.hpp>        // strata::error
 #include <strata/data/loader.hpp>       // data::batch
+#include <strata/io/safetensors.hpp>    // safetensors_file
 #include <strata/strata.hpp>            // tiered_tensor, copy_async, tensor_view, kept_activations, group_use
 #include <strata/train/checkpoint.hpp>  // host_blocks
 
@@ -13,11 +15,32 @@
 #include <cstddef>    // std::size_t
 #include <cstdint>    // std::int32_t
 #include <cstdio>     // std::snprintf
+#include <filesystem>  // std::filesystem::path
 #include <span>       // std::span
 #include <string>     // std::string, std::to_string
 #include <vector>     // std::vector
 
 namespace strata::test {
+
+// torch's reference.safetensors of a parity fixture: one batch (inputs, targets: I32 (B, T)) and
+// what torch computed on it (F64 scalars and series, F32 tensors).
+struct reference {
+    safetensors_file ref;
+    std::size_t batch, seq;
+
+    explicit reference(const std::filesystem::path& file)
+        : ref(safetensors_file::open(file)), batch(ref.info("inputs").shape.at(0)), seq(ref.info("inputs").shape.at(1)) {}
+
+    data::batch tokens() const {
+        const auto in = ref.get<std::int32_t>("inputs"), out = ref.get<std::int32_t>("targets");
+        return {{in.begin(), in.end()}, {out.begin(), out.end()}, {}};
+    }
+    double scalar(const std::string& key) const { return ref.get<double>(key, {1})[0]; }
+    std::span<const double> series(const std::string& key) const { return ref.get<double>(key); }
+    std::span<const float> tensor(const std::string& key, const std::vector<std::size_t>& shape) const {
+        return ref.get<float>(key, shape);
+    }
+};
 
 // The largest difference of two tensors, where it is, and the first value pairs: what a failure prints.
 struct difference {

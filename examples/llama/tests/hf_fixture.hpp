@@ -37,30 +37,13 @@ inline fs::path fixtures_dir() {
 #endif
 }
 
-// The HF directory as strata's loader reads it, and torch's reference.
-struct fixture {
+// The HF directory as strata's loader reads it, and torch's reference beside it.
+struct fixture : test::reference {
     fs::path dir;
     llama::loaded_llama hf;
-    safetensors_file ref;
-    std::size_t batch, seq;
 
-    explicit fixture(const fs::path& d)
-        : dir(d),
-          hf(llama::load_llama_files(d)),
-          ref(safetensors_file::open(d / "reference.safetensors")),
-          batch(ref.info("inputs").shape.at(0)),
-          seq(ref.info("inputs").shape.at(1)) {}
-
-    data::batch tokens() const {
-        const auto in = ref.get<std::int32_t>("inputs"), out = ref.get<std::int32_t>("targets");
-        return {{in.begin(), in.end()}, {out.begin(), out.end()}, {}};
-    }
-    double scalar(const std::string& key) const { return ref.get<double>(key, {1})[0]; }
-    std::span<const float> tensor(const std::string& key, const std::vector<std::size_t>& shape) const {
-        return ref.get<float>(key, shape);
-    }
+    explicit fixture(const fs::path& d) : reference(d / "reference.safetensors"), dir(d), hf(llama::load_llama_files(d)) {}
 };
-
 
 inline constexpr const char* family_shapes[] = {"llama3_l2_h6_kv2_c42_d8_f60_v71", "qwen2_l2_h6_kv2_c36_f52_v73",
                                                 "mistral_l2_h4_kv1_c32_f56_v61"};
