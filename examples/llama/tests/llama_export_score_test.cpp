@@ -9,8 +9,8 @@
 #include "hf_fixture.hpp"      // llama_fixture::forward_logits
 
 #include <strata/core/float_formats.hpp>  // float_to_bf16, bf16_to_float, float_to_f16, f16_to_float
-#include <strata/io/json_file.hpp>        // read_json_file
-#include <strata/io/safetensors.hpp>      // safetensors_file
+#include <strata/io/json_file.hpp>        // read_json_file, write_json_file
+#include <strata/io/safetensors.hpp>      // safetensors_file, safetensors_writer
 #include <strata/strata.hpp>              // cpu_backend
 #include <strata/train/trainer.hpp>       // trainer, train_options
 
@@ -18,8 +18,10 @@
 
 #include <cmath>       // std::sin
 #include <cstddef>     // std::size_t
+#include <cstdint>     // std::uint16_t
 #include <filesystem>  // std::filesystem
 #include <fstream>     // std::ofstream
+#include <span>        // std::span, std::as_bytes
 #include <string>      // std::string
 #include <unistd.h>    // ::getpid
 #include <vector>      // std::vector
@@ -115,6 +117,54 @@ TEST_CASE("llama export: float32 loads back bitwise; bfloat16 and float16 as the
             for (std::size_t i = 0; i < blocks[g].size(); ++i) changed += blocks[g][i] != cases[1].want[g][i];
         CHECK(changed > 0);
     }
+    fs::remove_all(root);
+}
+
+TEST_CASE("llama load: a sharded checkpoint (index + shards) of mixed F32 / BF16 tensors loads exactly; export reads it") {
+    const fs::path root = scratch("sharded");
+    const auto model = llama::make_llama_model<cpu_backend>(small);
+    const auto blocks = varied_blocks(model);
+    const fs::path ckpt = make_checkpoint(root / "ckpt", blocks);
+    // the hub's layout: model-0000N-of-00002.safetensors listed by model.safetensors.index.json;
+    // the first shard in bfloat16, the second in float32
+    const auto whole = safetensors_file::open(ckpt / "model.safetensors");
+    const fs::path hub = root / "hub";
+    fs::create_directories(hub);
+    fs::copy_file(ckpt / "config.json", hub / "config.json");
+    safetensors_writer shard[2];
+    nlohmann::json map = nlohmann::json::object();
+    const auto names = whole.names();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const int k = i < names.size() / 2 ? 0 : 1;
+        const auto values = whole.get<float>(names[i]);
+        const auto& shape = whole.info(names[i]).shape;
+        if (k == 0) {
+            std::vector<std::uint16_t> bits(values.size());
+            for (std::size_t j = 0; j < values.size(); ++j) bits[j] = float_to_bf16(values[j]);
+            shard[0].add(names[i], safetensors_dtype::bf16, shape, std::as_bytes(std::span<const std::uint16_t>(bits)));
+        } else {
+            shard[1].add(names[i], shape, std::vector<float>(values.begin(), values.end()));
+        }
+        map[names[i]] = "model-0000" + std::to_string(k + 1) + "-of-00002.safetensors";
+    }
+    shard[0].write(hub / "model-00001-of-00002.safetensors");
+    shard[1].write(hub / "model-00002-of-00002.safetensors");
+    write_json_file(hub / "model.safetensors.index.json", nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}});
+    // what the shards hold, in the model's layout: the first shard's tensors rounded to bfloat16
+    const auto loaded = llama::load_llama_files(hub);
+    const auto float32_weights = llama::load_llama_files(ckpt);  // the unsharded float32 file
+    std::size_t exact = 0, rounded_count = 0;
+    for (std::size_t g = 0; g < blocks.size(); ++g)
+        for (std::size_t i = 0; i < blocks[g].size(); ++i) {
+            const float x = float32_weights.blocks[g][i], got = loaded.blocks[g][i];
+            exact += got == x;
+            rounded_count += got != x && got == bf16_to_float(float_to_bf16(x));
+            CHECK((got == x || got == bf16_to_float(float_to_bf16(x))));
+        }
+    CHECK(exact > 0);
+    CHECK(rounded_count > 0);
+    llama::export_llama_directory(hub, root / "export", llama::weight_dtype::float32);
+    CHECK(llama::load_llama_files(root / "export").blocks == loaded.blocks);
     fs::remove_all(root);
 }
 
