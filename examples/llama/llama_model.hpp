@@ -31,6 +31,8 @@
 
 #include <strata/backend/cpu_backend.hpp>  // strata::cpu_backend (layouts for loading)
 #include <strata/core/error.hpp>           // strata::error
+#include <strata/core/float_formats.hpp>  // strata::float_to_bf16, float_to_f16
+#include <strata/io/hf_weights.hpp>        // strata::hf_weights (sharded, BF16 / F16 checkpoints)
 #include <strata/io/json_file.hpp>         // strata::read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
 #include <strata/model/decoder.hpp>        // strata::decoder_model, strata::decoder_config
@@ -581,33 +583,37 @@ struct loaded_llama {
     std::vector<std::vector<float>> blocks;
 };
 
-// Reads config.json + model.safetensors (strata-llama's checkpoints, or a Hugging Face Llama of a
-// shape strata trains: see llama_config::from_hf_json). Tensors may carry the "model." prefix or
-// not. lm_head.weight, when present, must equal embed_tokens (the head is tied); rotary inv_freq
-// buffers of older exports are skipped; any other unknown tensor, any missing one, and any dtype
-// other than float32 is an error naming it.
+// Reads config.json and the weights (strata-llama's checkpoints, or a Hugging Face Llama of a
+// shape strata trains: see llama_config::from_hf_json): one model.safetensors or shards listed by
+// model.safetensors.index.json (io/hf_weights.hpp), in float32, bfloat16 or float16 (widened to
+// float exactly), tensor by tensor. Tensors may carry the "model." prefix or not. lm_head.weight,
+// when present, must equal embed_tokens (the head is tied); rotary inv_freq buffers of older
+// exports are skipped; any other unknown tensor, any missing one, a wrong shape and any other
+// dtype is an error naming it.
 inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
-    const auto config_path = dir / "config.json", model_path = dir / "model.safetensors";
-    if (!std::filesystem::exists(config_path) || !std::filesystem::exists(model_path))
-        throw strata::error("'" + dir.string() + "' is not a Llama checkpoint: config.json or model.safetensors is missing",
+    const auto config_path = dir / "config.json";
+    if (!std::filesystem::exists(config_path) ||
+        !(std::filesystem::exists(dir / strata::hf_weights::single_file) ||
+          std::filesystem::exists(dir / strata::hf_weights::index_file)))
+        throw strata::error("'" + dir.string() + "' is not a Llama checkpoint: config.json or model.safetensors (or its index) is missing",
                             "pass a directory written by strata-llama (OUT/step-N) or a Hugging Face Llama directory");
     const auto json = strata::read_json_file(config_path);
     loaded_llama out{llama_config::from_hf_json(json, config_path.string()), {}};
     const auto model = make_llama_model<strata::cpu_backend>(out.config);
-    const auto file = strata::safetensors_file::open(model_path);
+    const auto file = strata::hf_weights::open(dir);
+    const std::string model_path = (dir / strata::hf_weights::single_file).string();
     auto key_of = [&](const std::string& name) -> std::string {
         if (file.contains(name)) return name;
         if (name.starts_with("model.") && file.contains(name.substr(6))) return name.substr(6);
         return {};
     };
     auto read = [&](const std::string& key, const std::vector<std::size_t>& shape) {
-        const auto dtype = file.info(key).dtype;
-        if (dtype != strata::safetensors_dtype::f32)
-            throw strata::error("'" + model_path.string() + "': tensor '" + key + "' has dtype " +
-                                    std::string(strata::to_string(dtype)) + "; strata trains in FP32",
-                                "convert the checkpoint to float32 (torch_dtype float32)");
+        if (file.info(key).shape != shape)
+            throw strata::error("'" + file.source_of(key) + "': tensor '" + key + "' has shape " +
+                                    strata::detail::shape_string(file.info(key).shape) + ", the model's is " + strata::detail::shape_string(shape),
+                                "the file does not match config.json");
         std::vector<float> values(strata::shape(shape).numel());
-        file.copy_to<float>(key, std::span<float>(values), shape);
+        file.read_as_float(key, std::span<float>(values));  // F32, BF16, F16 exactly; others refused by name
         return values;
     };
     std::set<std::string> used;
@@ -632,7 +638,7 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
         }
     }
     if (!missing.empty())
-        throw strata::error("'" + model_path.string() + "' lacks " + std::to_string(missing.size()) +
+        throw strata::error("'" + model_path + "' lacks " + std::to_string(missing.size()) +
                                 " tensor(s): " + detail::join(missing),
                             "the file does not match config.json (num_hidden_layers, hidden_size, vocab_size, num_key_value_heads, tie_word_embeddings)");
     std::vector<std::string> unknown;
@@ -643,7 +649,7 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
             const auto shape = file.info(embed).shape;
             const auto head = read(name, shape), wte = read(embed, shape);
             if (!std::equal(head.begin(), head.end(), wte.begin()))
-                throw strata::error("'" + model_path.string() + "': lm_head.weight differs from " + embed +
+                throw strata::error("'" + model_path + "': lm_head.weight differs from " + embed +
                                         " but config.json says tie_word_embeddings true",
                                     "set tie_word_embeddings to false for an untied head");
             continue;
@@ -651,7 +657,7 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
         unknown.push_back(name);
     }
     if (!unknown.empty())
-        throw strata::error("'" + model_path.string() + "' has tensor(s) a Llama model of this shape does not: " +
+        throw strata::error("'" + model_path + "' has tensor(s) a Llama model of this shape does not: " +
                                 detail::join(unknown),
                             "is this a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM checkpoint?");
     return out;

@@ -4,6 +4,8 @@
 //
 //   strata-llama train [--data FILE] [options]    (strata-llama train --help)
 //   strata-llama sample --checkpoint DIR --prompt TEXT [--tokens N --temperature T --top-k K --seed S]
+//   strata-llama export --checkpoint DIR --out DIR [--dtype float32|bfloat16|float16]
+//   strata-llama score --checkpoint DIR (--prompt TEXT | --tokens-file FILE) --out FILE.safetensors
 //
 // Without --data it trains on the licence texts every Debian system has in
 // /usr/share/common-licenses (the corpus of scripts/train-demo.sh), written to OUT/corpus.txt.
@@ -16,7 +18,9 @@
 #include "../common/run_checks.hpp"     // validators, check_resume_options, require_saveable_loss, interrupt_guard
 #include "../common/run_directory.hpp"  // run_lock, probe_writable, check_outputs, write_latest
 #include "generate.hpp"     // llama::generator
+#include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
 #include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
+#include "score.hpp"        // llama::make_scoring_model, score_tokens, write_scores
 #ifdef STRATA_WITH_CUDA
 #include "llama_ops_cuda.hpp"  // llama_ops<cuda_backend>, ops<cuda_backend>
 #include <strata/cuda.hpp>     // cuda_backend
@@ -43,7 +47,9 @@
 #include <filesystem>  // std::filesystem
 #include <fstream>     // std::ofstream, std::ifstream
 #include <iostream>    // std::cout, std::cerr
+#include <limits>      // std::numeric_limits
 #include <optional>    // std::optional
+#include <sstream>     // std::istringstream
 #include <string>      // std::string
 #include <variant>     // std::variant, std::visit
 #include <vector>      // std::vector
@@ -418,6 +424,87 @@ int run_sample(const sample_args& a) {
     });
 }
 
+// ---- export ----
+
+struct export_args {
+    std::string checkpoint, out, dtype = "float32";
+};
+
+int run_export(const export_args& a) {
+    const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
+    llama::export_llama_directory(checkpoint, a.out, llama::parse_weight_dtype(a.dtype));
+    print_line("exported " + checkpoint.string() + " to " + a.out + " (" + a.dtype +
+               " weights, config.json, tokenizer files; no optimizer or trainer state)");
+    return 0;
+}
+
+// ---- score ----
+
+struct score_args {
+    std::string checkpoint, prompt, tokens_file, out, device = "auto";
+    bool overwrite = false;
+};
+
+// Token ids written as integers separated by white space or commas (a JSON list too).
+std::vector<token_id> read_token_ids(const fs::path& file) {
+    std::ifstream in(file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : text)
+        if (c == ',' || c == '[' || c == ']') c = ' ';
+    std::istringstream words(text);
+    std::vector<token_id> ids;
+    std::string word;
+    while (words >> word) {
+        std::size_t used = 0;
+        long long id = -1;
+        try {
+            id = std::stoll(word, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != word.size() || id < 0 || id > std::numeric_limits<token_id>::max())
+            throw error("--tokens-file '" + file.string() + "': '" + word + "' is not a token id",
+                        "write non-negative integers separated by spaces or commas");
+        ids.push_back(static_cast<token_id>(id));
+    }
+    return ids;
+}
+
+int run_score(const score_args& a) {
+    const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
+    const std::vector<examples::named_path> inputs{{"--checkpoint", checkpoint}, {"--tokens-file", a.tokens_file}};
+    for (const auto& [flag, in] : inputs)
+        if (!in.empty() && examples::is_within(a.out, in))
+            throw error("--out '" + a.out + "' is the " + flag + " input '" + in.string() +
+                            "' or inside it: writing it would change the input",
+                        "pick another path for --out");
+    if (fs::is_directory(a.out)) throw error("--out '" + a.out + "' is a directory", "pass a file path for --out");
+    if (fs::exists(a.out) && !a.overwrite)
+        throw error("--out '" + a.out + "' exists: refusing to overwrite it", "pick another path, or pass --overwrite");
+    auto loaded = llama::load_llama_files(checkpoint);
+    std::vector<token_id> ids;
+    if (!a.tokens_file.empty()) {
+        ids = read_token_ids(a.tokens_file);
+    } else {
+        const auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
+        ids = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
+    }
+    if (ids.size() > loaded.config.max_seq)
+        throw error(std::to_string(ids.size()) + " tokens to score; the model's context is " +
+                        std::to_string(loaded.config.max_seq),
+                    "score a shorter text (at most max_position_embeddings tokens)");
+    const tier_options tiers{.device_bytes = physical_memory_bytes() / 4, .host_bytes = physical_memory_bytes() / 4};
+    return on_backend(examples::use_cuda(a.device, "strata-llama"), tiers, [&]<class B>(B& backend) {
+        const auto model = llama::make_scoring_model<B>(loaded.config, ids.size());
+        llama::generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
+        const auto scores = llama::score_tokens(gen, ids, loaded.config.vocab);
+        llama::write_scores(a.out, scores);
+        print_line("scored " + std::to_string(ids.size()) + " tokens: mean next-token loss " + format_loss(scores.loss) +
+                   "; input_ids, logits (" + std::to_string(ids.size()) + " x " + std::to_string(loaded.config.vocab) +
+                   ") and loss written to " + a.out);
+        return 0;
+    });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -486,6 +573,22 @@ int main(int argc, char** argv) {
     sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
     sample->add_option("--device", s.device, "cpu, cuda or auto")->capture_default_str();
 
+    export_args e;
+    auto* exporter = app.add_subcommand("export", "write a checkpoint as a Hugging Face directory (weights, config, tokenizer) that transformers loads");
+    exporter->add_option("--checkpoint", e.checkpoint, "checkpoint directory (OUT/step-N, or OUT for its latest)")->required()->check(CLI::ExistingDirectory);
+    exporter->add_option("--out", e.out, "the directory to write (must not exist, or be empty)")->required();
+    exporter->add_option("--dtype", e.dtype, "dtype of the exported weights (bfloat16 and float16: rounded to nearest even)")->check(CLI::IsMember({"float32", "bfloat16", "float16"}))->capture_default_str();
+
+    score_args sc;
+    auto* scorer = app.add_subcommand("score", "write a checkpoint's logits and mean next-token loss on a text or token ids to a safetensors file");
+    scorer->add_option("--checkpoint", sc.checkpoint, "checkpoint directory (OUT/step-N, OUT for its latest, or a Hugging Face Llama directory)")->required()->check(CLI::ExistingDirectory);
+    auto* score_prompt = scorer->add_option("--prompt", sc.prompt, "text to score (the checkpoint's tokenizer encodes it)");
+    auto* score_ids = scorer->add_option("--tokens-file", sc.tokens_file, "token ids to score: integers separated by spaces or commas")->check(CLI::ExistingFile);
+    score_prompt->excludes(score_ids);
+    scorer->add_option("--out", sc.out, "safetensors file to write: input_ids (T), logits (T, V), loss")->required();
+    scorer->add_option("--device", sc.device, "cpu, cuda or auto")->capture_default_str();
+    scorer->add_flag("--overwrite", sc.overwrite, "replace an existing --out file");
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (train->parsed()) {
@@ -493,6 +596,12 @@ int main(int argc, char** argv) {
             t.tokenizer_given = train->count("--tokenizer") > 0;
             if (!t.resume.empty()) t.resume = examples::resolve_checkpoint(t.resume).string();
             return run_train(t);
+        }
+        if (exporter->parsed()) return run_export(e);
+        if (scorer->parsed()) {
+            if (!scorer->count("--prompt") && !scorer->count("--tokens-file"))
+                throw error("score needs --prompt TEXT or --tokens-file FILE", "give one of them");
+            return run_score(sc);
         }
         return run_sample(s);
     } catch (const std::exception& e) {
