@@ -6,6 +6,7 @@
 // - the adapters file (adapters.hpp's, "model.layers.<l>...") loads back bitwise;
 // - the planner sees the frozen base: gradients are the adapters' bytes only.
 #include "../llama_lora_model.hpp"  // llama::make_llama_lora_model, upload_base_weights
+#include "../../lora/tests/finetune_support.hpp"  // text, options, same, finetune, run
 #include "io/scratch_dir.hpp"       // scratch_dir
 #include "support/backends.hpp"     // STRATA_TEST_BACKENDS, make_backend
 
@@ -35,27 +36,7 @@ const llama::llama_config base_config{.vocab = 31, .max_seq = 8, .n_layer = 2, .
                                       .qkv_bias = true, .arch = llama::llama_arch::qwen2};
 const llama::llama_lora_config adapters{.rank = 4, .alpha = 8.0};  // all five projections
 
-// Text "A" (the base model's) continues t -> t + 1; text "B" (the new one) t -> t + 3.
-std::vector<data::batch> text(int stride, int step, std::size_t B = 4, std::size_t T = 8) {
-    data::batch b;
-    for (std::size_t i = 0; i < B; ++i)
-        for (std::size_t t = 0; t < T; ++t) {
-            const auto token = static_cast<token_id>((i * 7 + t * stride + static_cast<std::size_t>(step) * 5) % 31);
-            b.inputs.push_back(token);
-            b.targets.push_back(static_cast<token_id>((token + stride) % 31));
-        }
-    return {b};
-}
-
-train_options options(double lr) {
-    train_options o{.batch = 4, .seq = 8, .accum = 1, .clip = 1.0};
-    o.schedule = {.kind = lr_kind::constant, .lr = lr, .min_lr = lr, .warmup_steps = 0, .total_steps = 100};
-    return o;
-}
-
-bool same(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
+using namespace lora::finetune_support;  // text, options, same, finetune, run
 
 // The base model: a Llama trained a little on text A, and its loss on text B.
 template <class B>
@@ -66,34 +47,6 @@ host_blocks<float> train_base(B& backend, double& loss_on_b) {
     for (int s = 0; s < 20; ++s) t.step(text(1, s));
     loss_on_b = t.evaluate(text(3, 1000));
     return download_blocks(t, decltype(t)::state_kind::params);
-}
-
-struct finetune {
-    std::vector<double> losses, norms;
-    double before = 0, after = 0;  // loss on text B, evaluated
-    host_blocks<float> initial, params, m, v;
-};
-
-template <class Trainer, class B, class Model>
-finetune run(B& backend, const Model& model, const host_blocks<float>& base, const std::filesystem::path& save_to = {}) {
-    finetune r;
-    Trainer t(backend, model, options(3e-2));
-    t.initialize(5);
-    llama::upload_base_weights(t, model, base_config, base);
-    using kind = typename Trainer::state_kind;
-    r.initial = download_blocks(t, kind::params);
-    r.before = t.evaluate(text(3, 1000));
-    for (int s = 0; s < 30; ++s) {
-        const auto res = t.step(text(3, s));
-        r.losses.push_back(res.loss);
-        r.norms.push_back(res.grad_norm);
-    }
-    r.after = t.evaluate(text(3, 1000));
-    r.params = download_blocks(t, kind::params);
-    r.m = download_blocks(t, kind::adam_m);
-    r.v = download_blocks(t, kind::adam_v);
-    if (!save_to.empty()) lora::save_model_adapters(t, model, save_to);
-    return r;
 }
 
 }  // namespace
@@ -110,7 +63,8 @@ TEST_CASE_TEMPLATE("llama LoRA: only the adapters move, the loss on new text fal
     using M = std::remove_const_t<decltype(model)>;
     using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, M>;
     using streamed_t = trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, M>;
-    const auto resident = run<resident_t>(backend, model, base, dir.path() / "adapters.safetensors");
+    const auto upload = [&](auto& t) { llama::upload_base_weights(t, model, base_config, base); };
+    const auto resident = run<resident_t>(backend, model, upload, 30, dir.path() / "adapters.safetensors");
 
     CHECK(resident.before == base_loss);  // B = 0: the base model's loss, bit for bit
     MESSAGE("loss on the new text: " << resident.before << " -> " << resident.after);
@@ -134,7 +88,7 @@ TEST_CASE_TEMPLATE("llama LoRA: only the adapters move, the loss on new text fal
     CHECK(resident.m[0].empty());                            // frozen embeddings: no moments
     CHECK(resident.m[model.final_group()].empty());          // frozen final norm
 
-    const auto streamed = run<streamed_t>(backend, model, base);
+    const auto streamed = run<streamed_t>(backend, model, upload, 30);
     CHECK(resident.losses == streamed.losses);
     CHECK(resident.norms == streamed.norms);
     for (std::size_t g = 0; g < model.group_count(); ++g) {
