@@ -12,6 +12,10 @@
 // the (B, T, 3A) layout of strata's attention and sums the gradients back per group in backward;
 // with NKV == NH the expansion is skipped and the block computes what the multi-head block did,
 // bit for bit. HS need not be C / NH (head_dim).
+//
+// The math lives in llama_block_body, with the five projections as its customization point:
+// llama_block makes each a plain trainable matmul; llama_lora_block.hpp puts LoRA adapters on
+// some of them over a frozen base, with the same forward and backward around them.
 
 // Backends: cpu_backend (any R) with this header alone; cuda_backend (float) where
 // llama_ops_cuda.hpp is included too and strata_llama_cuda_ops is linked.
@@ -28,12 +32,22 @@
 #include <strata/nn/ops.hpp>               // strata::ops
 #include <strata/tensor/param_layout.hpp>  // strata::param_spec, strata::param_layout
 
-#include <algorithm>  // std::max
-#include <cstddef>    // std::size_t
-#include <string>     // std::to_string
-#include <vector>     // std::vector
+#include <algorithm>    // std::max
+#include <array>        // std::array
+#include <cstddef>      // std::size_t
+#include <string>       // std::to_string
+#include <string_view>  // std::string_view
+#include <vector>       // std::vector
 
 namespace llama {
+
+// The block's five projections (y = x W, + b for qkv with qkv_bias), in the order forward runs
+// them, and the stems of their parameter names ("<stem>.weight", "self_attn.qkv_proj.bias").
+enum class llama_projection : std::size_t { qkv, o, gate, up, down };
+inline constexpr std::array<std::string_view, 5> llama_projection_names{
+    "self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+inline constexpr std::array<llama_projection, 5> llama_projections{
+    llama_projection::qkv, llama_projection::o, llama_projection::gate, llama_projection::up, llama_projection::down};
 
 struct llama_block_config {
     std::size_t n_embd = 0;    // C
@@ -46,6 +60,18 @@ struct llama_block_config {
     bool qkv_bias = false;      // biases on q, k and v (Qwen2); o_proj has none
 
     bool operator==(const llama_block_config&) const = default;
+
+    // (in, out) of a projection's weight.
+    std::array<std::size_t, 2> projection_shape(llama_projection k) const {
+        switch (k) {
+            case llama_projection::qkv: return {n_embd, qkv_channels()};
+            case llama_projection::o: return {attn_channels(), n_embd};
+            case llama_projection::gate:
+            case llama_projection::up: return {n_embd, hidden};
+            case llama_projection::down: return {hidden, n_embd};
+        }
+        return {0, 0};
+    }
 
     std::size_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
     std::size_t head_size() const { return head_dim == 0 ? (n_head == 0 ? 0 : n_embd / n_head) : head_dim; }
@@ -72,56 +98,38 @@ struct llama_block_config {
     }
 };
 
+// The block's forward and backward, given what each projection does:
+//   project(k, y, x)              y = projection k of x                       (B, T, out) <- (B, T, in)
+//   project_backward(k, dx, dy, x) dx += its input gradient (dx null: not wanted), and its
+//                                 parameters' gradients, whatever it trains
+//   wanted_below(k)               is any gradient below projection k (input side) still needed?
+//                                 backward stops where nothing is: with every parameter trainable, never
+// Offsets of the base tensors come from the caller's layout by name, so a layout with more tensors
+// (adapters) works too. Activations and workspace are the first activation_floats /
+// workspace_floats of what the caller passes.
 template <class R, strata::Backend B>
-class llama_block {
+class llama_block_body {
 public:
-    using config_type = llama_block_config;
-    using value_type = R;
-    using backend_type = B;
     using stream = typename B::stream;
     using size = std::size_t;
 
-    // The parameter block, in this order (the indices below name them); the bias only with qkv_bias.
-    static std::vector<strata::param_spec> params(const config_type& c) {
-        const size C = c.n_embd, H = c.hidden, A = c.attn_channels(), QKV = c.qkv_channels();
-        std::vector<strata::param_spec> p{{"input_layernorm.weight", {C}, false},
-                                          {"self_attn.qkv_proj.weight", {C, QKV}, true}};
-        if (c.qkv_bias) p.push_back({"self_attn.qkv_proj.bias", {QKV}, false});
-        p.insert(p.end(), {{"self_attn.o_proj.weight", {A, C}, true},
-                           {"post_attention_layernorm.weight", {C}, false},
-                           {"mlp.gate_proj.weight", {C, H}, true},
-                           {"mlp.up_proj.weight", {C, H}, true},
-                           {"mlp.down_proj.weight", {H, C}, true}});
-        return p;
-    }
-    static size in_features(const config_type& c) { return c.n_embd; }
-    static size out_features(const config_type& c) { return c.n_embd; }
-
-    static size activation_floats(const config_type& c, size Bn, size T) {
+    static size activation_floats(const llama_block_config& c, size Bn, size T) {
         const size BT = Bn * T, C = c.n_embd, H = c.hidden, A = c.attn_channels(), QKV = c.qkv_channels();
         // h1, res2, h2 (3 BTC) + atty (BTA) + rstd1, rstd2 + qkv, [expanded qkv], qkv_rope + attention's saved
         // + gate, up, act
         return 3 * BT * C + BT * A + 2 * BT + BT * QKV + (c.grouped() ? BT * 3 * A : 0) + BT * 3 * A +
                op::attention_saved(Bn, T, c.n_head) + 3 * BT * H;
     }
-    static size workspace_floats(const config_type& c, size Bn, size T) {
-        const size BT = Bn * T, C = c.n_embd, H = c.hidden, A = c.attn_channels(), QKV = c.qkv_channels();
-        const size forward = 2 * BT * C;  // o_proj and down_proj outputs
-        const size backward = 3 * BT * H + 3 * BT * C + BT * A + BT * 3 * A + (c.grouped() ? BT * 3 * A : 0) +
-                              BT * QKV;  // see backward
-        return std::max(forward, backward);
+    static size forward_workspace_floats(const llama_block_config& c, size Bn, size T) {
+        return 2 * Bn * T * c.n_embd;  // o_proj and down_proj outputs
     }
-    // Forward FLOPs: the five GEMMs, and attention's two (T x T) products counted whole, the
-    // usual convention (6N + 12 L T C per token for a step); elementwise work is not counted.
-    static double flops(const config_type& c, size Bn, size T) {
-        const double BT = double(Bn) * double(T), C = double(c.n_embd), H = double(c.hidden);
-        const double A = double(c.attn_channels()), QKV = double(c.qkv_channels());
-        return 2.0 * BT * (C * QKV + A * C + 3.0 * C * H) + 4.0 * double(Bn) * double(T) * double(T) * A;
+    static size backward_workspace_floats(const llama_block_config& c, size Bn, size T) {
+        const size BT = Bn * T, C = c.n_embd, H = c.hidden, A = c.attn_channels(), QKV = c.qkv_channels();
+        return 3 * BT * H + 3 * BT * C + BT * A + BT * 3 * A + (c.grouped() ? BT * 3 * A : 0) + BT * QKV;  // see backward
     }
 
-    explicit llama_block(const config_type& c) : m_config(c) {
+    llama_block_body(const llama_block_config& c, const strata::param_layout& layout) : m_config(c) {
         c.validate();
-        const auto layout = strata::param_layout::of<R>(params(c));
         static constexpr const char* names[param_count] = {
             "input_layernorm.weight",          "self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias",
             "self_attn.o_proj.weight",         "post_attention_layernorm.weight", "mlp.gate_proj.weight",
@@ -131,31 +139,44 @@ public:
                 if (slot.spec.name == names[i]) m_offset[i] = slot.offset;
     }
 
-    void forward(stream& s, const R* p, R* out, R* acts, const R* inp, R* workspace, size Bn, size T) const {
+    const llama_block_config& config() const { return m_config; }
+    // Offsets in the parameter block: a projection's weight, the two RMSNorm gains (1 and 2).
+    size weight(llama_projection k) const { return m_offset[index_of(k)]; }
+    size gain(int norm) const { return m_offset[norm == 1 ? ln1 : ln2]; }
+    // A projection's bias in a parameter (or gradient) block, or null: only qkv has one, with qkv_bias.
+    template <class P>
+    P* bias(P* block, llama_projection k) const {
+        return k == llama_projection::qkv && m_config.qkv_bias ? block + m_offset[bqkv] : nullptr;
+    }
+
+    template <class Project>
+    void forward(stream& s, const R* p, R* out, R* acts, const R* inp, R* workspace, size Bn, size T,
+                 Project&& project) const {
         const auto& c = m_config;
-        const size BT = Bn * T, C = c.n_embd, H = c.hidden, NH = c.n_head, A = c.attn_channels(),
-                   QKV = c.qkv_channels();
+        const size BT = Bn * T, C = c.n_embd, H = c.hidden, NH = c.n_head, A = c.attn_channels();
         const saved a = carve(acts, Bn, T);
         R* o = workspace;        // (B, T, C)
         R* down = o + BT * C;    // (B, T, C)
         lop::rmsnorm_forward(s, a.h1, a.rstd1, inp, p + m_offset[ln1], Bn, T, C, c.norm_eps);
-        op::matmul_forward(s, a.qkv, a.h1, p + m_offset[wqkv], c.qkv_bias ? p + m_offset[bqkv] : no_bias, Bn, T, C, QKV);
+        project(llama_projection::qkv, a.qkv, a.h1);
         if (c.grouped())
             lop::expand_kv_forward(s, a.qkv_full, a.qkv, Bn, T, NH, c.kv_heads(), c.head_size());
         lop::rope_forward(s, a.qkv_rope, a.qkv_full, Bn, T, A, NH, c.rope_theta);
         op::attention_forward(s, a.atty, a.att_saved, a.qkv_rope, Bn, T, A, NH);
-        op::matmul_forward(s, o, a.atty, p + m_offset[wo], no_bias, Bn, T, A, C);
+        project(llama_projection::o, o, a.atty);
         op::residual_forward(s, a.res2, inp, o, BT * C);
         lop::rmsnorm_forward(s, a.h2, a.rstd2, a.res2, p + m_offset[ln2], Bn, T, C, c.norm_eps);
-        op::matmul_forward(s, a.gate, a.h2, p + m_offset[w1], no_bias, Bn, T, C, H);
-        op::matmul_forward(s, a.up, a.h2, p + m_offset[w3], no_bias, Bn, T, C, H);
+        project(llama_projection::gate, a.gate, a.h2);
+        project(llama_projection::up, a.up, a.h2);
         lop::swiglu_forward(s, a.act, a.gate, a.up, BT * H);
-        op::matmul_forward(s, down, a.act, p + m_offset[w2], no_bias, Bn, T, H, C);
+        project(llama_projection::down, down, a.act);
         op::residual_forward(s, out, a.res2, down, BT * C);
     }
 
-    void backward(stream& s, const R* p, R* g, R* dinp, const R* dout, const R* acts, const R* inp, R* workspace,
-                  size Bn, size T) const {
+    // dgain1, dgain2: where the RMSNorm gains' gradients accumulate (C each; scratch when frozen).
+    template <class ProjectBackward, class WantedBelow>
+    void backward(stream& s, const R* p, R* dgain1, R* dgain2, R* dinp, const R* dout, const R* acts, const R* inp,
+                  R* workspace, size Bn, size T, ProjectBackward&& project_backward, WantedBelow&& wanted_below) const {
         const auto& c = m_config;
         const size BT = Bn * T, C = c.n_embd, H = c.hidden, NH = c.n_head, A = c.attn_channels(),
                    QKV = c.qkv_channels();
@@ -178,19 +199,25 @@ public:
         R* dh1 = take(BT * C);
 
         // out = res2 + down_proj(act): dout reaches both
-        op::zero(s, dact, BT * H);
-        op::matmul_backward(s, dact, g + m_offset[w2], no_dbias, dout, a.act, p + m_offset[w2], Bn, T, H, C);
+        bool below = wanted_below(llama_projection::down);
+        if (below) op::zero(s, dact, BT * H);
+        project_backward(llama_projection::down, below ? dact : nullptr, dout, a.act);
+        if (!below) return;
         op::zero(s, dgate, BT * H);
         op::zero(s, dup, BT * H);
         lop::swiglu_backward(s, dgate, dup, dact, a.gate, a.up, BT * H);
-        op::zero(s, dh2, BT * C);
-        op::matmul_backward(s, dh2, g + m_offset[w1], no_dbias, dgate, a.h2, p + m_offset[w1], Bn, T, C, H);
-        op::matmul_backward(s, dh2, g + m_offset[w3], no_dbias, dup, a.h2, p + m_offset[w3], Bn, T, C, H);
+        below = wanted_below(llama_projection::gate);  // gate and up read the same input
+        if (below) op::zero(s, dh2, BT * C);
+        project_backward(llama_projection::gate, below ? dh2 : nullptr, dgate, a.h2);
+        project_backward(llama_projection::up, below ? dh2 : nullptr, dup, a.h2);
+        if (!below) return;
         op::copy(s, dres2, dout, BT * C);  // dres2 = dout + rmsnorm_2's input gradient
-        lop::rmsnorm_backward(s, dres2, g + m_offset[ln2], dh2, a.res2, p + m_offset[ln2], a.rstd2, Bn, T, C);
+        lop::rmsnorm_backward(s, dres2, dgain2, dh2, a.res2, p + m_offset[ln2], a.rstd2, Bn, T, C);
         // res2 = x + o_proj(atty): dres2 reaches both
-        op::zero(s, datty, BT * A);
-        op::matmul_backward(s, datty, g + m_offset[wo], no_dbias, dres2, a.atty, p + m_offset[wo], Bn, T, A, C);
+        below = wanted_below(llama_projection::o);
+        if (below) op::zero(s, datty, BT * A);
+        project_backward(llama_projection::o, below ? datty : nullptr, dres2, a.atty);
+        if (!below) return;
         op::zero(s, dqkv_rope, BT * 3 * A);
         op::attention_backward(s, dqkv_rope, a.att_saved, datty, a.atty, a.qkv_rope, Bn, T, A, NH);
         op::zero(s, dqkv_full, BT * 3 * A);
@@ -199,21 +226,23 @@ public:
             op::zero(s, dqkv, BT * QKV);
             lop::expand_kv_backward(s, dqkv, dqkv_full, Bn, T, NH, c.kv_heads(), c.head_size());
         }
-        op::zero(s, dh1, BT * C);
-        op::matmul_backward(s, dh1, g + m_offset[wqkv], c.qkv_bias ? g + m_offset[bqkv] : no_dbias, dqkv, a.h1,
-                            p + m_offset[wqkv], Bn, T, C, QKV);
+        below = wanted_below(llama_projection::qkv);
+        if (below) op::zero(s, dh1, BT * C);
+        project_backward(llama_projection::qkv, below ? dh1 : nullptr, dqkv, a.h1);
+        if (!below) return;
         // dinp may be null: rmsnorm_1's gain still gets its gradient
         if (dinp != nullptr) op::add_inplace(s, dinp, dres2, BT * C);
-        lop::rmsnorm_backward(s, dinp, g + m_offset[ln1], dh1, inp, p + m_offset[ln1], a.rstd1, Bn, T, C);
+        lop::rmsnorm_backward(s, dinp, dgain1, dh1, inp, p + m_offset[ln1], a.rstd1, Bn, T, C);
     }
 
 private:
     using op = strata::ops<B>;
     using lop = llama_ops<B>;
-    // No biases. Typed null pointers: ops<B>'s templates deduce R from every pointer argument.
-    static constexpr const R* no_bias = nullptr;
-    static constexpr R* no_dbias = nullptr;
     enum param_index : size { ln1, wqkv, bqkv, wo, ln2, w1, w3, w2, param_count };
+    static constexpr param_index index_of(llama_projection k) {
+        constexpr param_index of[] = {wqkv, wo, w1, w3, w2};
+        return of[static_cast<size>(k)];
+    }
 
     // Views of the saved activations, carved in one fixed order from `acts`.
     struct saved {
@@ -243,8 +272,73 @@ private:
         return a;
     }
 
-    config_type m_config;
+    llama_block_config m_config;
     size m_offset[param_count] = {};
+};
+
+template <class R, strata::Backend B>
+class llama_block {
+public:
+    using config_type = llama_block_config;
+    using value_type = R;
+    using backend_type = B;
+    using stream = typename B::stream;
+    using size = std::size_t;
+
+    // The parameter block, in this order; the bias only with qkv_bias.
+    static std::vector<strata::param_spec> params(const config_type& c) {
+        const size C = c.n_embd, H = c.hidden, A = c.attn_channels(), QKV = c.qkv_channels();
+        std::vector<strata::param_spec> p{{"input_layernorm.weight", {C}, false},
+                                          {"self_attn.qkv_proj.weight", {C, QKV}, true}};
+        if (c.qkv_bias) p.push_back({"self_attn.qkv_proj.bias", {QKV}, false});
+        p.insert(p.end(), {{"self_attn.o_proj.weight", {A, C}, true},
+                           {"post_attention_layernorm.weight", {C}, false},
+                           {"mlp.gate_proj.weight", {C, H}, true},
+                           {"mlp.up_proj.weight", {C, H}, true},
+                           {"mlp.down_proj.weight", {H, C}, true}});
+        return p;
+    }
+    static size in_features(const config_type& c) { return c.n_embd; }
+    static size out_features(const config_type& c) { return c.n_embd; }
+
+    static size activation_floats(const config_type& c, size Bn, size T) { return body::activation_floats(c, Bn, T); }
+    static size workspace_floats(const config_type& c, size Bn, size T) {
+        return std::max(body::forward_workspace_floats(c, Bn, T), body::backward_workspace_floats(c, Bn, T));
+    }
+    // Forward FLOPs: the five GEMMs, and attention's two (T x T) products counted whole, the
+    // usual convention (6N + 12 L T C per token for a step); elementwise work is not counted.
+    static double flops(const config_type& c, size Bn, size T) {
+        const double BT = double(Bn) * double(T), C = double(c.n_embd), H = double(c.hidden);
+        const double A = double(c.attn_channels()), QKV = double(c.qkv_channels());
+        return 2.0 * BT * (C * QKV + A * C + 3.0 * C * H) + 4.0 * double(Bn) * double(T) * double(T) * A;
+    }
+
+    explicit llama_block(const config_type& c) : m_body(c, strata::param_layout::of<R>(params(c))) {}
+
+    void forward(stream& s, const R* p, R* out, R* acts, const R* inp, R* workspace, size Bn, size T) const {
+        m_body.forward(s, p, out, acts, inp, workspace, Bn, T, [&](llama_projection k, R* y, const R* x) {
+            const auto [in, out_features] = m_body.config().projection_shape(k);
+            op::matmul_forward(s, y, x, p + m_body.weight(k), m_body.bias(p, k), Bn, T, in, out_features);
+        });
+    }
+
+    void backward(stream& s, const R* p, R* g, R* dinp, const R* dout, const R* acts, const R* inp, R* workspace,
+                  size Bn, size T) const {
+        m_body.backward(
+            s, p, g + m_body.gain(1), g + m_body.gain(2), dinp, dout, acts, inp, workspace, Bn, T,
+            [&](llama_projection k, R* dx, const R* dy, const R* x) {
+                const auto [in, out_features] = m_body.config().projection_shape(k);
+                op::matmul_backward(s, dx, g + m_body.weight(k), m_body.bias(g, k), dy, x, p + m_body.weight(k), Bn, T,
+                                    in, out_features);
+            },
+            [](llama_projection) { return true; });  // every gain and weight wants its gradient
+    }
+
+private:
+    using op = strata::ops<B>;
+    using body = llama_block_body<R, B>;
+
+    body m_body;
 };
 
 }  // namespace llama

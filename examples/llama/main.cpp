@@ -19,6 +19,7 @@
 #include "../common/run_directory.hpp"  // run_lock, probe_writable, check_outputs, write_latest
 #include "generate.hpp"     // llama::generator
 #include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
+#include "llama_lora_model.hpp"  // llama::llama_lora_model, make_llama_lora_model, upload_base_weights
 #include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
 #include "score.hpp"        // llama::make_scoring_model, score_tokens, write_scores
 #ifdef STRATA_WITH_CUDA
@@ -104,6 +105,9 @@ struct train_args {
     std::string config;                 // --config FILE (applied in main)
     bool overwrite = false;             // replace another run's checkpoints / a file strata did not write
     bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
+    std::size_t lora_rank = 0;          // 0: every weight trains; > 0: LoRA adapters only (the base frozen)
+    double lora_alpha = 0;              // 0: 2 x rank
+    std::string lora_targets = "qkv_proj,o_proj,gate_proj,up_proj,down_proj";
 };
 
 using examples::resolved_warmup;
@@ -139,15 +143,110 @@ struct run_context {
     std::string tokenizer;                  // "byte", "gpt2:DIR" or "hf:PATH"
     std::vector<std::vector<float>> init;   // --init-from's weights (empty: random initialization)
     llama::hf_identity identity;            // the architecture and token ids config.json keeps
+    llama::llama_config config;             // the model's shape (a LoRA run's base)
 };
 
-template <class Trainer, class B>
-int train_loop(B& backend, const llama::llama_model<B>& model, const train_options& o, run_context& ctx) {
+// ---- LoRA (--lora-rank): adapters trained on a frozen base, the base's or random weights ----
+
+llama::llama_lora_config lora_config_of(const train_args& a) {
+    return {.rank = a.lora_rank, .alpha = a.lora_alpha > 0 ? a.lora_alpha : 2.0 * static_cast<double>(a.lora_rank),
+            .targets = llama::parse_lora_targets(a.lora_targets)};
+}
+
+template <class Model>
+constexpr bool is_lora = std::is_same_v<typename Model::block_type,
+                                        llama::llama_lora_block<float, typename Model::backend_type>>;
+
+// After initialize(): --init-from's weights (a LoRA model: its base tensors, by name; without
+// --init-from the base keeps its random initialization).
+template <class Trainer, class Model>
+void upload_initial_weights(Trainer& t, const Model& model, const run_context& ctx) {
+    if constexpr (is_lora<Model>) {
+        if (!ctx.init.empty()) llama::upload_base_weights(t, model, ctx.config, ctx.init);
+    } else {
+        for (std::size_t g = 0; g < ctx.init.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init[g]);
+    }
+}
+
+// adapter_config.json of a LoRA checkpoint: what the adapters adapt, and the base they were trained on.
+nlohmann::json lora_adapter_config(const train_args& a) {
+    const auto lc = lora_config_of(a);
+    return {{"format", "strata.lora.llama/1"}, {"adapters", "adapters.safetensors"}, {"rank", lc.rank},
+            {"alpha", lc.alpha}, {"targets", lc.ordered_targets()},
+            {"base", a.init_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(fs::absolute(a.init_from).string())},
+            {"base_seed", a.init_from.empty() ? nlohmann::json(a.seed) : nlohmann::json(nullptr)}};
+}
+
+// A checkpoint's model files: the Llama directory, or (LoRA) the adapters and adapter_config.json.
+template <class Trainer, class Model>
+fs::path save_run_checkpoint(Trainer& t, const Model& model, const train_args& a, nlohmann::json state,
+                             const std::vector<fs::path>& extra_files, checkpoint_contents contents,
+                             const llama::hf_identity& identity) {
+    if constexpr (is_lora<Model>) {
+        state["lora"] = lora_adapter_config(a);
+        return save_checkpoint(t, a.out, std::move(state), extra_files, [&](const fs::path& dir) {
+            lora::save_model_adapters(t, model, dir / "adapters.safetensors");
+            write_json_file(dir / "adapter_config.json", lora_adapter_config(a));
+        }, contents);
+    } else {
+        return llama::save_llama_checkpoint(t, a.out, std::move(state), extra_files, contents, identity);
+    }
+}
+
+// What save_run_checkpoint wrote, back into the trainer (a LoRA model: the adapters, on the base
+// already uploaded).
+template <class Trainer, class Model>
+nlohmann::json load_run_checkpoint(Trainer& t, const Model& model, const fs::path& dir) {
+    if constexpr (is_lora<Model>)
+        return load_checkpoint(t, dir, [&](const fs::path& from) {
+            lora::load_model_adapters(t, model, from / "adapters.safetensors");
+        });
+    else
+        return llama::load_llama_checkpoint(t, dir);
+}
+
+// The bytes save_run_checkpoint's model files take, exactly.
+template <class Model>
+std::uint64_t model_files_bytes(const Model& model, const train_args& a, const llama::hf_identity& identity) {
+    if constexpr (is_lora<Model>)
+        return lora::model_adapters_bytes(model) + json_file_text(lora_adapter_config(a)).size();
+    else
+        return llama::model_files_bytes(model, identity);
+}
+
+// The LoRA flags, refused where they do not fit, before any data is read.
+void check_lora_options(const train_args& a) {
+    if (a.lora_rank == 0) {
+        if (a.lora_alpha > 0) throw error("--lora-alpha without --lora-rank", "add --lora-rank R (e.g. 8), or drop --lora-alpha");
+        return;
+    }
+    if (!a.resume.empty())
+        throw error("--resume of a LoRA run (--lora-rank) is not supported yet",
+                    "start a new LoRA run; its checkpoints hold the adapters (adapters.safetensors)");
+    (void)lora_config_of(a);  // the targets are projections of the block
+}
+
+// The line that says what a LoRA run trains, and on which base.
+template <class Model>
+std::string lora_line(const Model& model, const train_args& a) {
+    std::size_t trainable = 0;
+    for (const auto& g : model.groups()) trainable += g.trainable_parameter_count();
+    const auto lc = lora_config_of(a);
+    std::string targets;
+    for (const auto& t : lc.ordered_targets()) targets += (targets.empty() ? "" : ",") + t;
+    return "LoRA: rank " + std::to_string(lc.rank) + ", alpha " + format_loss(lc.alpha) + " on " + targets + ": " +
+           std::to_string(trainable) + " trainable parameters; base " +
+           (a.init_from.empty() ? "randomly initialized (seed " + std::to_string(a.seed) + "; no --init-from)"
+                                : a.init_from + ", frozen");
+}
+
+template <class Trainer, class B, class Model>
+int train_loop(B& backend, const Model& model, const train_options& o, run_context& ctx) {
     const train_args& a = ctx.a;
     Trainer t(backend, model, o);
     print_line(format_pinning(backend.pinning()));
     t.initialize(a.seed);
-    for (std::size_t g = 0; g < ctx.init.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init[g]);
+    upload_initial_weights(t, model, ctx);
     auto train_loader = data::make_train_loader(ctx.prepared.train, a.batch, a.seed);
     std::optional<data::batch_loader> val_loader;
     if (!ctx.prepared.validation.empty())
@@ -157,7 +256,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     std::vector<loss_point> train_curve, val_curve;
     double first_loss = std::numeric_limits<double>::quiet_NaN();
     if (!a.resume.empty()) {
-        const auto state = llama::load_llama_checkpoint(t, a.resume);
+        const auto state = load_run_checkpoint(t, model, a.resume);
         train_loader.restore(json_field<data::loader_cursor>(state, "data_cursor", a.resume + "/trainer_state.json"));
         examples::restore_loss_curve(state, train_curve, val_curve, first_loss);
         print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
@@ -179,7 +278,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     // The weights and config as a Hugging Face Llama directory, AdamW's moments (--save full) and
     // the trainer state.
     const checkpoint_contents contents = examples::contents_of_save(a.save);
-    auto save = [&] { return llama::save_llama_checkpoint(t, a.out, trainer_state(), extra_files, contents, ctx.identity); };
+    auto save = [&] { return save_run_checkpoint(t, model, a, trainer_state(), extra_files, contents, ctx.identity); };
 
     progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
     fs::path last_saved;
@@ -188,7 +287,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     // Before step 1: every checkpoint this run writes fits in --out (its exact bytes, from the
     // model's group layouts), or the run is refused now rather than at its final save.
     const std::uint64_t one_checkpoint = examples::mean_checkpoint_bytes(
-        checkpoint_bytes(model, contents, llama::model_files_bytes(model, ctx.identity), 0, extra_files), trainer_state(),
+        checkpoint_bytes(model, contents, model_files_bytes(model, a, ctx.identity), 0, extra_files), trainer_state(),
         t.step_count(), stop, a.save_every, a.save);
     examples::check_checkpoints_fit(a, one_checkpoint, t.step_count(), stop);
     // A checkpoint is written last, then OUT/latest names it; never one of a diverged run. With
@@ -258,10 +357,9 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
 }
 
 // The trainer the plan asks for.
-template <class B>
-int train_on(B& backend, const memory_plan& p, const llama::llama_model<B>& model, const train_options& o,
-             run_context& ctx) {
-    return examples::with_planned_trainer<B, llama::llama_model<B>>(
+template <class B, class Model>
+int train_on(B& backend, const memory_plan& p, const Model& model, const train_options& o, run_context& ctx) {
+    return examples::with_planned_trainer<B, Model>(
         p, [&]<class Trainer>() { return train_loop<Trainer>(backend, model, o, ctx); });
 }
 
@@ -272,6 +370,7 @@ void check_consistency(const train_args& a) {
     examples::check_threads(a.threads);
     examples::check_stop_at(a.stop_at, a.steps);
     examples::check_save_options(a.save, a.save_every, a.stop_at);
+    check_lora_options(a);
     if (!a.init_from.empty() && !a.resume.empty())
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
                     "drop --init-from to continue the run, or --resume to start afresh from the weights");
@@ -370,30 +469,35 @@ int run_train(const train_args& a) {
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
                              .storage_bytes = budgets.storage, .storage_dir = a.storage_dir,
                              .io = examples::io_options_of(a)};
-    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, llama::hf_identity::of(config)};
+    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, llama::hf_identity::of(config), config};
     if (init && a.resume.empty()) ctx.init = std::move(init->blocks);
 
     return on_backend(cuda, tiers, [&]<class B>(B& backend) {
-        const auto model = llama::make_llama_model<B>(config);
-        plan_request request{.batch = a.batch, .seq = a.seq_len, .accum = a.accum, .activations = examples::activation_policy_of(a),
-                             .element_bytes = sizeof(float), .budgets = budgets,
-                             .where = placement_from_string(a.placement), .moments_on_storage = a.moments == "storage"};
-        request.footprint = footprint_of<B>(model, a.batch, a.seq_len);
-        const memory_plan p = plan<B>(request);
-        o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
-        o.homes = p.trainer_homes();  // each group's tier (streamed plans)
-        print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
-                   std::to_string(config.n_head) + " heads" +
-                   (config.n_kv_head ? " (" + std::to_string(config.kv_heads()) + " key/value)" : std::string()) +
-                   (config.head_dim ? " of " + std::to_string(config.head_dim) : std::string()) + ", " +
-                   std::to_string(config.n_embd) + " channels, hidden " +
-                   std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +
-                   std::to_string(config.max_seq) + ": " + std::to_string(config.parameter_count()) +
-                   " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
-                   std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
-        print_line(p.to_table());
-        if (a.plan_only) return 0;
-        return train_on(backend, p, model, o, ctx);
+        // the Llama model, or (--lora-rank) its LoRA model: adapters on the frozen base
+        auto plan_and_train = [&]<class Model>(const Model& model) {
+            plan_request request{.batch = a.batch, .seq = a.seq_len, .accum = a.accum, .activations = examples::activation_policy_of(a),
+                                 .element_bytes = sizeof(float), .budgets = budgets,
+                                 .where = placement_from_string(a.placement), .moments_on_storage = a.moments == "storage"};
+            request.footprint = footprint_of<B>(model, a.batch, a.seq_len);
+            const memory_plan p = plan<B>(request);
+            o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
+            o.homes = p.trainer_homes();  // each group's tier (streamed plans)
+            print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
+                       std::to_string(config.n_head) + " heads" +
+                       (config.n_kv_head ? " (" + std::to_string(config.kv_heads()) + " key/value)" : std::string()) +
+                       (config.head_dim ? " of " + std::to_string(config.head_dim) : std::string()) + ", " +
+                       std::to_string(config.n_embd) + " channels, hidden " +
+                       std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +
+                       std::to_string(config.max_seq) + ": " + std::to_string(config.parameter_count()) +
+                       " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
+                       std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
+            if constexpr (is_lora<Model>) print_line(lora_line(model, a));
+            print_line(p.to_table());
+            if (a.plan_only) return 0;
+            return train_on(backend, p, model, o, ctx);
+        };
+        if (a.lora_rank > 0) return plan_and_train(llama::make_llama_lora_model<B>(config, lora_config_of(a)));
+        return plan_and_train(llama::make_llama_model<B>(config));
     });
 }
 
@@ -560,6 +664,9 @@ int main(int argc, char** argv) {
     examples::add_tier_options(*train, t);
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
+    train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections, the base frozen (--init-from's weights, or random ones in the shape of the flags) (0: off)")->capture_default_str()->check(count_in(0, 1L << 20));
+    train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)")->check(real_in(0, 1e6));
+    train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (qkv_proj: q|k|v fused, o_proj, gate_proj, up_proj, down_proj)")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
     examples::add_activation_options(*train, t);
 

@@ -1,4 +1,5 @@
-// LoRA adapters of a GPT-2 model as their own file, and merging them into the base weights.
+// LoRA adapters of a GPT-2 model as their own file, and merging them into the base weights. The
+// file's writer and reader serve any LoRA config with an adapter_naming (the Llama block's too).
 //
 // Every function takes host copies of the blocks' parameter blocks (std::span) and the layout
 // that places the tensors in them (strata::param_layout), nothing of a trainer: adapters can be
@@ -39,6 +40,20 @@ namespace lora {
 
 inline constexpr std::string_view adapter_file_format = "strata.lora.gpt2/1";
 
+// What an adapter file records of a LoRA config beyond rank, alpha and ordered_targets(): its
+// format tag, the checkpoint prefix of layer l's tensors and the model's width. Specialized per
+// block (the Llama block's: examples/llama/llama_lora_model.hpp), so one writer and one reader
+// serve every LoRA model.
+template <class Config>
+struct adapter_naming;
+
+template <>
+struct adapter_naming<gpt2_lora_config> {
+    static constexpr std::string_view format = adapter_file_format;
+    static constexpr std::string_view layer_prefix = "transformer.h.";
+    static std::size_t n_embd(const gpt2_lora_config& c) { return c.n_embd; }
+};
+
 // What an adapter file says about its adapters (its metadata), enough to build the model's config.
 struct adapter_file_info {
     std::size_t rank = 0;
@@ -48,9 +63,12 @@ struct adapter_file_info {
     std::size_t n_embd = 0;
 };
 
-// "transformer.h.<layer>.<projection>.<matrix>", matrix "lora_A" or "lora_B".
-inline std::string adapter_tensor_name(std::size_t layer, std::string_view projection, std::string_view matrix) {
-    return "transformer.h." + std::to_string(layer) + "." + std::string(projection) + "." + std::string(matrix);
+// "<layer prefix><layer>.<projection>.<matrix>", matrix "lora_A" or "lora_B"; GPT-2's by default
+// ("transformer.h.<layer>...").
+template <class Config = gpt2_lora_config>
+std::string adapter_tensor_name(std::size_t layer, std::string_view projection, std::string_view matrix) {
+    return std::string(adapter_naming<Config>::layer_prefix) + std::to_string(layer) + "." + std::string(projection) +
+           "." + std::string(matrix);
 }
 
 namespace detail {
@@ -69,8 +87,8 @@ inline std::string joined(const std::vector<std::string>& names) {
 }
 
 // Blocks as a caller holds them, checked against the layout before anything is read or written.
-template <class Span>
-void check_blocks(std::string_view what, const gpt2_lora_config& c, const strata::param_layout& layout,
+template <class Config, class Span>
+void check_blocks(std::string_view what, const Config& c, const strata::param_layout& layout,
                   std::span<const Span> blocks) {
     c.validate();
     if (blocks.empty())
@@ -101,22 +119,22 @@ std::span<R> tensor_of(std::span<R> block, const strata::param_slot& slot) {
 
 // The adapter file of n_layer blocks, declared (metadata, tensor names and shapes): what
 // save_adapters writes, and its exact size (file_size()) before any block exists.
-template <class R>
-strata::safetensors_writer declared_adapter_file(const gpt2_lora_config& c, const strata::param_layout& layout,
+template <class R, class Config>
+strata::safetensors_writer declared_adapter_file(const Config& c, const strata::param_layout& layout,
                                                  std::size_t n_layer) {
     c.validate();
     const std::vector<std::string> targets = c.ordered_targets();
     strata::safetensors_writer writer;
-    writer.set_metadata("format", std::string(adapter_file_format));
+    writer.set_metadata("format", std::string(adapter_naming<Config>::format));
     writer.set_metadata("rank", std::to_string(c.rank));
     writer.set_metadata("alpha", detail::exact_text(c.alpha));
     writer.set_metadata("targets", detail::joined(targets));
     writer.set_metadata("n_layer", std::to_string(n_layer));
-    writer.set_metadata("n_embd", std::to_string(c.n_embd));
+    writer.set_metadata("n_embd", std::to_string(adapter_naming<Config>::n_embd(c)));
     for (std::size_t l = 0; l < n_layer; ++l)
         for (const std::string& proj : targets)
             for (std::string_view m : {"lora_A", "lora_B"})
-                writer.declare<R>(adapter_tensor_name(l, proj, m), layout.find(proj + "." + std::string(m)).spec.shape.extents());
+                writer.declare<R>(adapter_tensor_name<Config>(l, proj, m), layout.find(proj + "." + std::string(m)).spec.shape.extents());
     return writer;
 }
 
@@ -124,8 +142,8 @@ strata::safetensors_writer declared_adapter_file(const gpt2_lora_config& c, cons
 // gives layer l's whole block (laid out by `layout`, which is param_layout::of<R>(
 // gpt2_lora_block<R, B>::params(c))), valid until the next call: a trainer's weights stream
 // through one buffer.
-template <class R, class BlockOf>
-void save_adapters_by_layer(const std::filesystem::path& path, const gpt2_lora_config& c,
+template <class R, class Config, class BlockOf>
+void save_adapters_by_layer(const std::filesystem::path& path, const Config& c,
                             const strata::param_layout& layout, std::size_t n_layer, BlockOf&& block_of) {
     const std::vector<std::string> targets = c.ordered_targets();
     declared_adapter_file<R>(c, layout, n_layer).write_streamed(path, [&](strata::safetensors_writer::stream& out) {
@@ -135,35 +153,36 @@ void save_adapters_by_layer(const std::filesystem::path& path, const gpt2_lora_c
             detail::check_blocks("save_adapters", c, layout, one);
             for (const std::string& proj : targets)
                 for (std::string_view m : {"lora_A", "lora_B"})
-                    out.write(adapter_tensor_name(l, proj, m),
+                    out.write(adapter_tensor_name<Config>(l, proj, m),
                               detail::tensor_of(block, layout.find(proj + "." + std::string(m))));
         }
     });
 }
 
 // (a) The same from host copies of blocks[0..n_layer).
-template <class R>
-void save_adapters(const std::filesystem::path& path, const gpt2_lora_config& c, const strata::param_layout& layout,
+template <class R, class Config>
+void save_adapters(const std::filesystem::path& path, const Config& c, const strata::param_layout& layout,
                    std::span<const std::span<const R>> blocks) {
     detail::check_blocks("save_adapters", c, layout, blocks);
     save_adapters_by_layer<R>(path, c, layout, blocks.size(), [&](std::size_t l) { return blocks[l]; });
 }
 
-// (b) The metadata of an adapter file; a file that is not one is a strata::error.
-inline adapter_file_info read_adapter_info(const strata::safetensors_file& file) {
+// (b) The metadata of an adapter file; a file that is not one (of `format`) is a strata::error.
+inline adapter_file_info read_adapter_info(const strata::safetensors_file& file,
+                                           std::string_view format_expected = adapter_file_format) {
     const auto& meta = file.metadata();
     const auto text = [&](const std::string& key) -> const std::string& {
         const auto it = meta.find(key);
         if (it == meta.end())
             throw strata::error("LoRA adapters: '" + file.source() + "' has no '" + key + "' in its metadata",
                                 "it is not an adapter file written by save_adapters (format " +
-                                    std::string(adapter_file_format) + ")");
+                                    std::string(format_expected) + ")");
         return it->second;
     };
     const std::string& format = text("format");
-    if (format != adapter_file_format)
+    if (format != format_expected)
         throw strata::error("LoRA adapters: '" + file.source() + "' has format '" + format + "', expected '" +
-                                std::string(adapter_file_format) + "'",
+                                std::string(format_expected) + "'",
                             "write the adapters with this version of save_adapters");
     const auto number = [&]<class T>(const std::string& key, T& value) {
         const std::string& t = text(key);
@@ -187,20 +206,21 @@ inline adapter_file_info read_adapter_info(const strata::safetensors_file& file)
     return info;
 }
 
-inline adapter_file_info read_adapter_info(const std::filesystem::path& path) {
-    return read_adapter_info(strata::safetensors_file::open(path));
+inline adapter_file_info read_adapter_info(const std::filesystem::path& path,
+                                           std::string_view format_expected = adapter_file_format) {
+    return read_adapter_info(strata::safetensors_file::open(path), format_expected);
 }
 
 // (b) The adapters of the file at `path` into blocks[0..n_layer) (host copies laid out by
 // `layout`, as for save_adapters). The file must have been written for exactly this
 // configuration (rank, alpha, targets, n_embd) and this number of blocks; base tensors are not
 // touched. Nothing is written into the blocks unless every check passes.
-template <class R>
-void load_adapters(const std::filesystem::path& path, const gpt2_lora_config& c, const strata::param_layout& layout,
+template <class R, class Config>
+void load_adapters(const std::filesystem::path& path, const Config& c, const strata::param_layout& layout,
                    std::span<const std::span<R>> blocks) {
     detail::check_blocks("load_adapters", c, layout, blocks);
     const strata::safetensors_file file = strata::safetensors_file::open(path);
-    const adapter_file_info info = read_adapter_info(file);
+    const adapter_file_info info = read_adapter_info(file, adapter_naming<Config>::format);
     const std::string from = "LoRA adapters: '" + file.source() + "' ";
     const std::string hint = "build the config from read_adapter_info(path), or load the file the model was "
                              "trained with";
@@ -217,9 +237,9 @@ void load_adapters(const std::filesystem::path& path, const gpt2_lora_config& c,
         throw strata::error(from + "target [" + detail::joined(info.targets) + "], the model [" +
                                 detail::joined(targets) + "]",
                             hint);
-    if (info.n_embd != c.n_embd)
+    if (info.n_embd != adapter_naming<Config>::n_embd(c))
         throw strata::error(from + "are for n_embd " + std::to_string(info.n_embd) + ", the model has " +
-                                std::to_string(c.n_embd),
+                                std::to_string(adapter_naming<Config>::n_embd(c)),
                             hint);
     if (info.n_layer != blocks.size())
         throw strata::error(from + "hold " + std::to_string(info.n_layer) + " layers, " +
@@ -231,7 +251,7 @@ void load_adapters(const std::filesystem::path& path, const gpt2_lora_config& c,
     for (std::size_t l = 0; l < blocks.size(); ++l)
         for (const std::string& proj : targets)
             for (std::string_view m : {"lora_A", "lora_B"}) {
-                const std::string name = adapter_tensor_name(l, proj, m);
+                const std::string name = adapter_tensor_name<Config>(l, proj, m);
                 expected.insert(name);
                 if (!file.contains(name))
                     throw strata::error(from + "has no tensor '" + name + "'",
@@ -256,7 +276,7 @@ void load_adapters(const std::filesystem::path& path, const gpt2_lora_config& c,
     for (std::size_t l = 0; l < blocks.size(); ++l)
         for (const std::string& proj : targets)
             for (std::string_view m : {"lora_A", "lora_B"})
-                file.copy_to<R>(adapter_tensor_name(l, proj, m),
+                file.copy_to<R>(adapter_tensor_name<Config>(l, proj, m),
                                 detail::tensor_of(blocks[l], layout.find(proj + "." + std::string(m))));
 }
 

@@ -54,11 +54,11 @@ gpt2_lora_model<B> make_gpt2_lora_model(const strata::gpt_config& base, gpt2_lor
                               lora, strata::layernorm_config{.channels = base.n_embd, .trainable = false});
 }
 
-// Copies every tensor of a plain GPT-2's host blocks (gpt_model's layout) into the tensor of the
-// same checkpoint name in `to` (a model with those names and more, e.g. the LoRA model); tensors
-// of `to` the plain model does not have (the adapters) are left alone. Shapes must agree.
-template <class To, class R>
-void copy_by_name(const strata::gpt_model<R, strata::cpu_backend>& from, const strata::host_blocks<R>& from_blocks,
+// Copies every tensor of a plain model's host blocks (e.g. gpt_model's layout) into the tensor of
+// the same checkpoint name in `to` (a model with those names and more, e.g. the LoRA model);
+// tensors of `to` the plain model does not have (the adapters) are left alone. Shapes must agree.
+template <class From, class To, class R>
+void copy_by_name(const From& from, const strata::host_blocks<R>& from_blocks,
                   const To& to, strata::host_blocks<R>& to_blocks) {
     std::map<std::string, std::pair<std::size_t, const strata::param_slot*>> where;
     for (std::size_t g = 0; g < from.group_count(); ++g)

@@ -204,4 +204,36 @@ refuses "is the --tokens-file input" "$llama" score --checkpoint "$learned" --to
 refuses "needs --prompt TEXT or --tokens-file" "$llama" score --checkpoint "$learned" --out "$work/x.safetensors"
 echo "x 2" > "$work/bad-ids.txt"
 refuses "is not a token id" "$llama" score --checkpoint "$learned" --tokens-file "$work/bad-ids.txt" --out "$work/x.safetensors"
+# ---- issue 16: LoRA (--lora-rank): adapters on a frozen base; resident and streamed give the same losses ----
+lora=(--data "$work/data.txt" --init-from "$ckpt" --seq-len 16 --batch 2 --accum 2 --steps 4 --eval-every 2
+      --eval-batches 2 --device cpu --lora-rank 4)
+"$llama" train "${lora[@]}" --placement resident --out "$work/lora-res" --metrics "$work/lora-res.jsonl" > "$work/lora-res.log"
+"$llama" train "${lora[@]}" --placement streamed --out "$work/lora-str" --metrics "$work/lora-str.jsonl" > "$work/lora-str.log"
+grep -q "LoRA: rank 4, alpha 8.0000 on self_attn.qkv_proj,self_attn.o_proj,mlp.gate_proj,mlp.up_proj,mlp.down_proj: .* trainable parameters; base $ckpt, frozen" \
+  "$work/lora-res.log" || fail "no LoRA line: $(grep -i lora "$work/lora-res.log")"
+[[ "$(losses "$work/lora-res.jsonl")" == "$(losses "$work/lora-str.jsonl")" ]] ||
+  fail "streamed LoRA losses differ from resident:\n$(losses "$work/lora-res.jsonl")\n---\n$(losses "$work/lora-str.jsonl")"
+lc="$work/lora-res/step-000004"
+[[ -f "$lc/adapters.safetensors" && -f "$lc/adapter_config.json" && ! -e "$lc/model.safetensors" ]] ||
+  fail "a LoRA checkpoint holds the adapters, not the base: $(ls "$lc")"
+grep -q "\"base\": \"$(cd "$ckpt" && pwd)\"" "$lc/adapter_config.json" || fail "adapter_config.json does not name the base: $(cat "$lc/adapter_config.json")"
+cmp -s "$lc/adapters.safetensors" "$work/lora-str/step-000004/adapters.safetensors" || fail "streamed adapters differ from resident"
+# the plan: gradients only for the adapters (the full run's grads row is larger)
+grads() { grep -E '^ *grads' "$1" | head -n 1; }
+"$llama" train "${tiny[@]}" --steps 1 --plan --out "$work/plan-full" > "$work/plan-full.log"
+"$llama" train "${tiny[@]}" --steps 1 --plan --lora-rank 2 --out "$work/plan-lora" > "$work/plan-lora.log"
+[[ -n "$(grads "$work/plan-lora.log")" && "$(grads "$work/plan-lora.log")" != "$(grads "$work/plan-full.log")" ]] ||
+  fail "the LoRA plan's grads row: '$(grads "$work/plan-lora.log")' (full: '$(grads "$work/plan-full.log")')"
+# without --init-from: a random base in the shape of the flags, announced
+"$llama" train "${tiny[@]}" --steps 2 --lora-rank 2 --lora-targets o_proj,mlp.down_proj --qkv-bias --out "$work/lora-rand" > "$work/lora-rand.log"
+grep -q "LoRA: rank 2, alpha 4.0000 on self_attn.o_proj,mlp.down_proj: .* base randomly initialized (seed 1337; no --init-from)" \
+  "$work/lora-rand.log" || fail "random base not announced: $(grep -i lora "$work/lora-rand.log")"
+grep -q '"base_seed": 1337' "$work/lora-rand/step-000002/adapter_config.json" || fail "adapter_config.json lacks the base's seed"
+"$llama" train "${tiny[@]}" --steps 1 --qkv-bias --out "$work/qwen2" > /dev/null  # --qkv-bias: a Qwen2 shape
+grep -q '"Qwen2ForCausalLM"' "$work/qwen2/step-000001/config.json" || fail "--qkv-bias did not write a Qwen2 config"
+refuses "target qkv_proj" "$llama" train "${tiny[@]}" --steps 1 --lora-rank 2 --lora-targets o_proj,q_proj --out "$work/x"
+refuses "'c_attn' is not a projection" "$llama" train "${tiny[@]}" --steps 1 --lora-rank 2 --lora-targets c_attn --out "$work/x"
+refuses "targeted twice" "$llama" train "${tiny[@]}" --steps 1 --lora-rank 2 --lora-targets o_proj,self_attn.o_proj --out "$work/x"
+refuses "--lora-alpha without --lora-rank" "$llama" train "${tiny[@]}" --steps 1 --lora-alpha 4 --out "$work/x"
+refuses "--lora-rank" timeout 20 "$llama" train "${tiny[@]}" --steps 1 --lora-rank -1 --out "$work/x"
 echo "strata-llama CLI: all checks passed"

@@ -6,6 +6,7 @@
 // - the planner's host bytes are the full fine-tune's minus exactly the frozen tensors'
 //   gradients and moments (plus the adapters' weights and state).
 #include "../lora_model.hpp"     // lora::make_gpt2_lora_model, upload_base_weights, merged_blocks
+#include "finetune_support.hpp"  // text, options, same, finetune, run
 #include "io/scratch_dir.hpp"    // scratch_dir
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
 
@@ -32,23 +33,7 @@ const gpt_config base_config{.vocab_size = 31, .max_seq = 8, .n_layer = 2, .n_he
 const lora::gpt2_lora_config adapters{.rank = 4, .alpha = 8.0,
                                       .targets = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"}};
 
-// Text "A" (the base model's) continues t -> t + 1; text "B" (the new one) t -> t + 3.
-std::vector<data::batch> text(int stride, int step, std::size_t B = 4, std::size_t T = 8) {
-    data::batch b;
-    for (std::size_t i = 0; i < B; ++i)
-        for (std::size_t t = 0; t < T; ++t) {
-            const auto token = static_cast<token_id>((i * 7 + t * stride + static_cast<std::size_t>(step) * 5) % 31);
-            b.inputs.push_back(token);
-            b.targets.push_back(static_cast<token_id>((token + stride) % 31));
-        }
-    return {b};
-}
-
-train_options options(double lr) {
-    train_options o{.batch = 4, .seq = 8, .accum = 1, .clip = 1.0};
-    o.schedule = {.kind = lr_kind::constant, .lr = lr, .min_lr = lr, .warmup_steps = 0, .total_steps = 100};
-    return o;
-}
+using namespace lora::finetune_support;  // text, options, same, finetune, run
 
 // The base model: a GPT trained a little on text A.
 template <class B>
@@ -58,39 +43,6 @@ host_blocks<float> train_base(B& backend) {
     t.initialize(11);
     for (int s = 0; s < 30; ++s) t.step(text(1, s));
     return download_blocks(t, trainer_t<float, B>::state_kind::params);
-}
-
-struct finetune {
-    std::vector<double> losses, norms;
-    double before = 0, after = 0;  // loss on text B, evaluated
-    host_blocks<float> initial, params, m, v;
-};
-
-template <class Trainer, class B, class Model>
-finetune run(B& backend, const Model& model, const host_blocks<float>& base, const std::filesystem::path& save_to = {}) {
-    finetune r;
-    Trainer t(backend, model, options(3e-2));
-    t.initialize(5);
-    lora::upload_base_weights(t, model, base_config, base);
-    using kind = typename Trainer::state_kind;
-    r.initial = download_blocks(t, kind::params);
-    const auto eval = text(3, 1000);
-    r.before = t.evaluate(eval);
-    for (int s = 0; s < 40; ++s) {
-        const auto res = t.step(text(3, s));
-        r.losses.push_back(res.loss);
-        r.norms.push_back(res.grad_norm);
-    }
-    r.after = t.evaluate(eval);
-    r.params = download_blocks(t, kind::params);
-    r.m = download_blocks(t, kind::adam_m);
-    r.v = download_blocks(t, kind::adam_v);
-    if (!save_to.empty()) lora::save_model_adapters(t, model, save_to);
-    return r;
-}
-
-bool same(std::span<const float> a, std::span<const float> b) {
-    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);  // memcmp of null is UB
 }
 
 }  // namespace
@@ -106,7 +58,8 @@ TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on
     using M = decltype(model);
     using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, std::remove_const_t<M>>;
     using streamed_t = trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, std::remove_const_t<M>>;
-    const auto resident = run<resident_t>(backend, model, base, dir.path() / "adapters.safetensors");
+    const auto upload = [&](auto& t) { lora::upload_base_weights(t, model, base_config, base); };
+    const auto resident = run<resident_t>(backend, model, upload, 40, dir.path() / "adapters.safetensors");
 
     // the fine-tune learned text B
     MESSAGE("loss on the new text: " << resident.before << " -> " << resident.after);
@@ -131,7 +84,7 @@ TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on
     CHECK(resident.m[0].empty());  // frozen embeddings: no moments
 
     // streamed (moments on the storage tier) gives the same bits
-    const auto streamed = run<streamed_t>(backend, model, base);
+    const auto streamed = run<streamed_t>(backend, model, upload, 40);
     CHECK(resident.losses == streamed.losses);
     CHECK(resident.norms == streamed.norms);
     for (std::size_t g = 0; g < model.group_count(); ++g) {
