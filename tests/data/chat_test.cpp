@@ -10,51 +10,33 @@
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
-#include "support/skip.hpp"  // strata::test::skip
+#include "support/chat_fixtures.hpp"  // chat_template_fixture, fixtures_dir, expected_renderings
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <algorithm>   // std::count
 #include <filesystem>  // std::filesystem
-#include <fstream>     // std::ifstream
-#include <iterator>    // std::istreambuf_iterator
 #include <map>         // std::map
 #include <string>      // std::string
 #include <vector>      // std::vector
 
 namespace chat_test {  // this file's names: an area's files compile as one unit (unity build)
 
-namespace fs = std::filesystem;
 using namespace strata::data;
 using strata::chat_message;
 using strata::chat_template;
 using strata::hf_tokenizer;
 using strata::token_id;
 
+using strata::test::chat_template_fixture;
+using strata::test::fixtures_dir;
+
 namespace {
-
-fs::path fixtures() {
-#ifdef STRATA_SOURCE_DIR
-    return fs::path(STRATA_SOURCE_DIR) / "tests" / "fixtures";
-#else
-    return fs::path(__FILE__).parent_path().parent_path() / "fixtures";
-#endif
-}
-
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    REQUIRE_MESSAGE(in.good(), "cannot read ", path.string());
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 const hf_tokenizer& tokenizer(const std::string& kind) {
     static std::map<std::string, hf_tokenizer> loaded;
     auto it = loaded.find(kind);
-    if (it == loaded.end()) it = loaded.emplace(kind, hf_tokenizer::load(fixtures() / "hf_tokenizers" / kind)).first;
+    if (it == loaded.end()) it = loaded.emplace(kind, hf_tokenizer::load(fixtures_dir() / "hf_tokenizers" / kind)).first;
     return it->second;
-}
-
-chat_template template_of(const std::string& file, const std::string& bos, const std::string& eos) {
-    return chat_template::from_source(read_file(fixtures() / "chat_templates" / file), bos, eos, file);
 }
 
 record_set chat_records(std::vector<chat_record> conversations) {
@@ -128,7 +110,7 @@ TEST_CASE("chat records: JSONL and JSON arrays of {messages}, auto-detected; err
 
 TEST_CASE("chat rows, Llama 3.1: only the assistant turns and their <|eot_id|> are trained") {
     const hf_tokenizer& tok = tokenizer("llama3");
-    const chat_template t = template_of("llama3.1.jinja", "<|begin_of_text|>", "<|eot_id|>");
+    const chat_template t = chat_template_fixture("llama3.1.jinja", "<|begin_of_text|>", "<|eot_id|>");
     data_stats stats;
     const token_dataset d = build_chat_rows(chat_records({two_turns}), tok, 256, t, stats);
     REQUIRE(d.size() == 1);
@@ -149,10 +131,10 @@ TEST_CASE("chat rows, Qwen2.5 and Llama 2: the template's end of turn is trained
     const data_stats none;
     data_stats s1 = none, s2 = none;
     const token_dataset q = build_chat_rows(chat_records({two_turns}), tokenizer("qwen2"), 256,
-                                            template_of("qwen2.5.jinja", "", "<|im_end|>"), s1);
+                                            chat_template_fixture("qwen2.5.jinja", "", "<|im_end|>"), s1);
     CHECK(trained_texts(q, tokenizer("qwen2")) == std::vector<std::string>{"2 + 2 = 4.<|im_end|>\n", "6.<|im_end|>\n"});
     const token_dataset l = build_chat_rows(chat_records({two_turns}), tokenizer("llama2"), 256,
-                                            template_of("llama2.jinja", "<s>", "</s>"), s2);
+                                            chat_template_fixture("llama2.jinja", "<s>", "</s>"), s2);
     // Llama 2's answer follows "[/INST]" with a space, which the tokenizer joins to the first word
     // ("▁2"; decoding a run drops its first "▁")
     CHECK(trained_texts(l, tokenizer("llama2")) == std::vector<std::string>{"2 + 2 = 4. </s>", "6. </s>"});
@@ -167,7 +149,7 @@ TEST_CASE("chat rows: instruction records through a chat template (user: instruc
     CHECK(conversation_of(r.examples[0])[0].content == "Translate.\n\nchat");
     CHECK(conversation_of(r.examples[1])[0].content == "Say hi.");
     data_options o{.seq_len = 64, .val_fraction = 0.0};
-    o.chat = template_of("qwen2.5.jinja", "", "<|im_end|>");
+    o.chat = chat_template_fixture("qwen2.5.jinja", "", "<|im_end|>");
     const prepared_data p = prepare_data(r, tok, o);
     CHECK(trained_texts(p.train, tok) == std::vector<std::string>{"Plaudern.<|im_end|>\n", "Hi!<|im_end|>\n"});
     CHECK(contains(p.stats.summary(), "instruct data (chat template): 2 records"));
@@ -179,7 +161,7 @@ TEST_CASE("chat rows: instruction records through a chat template (user: instruc
 
 TEST_CASE("chat rows: truncation, drops, and chat records without a template") {
     const hf_tokenizer& tok = tokenizer("qwen2");
-    const chat_template t = template_of("qwen2.5.jinja", "", "<|im_end|>");
+    const chat_template t = chat_template_fixture("qwen2.5.jinja", "", "<|im_end|>");
     const std::size_t prompt = tok.encode(t.render(std::span(two_turns).first(2), true)).size();
     data_stats cut;
     build_chat_rows(chat_records({two_turns}), tok, prompt, t, cut);
@@ -195,7 +177,7 @@ TEST_CASE("chat rows: truncation, drops, and chat records without a template") {
 
 TEST_CASE("chat rows: a template that is not prefix-stable is refused (Mistral v0.3 with a system message)") {
     const hf_tokenizer& tok = tokenizer("mistral");
-    const chat_template t = template_of("mistral-v0.3.jinja", "<s>", "</s>");
+    const chat_template t = chat_template_fixture("mistral-v0.3.jinja", "<s>", "</s>");
     data_stats stats;
     const std::string e = error_of([&] { build_chat_rows(chat_records({two_turns}), tok, 256, t, stats); });
     CHECK(contains(e, "mem record 1: the chat template mistral-v0.3.jinja is not prefix-stable"));
@@ -207,27 +189,20 @@ TEST_CASE("chat rows: a template that is not prefix-stable is refused (Mistral v
 }
 
 TEST_CASE("chat rows: the trained tokens against transformers' assistant masks (expected.json)") {
-    const fs::path expected_file = fixtures() / "chat_templates" / "expected.json";
-    if (!fs::exists(expected_file)) {
-        strata::test::skip(expected_file.string() + " is absent: run tools/make_chat_template_fixtures.py (transformers 5.x, jinja2) to compare with transformers");
-        return;
-    }
-    const nlohmann::json doc = nlohmann::json::parse(read_file(expected_file));
+    const auto doc = strata::test::expected_renderings();
+    if (!doc) return;
     std::size_t compared = 0;
-    for (const nlohmann::json& c : doc.at("cases")) {
+    for (const nlohmann::json& c : doc->at("cases")) {
         if (!c.contains("assistant_masks") || c["assistant_masks"].is_null() || c.at("add_generation_prompt")) continue;
-        const auto special = [&](const char* key) { return c[key].is_string() ? c[key].get<std::string>() : std::string(); };
-        const chat_template t = template_of(c.at("template"), special("bos_token"), special("eos_token"));
-        chat_record messages;
-        for (const auto& m : c.at("messages")) messages.push_back({m.at("role"), m.at("content")});
-        INFO(c.at("template").get<std::string>(), " ", c.at("conversation").get<std::string>());
+        const auto [t, messages, generation_prompt, label] = strata::test::expected_case_of(c);
+        INFO(label);
         const conversation_tokens got = tokenize_conversation(render_for_training(t, messages, "expected.json"), tokenizer(c.at("tokenizer")));
         CHECK(got.ids == c.at("ids").get<std::vector<token_id>>());
         std::vector<int> mask(got.trained.begin(), got.trained.end());
         CHECK(mask == c.at("assistant_masks").get<std::vector<int>>());
         ++compared;
     }
-    MESSAGE(compared, " assistant masks compared with transformers ", doc.value("transformers", std::string("?")));
+    MESSAGE(compared, " assistant masks compared with transformers ", doc->value("transformers", std::string("?")));
     CHECK(compared > 0);
 }
 

@@ -10,12 +10,12 @@
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK
 
-#include "support/skip.hpp"  // strata::test::skip
+#include "support/chat_fixtures.hpp"  // chat_template_fixture, fixtures_dir, expected_renderings
 #include <nlohmann/json.hpp>  // nlohmann::json
 
+#include <algorithm>   // std::count
 #include <filesystem>  // std::filesystem
-#include <fstream>     // std::ifstream, std::ofstream
-#include <iterator>    // std::istreambuf_iterator
+#include <fstream>     // std::ofstream
 #include <map>         // std::map
 #include <string>      // std::string
 #include <vector>      // std::vector
@@ -26,25 +26,10 @@ namespace fs = std::filesystem;
 using strata::chat_message;
 using strata::chat_template;
 
+using strata::test::chat_template_fixture;
+using strata::test::fixtures_dir;
+
 namespace {
-
-fs::path fixtures() {
-#ifdef STRATA_SOURCE_DIR
-    return fs::path(STRATA_SOURCE_DIR) / "tests" / "fixtures";
-#else
-    return fs::path(__FILE__).parent_path().parent_path() / "fixtures";
-#endif
-}
-
-std::string read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    REQUIRE_MESSAGE(in.good(), "cannot read ", path.string());
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-chat_template template_of(const std::string& file, const std::string& bos, const std::string& eos) {
-    return chat_template::from_source(read_file(fixtures() / "chat_templates" / file), bos, eos, file);
-}
 
 const std::vector<chat_message> conversation = {
     {"system", "You are a helpful assistant."},
@@ -58,7 +43,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 }  // namespace
 
 TEST_CASE("chat template: Llama 3.1") {
-    const chat_template t = template_of("llama3.1.jinja", "<|begin_of_text|>", "<|eot_id|>");
+    const chat_template t = chat_template_fixture("llama3.1.jinja", "<|begin_of_text|>", "<|eot_id|>");
     const std::string expected =
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
         "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
@@ -70,7 +55,7 @@ TEST_CASE("chat template: Llama 3.1") {
     CHECK(t.render(conversation, true) == expected + "<|start_header_id|>assistant<|end_header_id|>\n\n");
 
     // the special tokens become their ids, and the one BOS is the template's
-    const auto tok = strata::hf_tokenizer::load(fixtures() / "hf_tokenizers" / "llama3");
+    const auto tok = strata::hf_tokenizer::load(fixtures_dir() / "hf_tokenizers" / "llama3");
     const std::vector<strata::token_id> ids = tok.encode(expected);
     REQUIRE(ids.size() > 10);
     CHECK(ids[0] == *tok.bos_id());
@@ -81,7 +66,7 @@ TEST_CASE("chat template: Llama 3.1") {
 }
 
 TEST_CASE("chat template: Qwen2.5") {
-    const chat_template t = template_of("qwen2.5.jinja", "", "<|im_end|>");
+    const chat_template t = chat_template_fixture("qwen2.5.jinja", "", "<|im_end|>");
     const std::string expected =
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
         "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n"
@@ -94,14 +79,14 @@ TEST_CASE("chat template: Qwen2.5") {
           "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
           "<|im_start|>user\nHi<|im_end|>\n");
 
-    const auto tok = strata::hf_tokenizer::load(fixtures() / "hf_tokenizers" / "qwen2");
+    const auto tok = strata::hf_tokenizer::load(fixtures_dir() / "hf_tokenizers" / "qwen2");
     const std::vector<strata::token_id> ids = tok.encode(expected);
     CHECK(ids[0] == *tok.token_id_of("<|im_start|>"));
     CHECK(std::count(ids.begin(), ids.end(), *tok.token_id_of("<|im_end|>")) == 4);
 }
 
 TEST_CASE("chat template: Llama 2 chat") {
-    const chat_template t = template_of("llama2.jinja", "<s>", "</s>");
+    const chat_template t = chat_template_fixture("llama2.jinja", "<s>", "</s>");
     const std::string expected =
         "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\nWhat is 2 + 2? [/INST] 2 + 2 = 4. </s>"
         "<s>[INST] And 3 + 3? [/INST]";
@@ -117,7 +102,7 @@ TEST_CASE("chat template: Llama 2 chat") {
     }();
     CHECK(contains(e, "the template raised an exception: Conversation roles must alternate user/assistant/user/assistant/..."));
 
-    const auto tok = strata::hf_tokenizer::load(fixtures() / "hf_tokenizers" / "llama2");
+    const auto tok = strata::hf_tokenizer::load(fixtures_dir() / "hf_tokenizers" / "llama2");
     const std::vector<strata::token_id> ids = tok.encode(expected);
     CHECK(ids[0] == *tok.bos_id());
     CHECK(std::count(ids.begin(), ids.end(), *tok.bos_id()) == 2);
@@ -125,7 +110,7 @@ TEST_CASE("chat template: Llama 2 chat") {
 }
 
 TEST_CASE("chat template: Mistral 7B Instruct v0.3 (the system message joins the last user turn)") {
-    const chat_template t = template_of("mistral-v0.3.jinja", "<s>", "</s>");
+    const chat_template t = chat_template_fixture("mistral-v0.3.jinja", "<s>", "</s>");
     const std::string expected =
         "<s>[INST] What is 2 + 2?[/INST] 2 + 2 = 4.</s>[INST] You are a helpful assistant.\n\nAnd 3 + 3?[/INST]";
     CHECK(t.render(conversation, false) == expected);
@@ -134,22 +119,13 @@ TEST_CASE("chat template: Mistral 7B Instruct v0.3 (the system message joins the
 }
 
 TEST_CASE("chat template: against transformers' apply_chat_template (expected.json)") {
-    const fs::path expected_file = fixtures() / "chat_templates" / "expected.json";
-    if (!fs::exists(expected_file)) {
-        strata::test::skip(expected_file.string() + " is absent: run tools/make_chat_template_fixtures.py (transformers 5.x, jinja2) to compare with transformers");
-        return;
-    }
-    const nlohmann::json doc = nlohmann::json::parse(read_file(expected_file));
+    const auto doc = strata::test::expected_renderings();
+    if (!doc) return;
     std::map<std::string, strata::hf_tokenizer> tokenizers;
     std::size_t compared = 0;
-    for (const nlohmann::json& c : doc.at("cases")) {
-        const std::string name = c.at("template");
-        const auto special = [&](const char* key) { return c[key].is_string() ? c[key].get<std::string>() : std::string(); };
-        const chat_template t = template_of(name, special("bos_token"), special("eos_token"));
-        std::vector<chat_message> messages;
-        for (const auto& m : c.at("messages")) messages.push_back({m.at("role"), m.at("content")});
-        const bool generation_prompt = c.at("add_generation_prompt");
-        INFO(name, " ", c.at("conversation").get<std::string>(), " add_generation_prompt=", generation_prompt);
+    for (const nlohmann::json& c : doc->at("cases")) {
+        const auto [t, messages, generation_prompt, label] = strata::test::expected_case_of(c);
+        INFO(label);
         if (c.contains("error")) {
             CHECK_THROWS_AS(t.render(messages, generation_prompt), strata::error);
             continue;
@@ -158,11 +134,11 @@ TEST_CASE("chat template: against transformers' apply_chat_template (expected.js
         CHECK(text == c.at("text").get<std::string>());
         const std::string kind = c.at("tokenizer");
         auto it = tokenizers.find(kind);
-        if (it == tokenizers.end()) it = tokenizers.emplace(kind, strata::hf_tokenizer::load(fixtures() / "hf_tokenizers" / kind)).first;
+        if (it == tokenizers.end()) it = tokenizers.emplace(kind, strata::hf_tokenizer::load(fixtures_dir() / "hf_tokenizers" / kind)).first;
         CHECK(it->second.encode(text) == c.at("ids").get<std::vector<strata::token_id>>());
         ++compared;
     }
-    MESSAGE(compared, " renderings compared with transformers ", doc.value("transformers", std::string("?")));
+    MESSAGE(compared, " renderings compared with transformers ", doc->value("transformers", std::string("?")));
     CHECK(compared > 0);
 }
 

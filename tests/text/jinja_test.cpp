@@ -37,7 +37,8 @@ TEST_CASE("jinja: text, output, literals and comments") {
     CHECK(render("{{ \"q\\\"\\n\\t\\\\\" }}") == "q\"\n\t\\");
     CHECK(render("{{ '\\u00e9\\x41' }}") == "\xC3\xA9" "A");
     CHECK(render("{{ 'a' 'b' }}") == "ab");
-    CHECK(render("{{ 42 }} {{ -7 }} {{ 2.5 }} {{ 1_000 }}") == "42 -7 2.5 1000");
+    CHECK(render("{{ 42 }} {{ -7 }} {{ 2.5 }} {{ 1_000 }} {{ 1e3 }} {{ 2.5E-1 }} {{ 0.1 + 0.2 }} {{ 1e20 * 10 }}") ==
+          "42 -7 2.5 1000 1000.0 0.25 0.30000000000000004 1e+21");
     CHECK(render("{{ true }} {{ false }} {{ none }} {{ True }}") == "True False None True");
     CHECK(render("{{ [1, 'a'] }} {{ {'k': 'v'} }}") == "[1, 'a'] {'k': 'v'}");
     CHECK(render("{{ x }}|{{ x.y is defined }}", value{{"x", value::object()}}) == "{}|False");
@@ -123,12 +124,15 @@ TEST_CASE("jinja: member access, subscripts and slices") {
 TEST_CASE("jinja: filters") {
     CHECK(render("[{{ '  a b \\n' | trim }}]") == "[a b]");
     CHECK(render("{{ 'abc' | length }} {{ [1, 2] | length }} {{ {'a': 1} | count }} {{ 'hé' | length }}") == "3 2 1 2");
-    CHECK(render("{{ 'Ab' | upper }} {{ 'Ab' | lower }} {{ 'ab cd' | capitalize }}") == "AB ab Ab cd");
+    CHECK(render("{{ 'Ab' | upper }} {{ 'Ab' | lower }} {{ 'ab cd' | capitalize }} {{ 'hello world' | title }}") ==
+          "AB ab Ab cd Hello World");
     CHECK(render("{{ x | default('d') }} {{ '' | default('e', true) }} {{ 'v' | d('f') }}") == "d e v");
     CHECK(render("{{ ['a', 'b'] | join(', ') }} {{ [1, 2] | join }}") == "a, b 12");
     CHECK(render("{{ {'a': [1, 'é', none, true], 'b': {'c': 1.5}} | tojson }}") ==
           "{\"a\": [1, \"\xC3\xA9\", null, true], \"b\": {\"c\": 1.5}}");
     CHECK(render("{{ {'a': 1} | tojson(indent=2) }}") == "{\n  \"a\": 1\n}");
+    CHECK(render("{{ {'z': 1, 'a': 2} | tojson }} {{ {'z': 1, 'a': 2}.items() | list }}") ==
+          "{\"z\": 1, \"a\": 2} [['z', 1], ['a', 2]]");  // insertion order, as Python's dicts (tuples print as lists)
     CHECK(render("{{ 'q\"\\n' | tojson }}") == "\"q\\\"\\n\"");
     CHECK(render("{{ [3, 4] | first }}{{ [3, 4] | last }}{{ 5 | string }}{{ '7' | int + 1 }}{{ [1, 2] | reverse | list }}") ==
           "3458[2, 1]");

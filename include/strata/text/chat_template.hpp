@@ -73,6 +73,9 @@ public:
         return m_template.render(variables);
     }
 
+    // A special token's text, for a template that came without it (a .jinja file alone).
+    void set_special_token(const std::string& key, std::string text) { m_special[key] = std::move(text); }
+
     const std::string& name() const { return m_name; }
     std::string bos_token() const { return special("bos_token"); }
     std::string eos_token() const { return special("eos_token"); }

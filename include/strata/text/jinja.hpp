@@ -13,8 +13,8 @@
 //     [lists], (tuples), {dicts}
 //   operators: + - * / // % ** ~, == != < > <= >=, and or not, in, not in, `a if c else b`
 //   member and subscript access, negative indices, slices xs[a:b:c]
-//   filters: trim length count tojson upper lower capitalize default d join items list first last
-//     string int float replace selectattr rejectattr select reject map reverse
+//   filters: trim length count tojson upper lower capitalize title default d join items list first
+//     last string int float replace selectattr rejectattr select reject map reverse
 //   tests (`is` / `is not`): defined undefined none string number integer float boolean mapping
 //     iterable sequence true false even odd divisibleby equalto eq ne lt le gt ge lower upper in sameas
 //   methods: strings' strip lstrip rstrip startswith endswith split upper lower replace title
@@ -26,7 +26,8 @@
 //
 // Values are nlohmann::ordered_json: a JSON value as the template sees it, mappings keeping their
 // insertion order as Python's dicts do (tojson and items() show it); Jinja's undefined is a
-// discarded value (is_discarded()).
+// discarded value (is_discarded()). Tuples are lists: {{ (1, 2) }} prints [1, 2] where Python
+// prints (1, 2), the one difference in output found against jinja2 3.1.6 (text/jinja_test.cpp).
 #pragma once
 
 #include <strata/core/error.hpp>          // strata::error
@@ -313,6 +314,11 @@ public:
         return out;
     }
 
+public:
+    // The most items a range() or a repeated string may have: far beyond any chat, and a bound
+    // that keeps a hostile template from taking all memory.
+    static constexpr std::int64_t max_items = 1 << 24;
+
 private:
     enum class flow { normal, loop_break, loop_continue };
 
@@ -559,8 +565,11 @@ private:
         }
         if (op == "*" && (a.is_string() || b.is_string()) && (a.is_number_integer() || b.is_number_integer())) {
             const std::string& s = (a.is_string() ? a : b).get_ref<const std::string&>();
+            const std::int64_t times = (a.is_string() ? b : a).get<std::int64_t>();
+            if (times > 0 && s.size() * static_cast<std::size_t>(std::min<std::int64_t>(times, max_items)) > max_items)
+                fail(e.pos, "a string repeated to more than " + std::to_string(max_items) + " bytes", "no chat template needs that");
             std::string out;
-            for (std::int64_t k = (a.is_string() ? b : a).get<std::int64_t>(); k > 0; --k) out += s;
+            for (std::int64_t k = times; k > 0; --k) out += s;
             return out;
         }
         if (!a.is_number() || !b.is_number() || a.is_boolean() || b.is_boolean())

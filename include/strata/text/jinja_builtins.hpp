@@ -35,6 +35,8 @@ inline value evaluator::call(const expr& e) {
         const std::int64_t stop = args.size() > 1 ? args[1].get<std::int64_t>() : args[0].get<std::int64_t>();
         const std::int64_t step = args.size() > 2 ? args[2].get<std::int64_t>() : 1;
         if (step == 0) fail(e.pos, "range() step of 0", "use a non-zero step");
+        if ((stop - start) / step > max_items)
+            fail(e.pos, "range() of more than " + std::to_string(max_items) + " items", "no chat template needs that");
         value out = value::array();
         for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
         return out;

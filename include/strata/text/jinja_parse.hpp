@@ -212,6 +212,14 @@ private:
                 real = true;
                 for (++m_at; m_at < m_src.size() && is_digit(m_src[m_at]);) ++m_at;
             }
+            if (m_at < m_src.size() && (m_src[m_at] == 'e' || m_src[m_at] == 'E')) {  // 1e3, 2.5E-4
+                std::size_t k = m_at + 1;
+                if (k < m_src.size() && (m_src[k] == '+' || m_src[k] == '-')) ++k;
+                if (k < m_src.size() && is_digit(m_src[k])) {
+                    real = true;
+                    for (m_at = k; m_at < m_src.size() && is_digit(m_src[m_at]);) ++m_at;
+                }
+            }
             std::string digits;
             for (char d : m_src.substr(pos, m_at - pos))
                 if (d != '_') digits += d;
@@ -315,7 +323,7 @@ private:
 
 // Filters and tests the evaluator knows: the parser refuses others where they are written.
 inline constexpr std::string_view known_filters[] = {
-    "trim", "length", "count", "tojson", "upper", "lower", "capitalize", "default", "d", "join", "items", "list",
+    "trim", "length", "count", "tojson", "upper", "lower", "capitalize", "title", "default", "d", "join", "items", "list",
     "first", "last", "string", "int", "float", "replace", "selectattr", "rejectattr", "select", "reject", "map",
     "reverse"};
 inline constexpr std::string_view known_tests[] = {
@@ -383,6 +391,7 @@ private:
 
     // Statements until a block tag whose keyword is one of `stops` (left unconsumed, at its name).
     body parse_body(std::initializer_list<std::string_view> stops) {
+        if (m_open_tags.size() > max_depth) fail(peek().pos, "blocks nested more than " + std::to_string(max_depth) + " deep", "simplify the template");
         body out;
         for (;;) {
             const token& t = peek();
@@ -657,7 +666,15 @@ private:
         return lhs;
     }
 
+    // Nesting deeper than this is no chat template; refusing it keeps the recursion off the stack's end.
+    static constexpr int max_depth = 200;
+
     expr_ptr parse_unary(bool with_filters) {
+        if (++m_depth > max_depth) fail(peek().pos, "expressions nested more than " + std::to_string(max_depth) + " deep", "simplify the expression");
+        struct leave {
+            int& depth;
+            ~leave() { --depth; }
+        } guard{m_depth};
         expr_ptr e;
         if (at_op("-") || at_op("+")) {
             const token& t = next();
@@ -866,6 +883,7 @@ private:
     std::vector<token> m_tokens;
     std::size_t m_at = 0;
     std::vector<std::size_t> m_open_tags;  // the positions of the blocks being parsed, for "unterminated"
+    int m_depth = 0;                       // expressions being parsed, one inside the other
 };
 
 }  // namespace strata::jinja
