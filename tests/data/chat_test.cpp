@@ -186,6 +186,12 @@ TEST_CASE("chat rows: a template that is not prefix-stable is refused (Mistral v
     const chat_record no_system(two_turns.begin() + 1, two_turns.end());
     const token_dataset d = build_chat_rows(chat_records({no_system}), tok, 256, t, stats);
     CHECK(trained_texts(d, tok) == std::vector<std::string>{"2 + 2 = 4.</s>", "6.</s>"});
+    // the template's own refusal names the record
+    const chat_record two_users = {{"user", "a"}, {"user", "b"}, {"assistant", "c"}};
+    const std::string alternate = error_of([&] { build_chat_rows(chat_records({two_users}), tok, 256, t, stats); });
+    CHECK(contains(alternate, "mem record 1: mistral-v0.3.jinja 18:17: the template raised an exception: After the "
+                              "optional system message, conversation roles must alternate"));
+    CHECK(contains(alternate, "(hint: the conversation does not have the form this chat template accepts)"));
 }
 
 TEST_CASE("chat rows: the trained tokens against transformers' assistant masks (expected.json)") {

@@ -67,16 +67,27 @@ inline void require_prefix(std::string_view whole, std::string_view prefix, cons
 
 }  // namespace detail
 
-// `where` names the record in messages ("data.jsonl line 3").
+// `where` names the record in messages ("data.jsonl record 3"), also in the template's own errors
+// (raise_exception: "roles must alternate").
 inline rendered_conversation render_for_training(const chat_template& t, const chat_record& messages,
                                                  const std::string& where) {
-    rendered_conversation out;
-    out.text = t.render(messages, false);
     const std::span<const chat_message> all(messages);
+    const auto render = [&](std::size_t count, bool generation_prompt) {
+        try {
+            return t.render(all.first(count), generation_prompt);
+        } catch (const error& e) {
+            std::string what = e.what();
+            if (!e.hint().empty()) what.resize(what.size() - e.hint().size() - std::string(" (hint: )").size());
+            const std::string part = count == messages.size() ? "" : " (its first " + std::to_string(count) + " messages)";
+            throw error(where + part + ": " + what, e.hint());
+        }
+    };
+    rendered_conversation out;
+    out.text = render(messages.size(), false);
     for (std::size_t i = 0; i < messages.size(); ++i) {
         if (messages[i].role != "assistant") continue;
-        const std::string before = t.render(all.first(i), true);
-        const std::string through = t.render(all.first(i + 1), false);
+        const std::string before = render(i, true);
+        const std::string through = render(i + 1, false);
         detail::require_prefix(through, before, where, i, t);
         detail::require_prefix(out.text, through, where, i, t);
         if (through.size() > before.size()) out.trained.push_back({before.size(), through.size()});

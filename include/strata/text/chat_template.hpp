@@ -36,9 +36,16 @@ public:
         return t;
     }
 
-    // A tokenizer_config.json (its chat_template, bos_token and eos_token), or a .jinja file (the
-    // special tokens then come from the tokenizer_config.json next to it, when there is one).
+    // A tokenizer_config.json (its chat_template, bos_token and eos_token), a .jinja file (the
+    // special tokens then come from the tokenizer_config.json next to it, when there is one), or a
+    // model directory (find_in).
     static chat_template load(const std::filesystem::path& file) {
+        if (std::error_code ec; std::filesystem::is_directory(file, ec)) {
+            if (auto found = find_in(file)) return *found;
+            throw error("chat template: " + file.string() + " has no chat_template.jinja and no tokenizer_config.json "
+                        "with a chat_template",
+                        "pass the file that holds the template");
+        }
         if (file.extension() == ".json") return from_config(file, read_text(file));
         std::optional<nlohmann::json> config;
         if (const auto next_to = file.parent_path() / "tokenizer_config.json"; std::filesystem::is_regular_file(next_to))
