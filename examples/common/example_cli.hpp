@@ -77,7 +77,7 @@ inline std::vector<std::filesystem::path> tokenizer_files(const std::string& spe
 inline constexpr const char* chat_template_help =
     "how chat and instruction records are rendered: auto (the chat template of the model: tokenizer_config.json "
     "or chat_template.jinja beside the hf: tokenizer.json, or in the --init-from / --resume directory), none (instruction "
-    "records with the Alpaca prompt), or FILE (a tokenizer_config.json or a .jinja file); default: auto for chat "
+    "records with the Alpaca prompt), or FILE (a tokenizer_config.json, a .jinja file or a model directory); default: auto for chat "
     "records, none for instruction records";
 
 // The chat template that --chat-template `choice` names for records of `kind`: "" (the default:
