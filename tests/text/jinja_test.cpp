@@ -168,6 +168,8 @@ TEST_CASE("jinja: refusals name the construct and its line:column") {
     CHECK(contains(error_of("{% if x %}a"), "unterminated block"));
     CHECK(contains(error_of("{# open"), "unterminated comment"));
     CHECK(contains(error_of("{{ 'abc }}"), "unterminated string literal"));
+    CHECK(contains(error_of("{{ '\\U00110000' }}"), "t 1:4: a string escape names code point 1114112, which UTF-8 cannot hold"));
+    CHECK(contains(error_of("{{ '\\ud800' }}"), "which UTF-8 cannot hold"));
     CHECK(contains(error_of("{% macro f() %}{% endmacro %}"), "t 1:1: the statement {% macro %} is not supported"));
     CHECK(contains(error_of("{% endif %}"), "{% endif %} without an open block"));
     CHECK(contains(error_of("{{ frob(1) }}"), "t 1:4: unknown function 'frob'"));

@@ -5,7 +5,8 @@
 // text/jinja_parse.hpp builds the tree from the tokens; text/jinja.hpp lists the subset.
 #pragma once
 
-#include <strata/core/error.hpp>  // strata::error
+#include <strata/core/error.hpp>               // strata::error
+#include <strata/text/gpt2_pretokenizer.hpp>  // unicode::encode_utf8
 
 #include <nlohmann/json.hpp>  // nlohmann::json (numbers)
 
@@ -219,9 +220,9 @@ private:
                 case '\'': out += '\''; break;
                 case '"': out += '"'; break;
                 case '\n': break;  // a line continuation
-                case 'x': append_code_point(out, hex(2, open)); break;
-                case 'u': append_code_point(out, hex(4, open)); break;
-                case 'U': append_code_point(out, hex(8, open)); break;
+                case 'x': append_code_point(out, hex(2, open), open); break;
+                case 'u': append_code_point(out, hex(4, open), open); break;
+                case 'U': append_code_point(out, hex(8, open), open); break;
                 default: out += '\\'; out += e;
             }
         }
@@ -241,22 +242,11 @@ private:
         return std::stoul(h, nullptr, 16);
     }
 
-    static void append_code_point(std::string& out, unsigned long cp) {
-        if (cp < 0x80) {
-            out += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-            out += static_cast<char>(0xF0 | (cp >> 18));
-            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        }
+    void append_code_point(std::string& out, unsigned long cp, std::size_t open) const {
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000))
+            fail(open, "a string escape names code point " + std::to_string(cp) + ", which UTF-8 cannot hold",
+                 "write a code point up to U+10FFFF, not a surrogate");
+        unicode::encode_utf8(static_cast<char32_t>(cp), out);
     }
 
     std::string_view m_src;
