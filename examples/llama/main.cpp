@@ -325,9 +325,7 @@ int run_train(const train_args& a) {
     const auto records = data::read_records(data_path, data::parse_record_format(a.format));
     data::data_options data_options{.seq_len = a.seq_len, .val_fraction = a.val_fraction};
     data_options.chat = examples::chat_template_for(a.chat_template, records.kind, tokenizer_spec, from, tok);
-    if (data_options.chat)
-        print_line("chat template: " + data_options.chat->name() + " (bos_token \"" + data_options.chat->bos_token() +
-                   "\", eos_token \"" + data_options.chat->eos_token() + "\")");
+    if (data_options.chat) print_line("chat template: " + data_options.chat->summary());
     data::prepared_data prepared = std::visit([&](const auto& t) { return data::prepare_data(records, t, data_options); }, tok);
     const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     print_line("data: " + data_path + ": " + prepared.stats.summary());

@@ -84,6 +84,10 @@ public:
     void set_special_token(const std::string& key, std::string text) { m_special[key] = std::move(text); }
 
     const std::string& name() const { return m_name; }
+    // "NAME (bos_token "<s>", eos_token "</s>")", for a trainer to print.
+    std::string summary() const {
+        return m_name + " (bos_token \"" + bos_token() + "\", eos_token \"" + eos_token() + "\")";
+    }
     std::string bos_token() const { return special("bos_token"); }
     std::string eos_token() const { return special("eos_token"); }
     const std::string& source() const { return m_template.source(); }
