@@ -48,8 +48,30 @@ examples/llama/tests/hf_llama_fixture_test.cpp's family cases (tests/fixtures/hf
                                     head (multi-query), untied head, rope_theta 1e6
 Each checks, besides the checks above, that the parameters are those strata's model has (biases and
 lm_head included) and that from_pretrained(saved dir) gives the same logits.
+
+Each family fixture also holds a 10-step training trajectory, trajectory.safetensors (for
+examples/llama/tests/hf_llama_trajectory_test.cpp), made after and apart from the files above (its
+own random generator and a copy of the model: they stay byte for byte what they were):
+  trajectory.inputs, .targets   I32 (S, B, T)  step s trains on batch s: here the same batch at every
+                                               step (two targets -100), so that the loss falls
+  trajectory.loss               F64 (S)        the loss of each step's forward, before its update
+  trajectory.grad_norm          F64 (S)        the global gradient norm before clipping
+  final.<hf name>               F32            every parameter after the S updates
+  hparams.lr, .beta1, .beta2, .eps, .weight_decay, .clip, .steps   F64 (1)
+The update is strata's (include/strata/optim/adamw.hpp, train/clip.hpp), in torch:
+  - torch.optim.AdamW(foreach=False, fused=False): _single_tensor_adam, the one strata's AdamW
+    restates operation for operation; betas (0.9, 0.95), eps 1e-8, a constant lr 3e-3 (no warmup);
+  - weight decay 0.1 on the 2-D tensors (embed_tokens, lm_head, every nn.Linear weight), none on the
+    RMSNorm gains and Qwen2's biases (strata's param_spec decay flags);
+  - clipping at global norm 1.0 by strata's formula, written out (not clip_grad_norm_, which sums
+    per-tensor float32 norms): norm = sqrt(sum of squares in double over every element),
+    coefficient = min(1, clip / (norm + 1e-6)), and when below 1 every gradient is multiplied by
+    the coefficient rounded to float32.
+--compare-with DIR (a committed tests/fixtures/hf_llama_family) checks that config.json,
+generation_config.json, model.safetensors and reference.safetensors came out byte for byte as there.
 """
 import argparse
+import copy
 import json
 import math
 import sys
@@ -202,6 +224,84 @@ def llama3_inv_freq(spec):
     return torch.tensor(out, dtype=torch.float64)
 
 
+TRAJECTORY = dict(steps=10, lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, clip=1.0)
+COMPARED_FILES = ("config.json", "generation_config.json", "model.safetensors", "reference.safetensors")
+
+
+def strata_clip_(params, max_norm):
+    """strata's clip_grad_norm (train/clip.hpp): returns the norm before clipping."""
+    norm = math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in params))
+    coefficient = max_norm / (norm + 1e-6)
+    if coefficient < 1:  # strata skips the multiply by 1
+        c = torch.tensor(coefficient, dtype=torch.float32)  # static_cast<float>(coefficient)
+        for p in params:
+            p.grad.mul_(c)
+    return norm
+
+
+def record_trajectory(model, spec, seed, out, check):
+    """Trains a copy of `model` for TRAJECTORY["steps"] AdamW steps as strata's trainer does; writes
+    out/trajectory.safetensors. Uses its own generator (seed + 3): the other files do not change."""
+    h = TRAJECTORY
+    model = copy.deepcopy(model)  # the tied head stays tied (one Parameter, copied once)
+    model.zero_grad(set_to_none=True)
+    named = dict(model.named_parameters())
+    params = list(named.values())
+    decay = [p for p in params if p.dim() == 2]
+    no_decay = [p for p in params if p.dim() != 2]
+    check(f"{spec['name']}: trajectory: decay on {len(decay)} 2-D tensors, none on {len(no_decay)} norms/biases",
+          len(decay) + len(no_decay) == len(params) and all(
+              (p.dim() == 2) == (not n.endswith(("norm.weight", "layernorm.weight", ".bias"))) for n, p in named.items()))
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": h["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=h["lr"], betas=(h["beta1"], h["beta2"]), eps=h["eps"], foreach=False, fused=False)
+    gen = torch.Generator().manual_seed(seed + 3)
+    S, V = h["steps"], spec["v"]
+    # one batch, trained on at every step (random targets change too fast to learn in 10 steps)
+    inputs = torch.randint(0, V, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, V, (BATCH, SEQ), generator=gen, dtype=torch.int64)
+    for i in range(IGNORED):
+        targets[i % BATCH, (5 * i + 3) % SEQ] = -100
+    inputs, targets = inputs.expand(S, BATCH, SEQ).contiguous(), targets.expand(S, BATCH, SEQ).contiguous()
+    initial = {n: p.detach().clone() for n, p in named.items()}
+    losses, norms = [], []
+    for s in range(S):
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=inputs[s], use_cache=False).logits
+        loss = F.cross_entropy(logits.reshape(-1, V), targets[s].reshape(-1), ignore_index=-100)
+        loss.backward()
+        norms.append(strata_clip_(params, h["clip"]))
+        opt.step()
+        losses.append(loss.item())
+    print("  trajectory: loss " + " ".join(f"{x:.6f}" for x in losses))
+    print("  trajectory: grad norm " + " ".join(f"{x:.4f}" for x in norms))
+    check(f"{spec['name']}: trajectory: the loss fell over {S} steps", losses[-1] < losses[0], f"{losses[0]} -> {losses[-1]}")
+    check(f"{spec['name']}: trajectory: the first steps clip (norm > {h['clip']})", norms[0] > h["clip"], norms[0])
+    moved = min(float((named[n].detach() - initial[n]).abs().max()) for n in named)
+    check(f"{spec['name']}: trajectory: every parameter moved", moved > 0, moved)
+    tensors = {"trajectory.inputs": inputs.to(torch.int32).contiguous(),
+               "trajectory.targets": targets.to(torch.int32).contiguous(),
+               "trajectory.loss": torch.tensor(losses, dtype=torch.float64),
+               "trajectory.grad_norm": torch.tensor(norms, dtype=torch.float64)}
+    for k, v in h.items():
+        tensors["hparams." + k] = scalar(v)
+    for n, p in named.items():
+        tensors["final." + n] = p.detach().clone().contiguous()
+    save_file(tensors, str(out / "trajectory.safetensors"),
+              metadata={"torch": torch.__version__, "transformers": transformers.__version__, "seed": str(seed + 3),
+                        "tool": "tools/make_llama_fixture.py --family", "optimizer": "torch.optim.AdamW foreach=False"})
+    again = load_file(str(out / "trajectory.safetensors"))
+    check(f"{spec['name']}: trajectory.safetensors reads back", all(torch.equal(again[k], v) for k, v in tensors.items()))
+
+
+def compare_with(args, check):
+    for spec in FAMILY:
+        for name in COMPARED_FILES:
+            mine, theirs = args.out / spec["name"] / name, args.compare_with / spec["name"] / name
+            check(f"{spec['name']}/{name} is byte for byte {theirs}",
+                  theirs.exists() and mine.read_bytes() == theirs.read_bytes())
+
+
 def make_family(args, found, pinned_ok):
     checks, summaries = [], []
 
@@ -263,15 +363,18 @@ def make_family(args, found, pinned_ok):
                     "attention": str(attn), "seed": str(seed), "tool": "tools/make_llama_fixture.py --family",
                     "architecture": cls.__name__}
         save_file(tensors, str(out / "reference.safetensors"), metadata=metadata)
+        record_trajectory(model, spec, seed, out, check)
         summaries.append({"name": spec["name"], "architecture": cls.__name__, "loss": loss.item(),
                           "grad_norm": grad_norm, "attention": str(attn),
                           "rope_config": {k2: saved_config[k2] for k2 in ("rope_theta", "rope_parameters", "rope_scaling")
                                           if k2 in saved_config}})
     (args.out / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
+    if args.compare_with is not None:
+        compare_with(args, check)
     record = fixture_provenance.write(
         args.out, "tools/make_llama_fixture.py --family", found, pinned_ok,
         {"seed": args.seed, "device": "cpu", "dtype": "float32", "attention": ATTENTION, "batch": BATCH, "seq": SEQ,
-         "shapes": [f["name"] for f in FAMILY]}, checks)
+         "shapes": [f["name"] for f in FAMILY], "trajectory": TRAJECTORY}, checks)
     if not record["all_checks_passed"]:
         sys.exit("FAIL: " + "; ".join(c["check"] for c in checks if not c["passed"]))
     print("all checks passed")
@@ -283,6 +386,8 @@ def main():
     ap.add_argument("--seed", type=int, default=4321)
     ap.add_argument("--allow-other-versions", action="store_true")
     ap.add_argument("--family", action="store_true", help="write the Llama family fixtures (GQA, biases, llama3, untied)")
+    ap.add_argument("--compare-with", type=Path, default=None,
+                    help="--family: check that the files besides trajectory.safetensors equal those of this directory")
     args = ap.parse_args()
     found, pinned_ok = fixture_provenance.check_pins(args.allow_other_versions)
     if args.family:

@@ -3,11 +3,13 @@
 // asks for. Example code, not library code: both programs include it.
 #pragma once
 
+#include <strata/core/bytes.hpp>              // parse_bytes
 #include <strata/core/error.hpp>              // strata::error
 #include <strata/data/records.hpp>            // data::record_kind
 #include <strata/text/chat_template.hpp>      // chat_template
 #include <strata/model/activations.hpp>        // activation_policy
-#include <strata/plan/planner.hpp>            // memory_plan, placement
+#include <strata/plan/planner.hpp>            // memory_plan, placement, tier_bytes, default_budgets
+#include <strata/storage/io_engine.hpp>       // io_engine_options, io_engine_kind_from_string
 #include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
 #include <strata/text/hf_tokenizer.hpp>       // hf_tokenizer
@@ -142,6 +144,44 @@ inline bool use_cuda(const std::string& device, const std::string& program) {
                     "rebuild where nvcc is found (cmake --preset cuda-release), or use --device cpu");
     return false;
 #endif
+}
+
+// --device-budget, --host-budget, --storage-budget: each tier's bytes (e.g. 100G), overriding the
+// defaults; --io-engine and --io-workers: the storage tier's I/O engine. Into a.device_budget,
+// a.host_budget, a.storage_budget, a.io_engine, a.io_workers.
+template <class Args>
+void add_tier_options(CLI::App& train, Args& a) {
+    train.add_option("--device-budget", a.device_budget,
+                     "device tier budget in bytes (e.g. 120G; default: the GPU's free memory less a margin, a quarter of "
+                     "RAM on the CPU backend)");
+    train.add_option("--host-budget", a.host_budget, "host tier budget in bytes (default: 90% of RAM)");
+    train.add_option("--storage-budget", a.storage_budget, "storage tier budget in bytes (default: free disk at --storage-dir)");
+    train.add_option("--io-engine", a.io_engine,
+                     "storage tier I/O: auto (io_uring where the build and the kernel have it, else a thread pool), "
+                     "threads or io_uring")
+        ->check(CLI::IsMember({"auto", "threads", "io_uring"}))
+        ->capture_default_str();
+    train.add_option("--io-workers", a.io_workers, "threads of the thread-pool I/O engine (0: its default)")
+        ->check(CLI::Range(0, 1024))
+        ->capture_default_str();
+}
+
+// The storage tier's I/O engine those options ask for (empty: the library's default).
+template <class Args>
+std::optional<io_engine_options> io_options_of(const Args& a) {
+    if (a.io_engine == "auto" && a.io_workers == 0) return std::nullopt;
+    return io_engine_options{.kind = io_engine_kind_from_string(a.io_engine), .workers = a.io_workers};
+}
+
+// The budgets those options ask for, over the defaults (default_budgets of device_bytes, the
+// device tier's default, and of the storage directory).
+template <class Args>
+tier_bytes budgets_of(const Args& a, std::size_t device_bytes, const std::filesystem::path& storage_dir) {
+    tier_bytes budgets = default_budgets(device_bytes, storage_dir);
+    if (!a.device_budget.empty()) budgets.device = parse_bytes(a.device_budget, "--device-budget");
+    if (!a.host_budget.empty()) budgets.host = parse_bytes(a.host_budget, "--host-budget");
+    if (!a.storage_budget.empty()) budgets.storage = parse_bytes(a.storage_budget, "--storage-budget");
+    return budgets;
 }
 
 // --activations auto|keep|recompute|offload, and --no-checkpointing (its older spelling of keep), into

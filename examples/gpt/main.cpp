@@ -66,6 +66,8 @@ struct train_args {
     std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
     long stop_at = 0;  // stop (and save) after this step without changing the schedule
     std::string placement = "auto", device_budget, host_budget, storage_dir, storage_budget, trace;
+    std::string io_engine = "auto";  // the storage tier's I/O engine
+    std::size_t io_workers = 0;
     bool plan_only = false;
     std::string init_from;
     bool tokenizer_given = false;
@@ -410,10 +412,7 @@ int run_train(const train_args& a) {
 #ifdef STRATA_WITH_CUDA
     if (cuda) default_device = cuda_backend::default_device_budget();
 #endif
-    tier_bytes budgets = default_budgets(default_device, storage_dir);
-    if (!a.device_budget.empty()) budgets.device = parse_bytes(a.device_budget, "--device-budget");
-    if (!a.host_budget.empty()) budgets.host = parse_bytes(a.host_budget, "--host-budget");
-    if (!a.storage_budget.empty()) budgets.storage = parse_bytes(a.storage_budget, "--storage-budget");
+    const tier_bytes budgets = examples::budgets_of(a, default_device, storage_dir);
     plan_request request{.model = config, .batch = a.batch, .seq = a.seq_len, .accum = a.accum,
                          .activations = examples::activation_policy_of(a), .element_bytes = sizeof(float), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
@@ -444,7 +443,8 @@ int run_train(const train_args& a) {
     if (a.plan_only) return 0;
 
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
-                             .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir};
+                             .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir,
+                             .io = examples::io_options_of(a)};
     run_context ctx{a, prepared, eot, std::nullopt, {}, config, tokenizer_spec};
     if (init) ctx.init_blocks = std::move(init->blocks);
     if (p.where == placement::streamed || !a.trace.empty()) ctx.trace.emplace();
@@ -585,10 +585,8 @@ int main(int argc, char** argv) {
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE");
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
-    train->add_option("--device-budget", t.device_budget, "device tier budget in bytes (e.g. 512M; default: a quarter of RAM on the CPU backend)");
-    train->add_option("--host-budget", t.host_budget, "host tier budget in bytes (default: 90% of RAM)");
+    examples::add_tier_options(*train, t);
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files; puts the AdamW moments there when streaming");
-    train->add_option("--storage-budget", t.storage_budget, "storage tier budget in bytes (default: free disk at --storage-dir)");
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();

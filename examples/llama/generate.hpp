@@ -68,27 +68,28 @@ public:
 
     // The model's next-token logits (V) after `context`: its last min(size, maxT) tokens.
     std::span<const R> next_logits(std::span<const strata::token_id> context) {
-        const std::size_t V = m_model.vocab_size();
         if (context.empty()) throw strata::error("generator: an empty context", "start from the tokenizer's eot id");
-        const std::size_t T = std::min(context.size(), m_model.max_seq());
-        const auto window = context.last(T);
-        for (std::size_t i = 0; i < T; ++i)
-            if (window[i] < 0 || static_cast<std::size_t>(window[i]) >= V)
-                throw strata::error("generator: token id " + std::to_string(window[i]) + " is outside the vocabulary [0, " +
-                                        std::to_string(V) + ")",
-                                    "the tokenizer and the model must agree on the vocabulary size");
-        std::copy(window.begin(), window.end(), m_tokens.span().begin());
-        using int_view = strata::tensor_view<std::int32_t, strata::device_tier>;
-        using const_int_view = strata::tensor_view<const std::int32_t, strata::host_tier>;
-        strata::copy_async(m_backend, int_view(m_act.tokens(), strata::shape{T}),
-                           const_int_view(m_tokens.span().data(), strata::shape{T}), m_stream);
-        strata::copy_async(m_backend, int_view(m_act.targets(), strata::shape{T}),
-                           const_int_view(m_targets.span().data(), strata::shape{T}), m_stream);
-        binder bind{*this};
-        m_model.forward(bind, m_act, 1, T, m_stream);
+        const std::size_t T = std::min(context.size(), m_model.max_seq()), V = m_model.vocab_size();
+        forward(context.last(T));
         const strata::tensor_view<const R, strata::device_tier> last(m_act.logits(1, T, T - 1), strata::shape{V});
         strata::copy_async(m_backend, m_logits.view(), last, m_stream).wait();  // named: the logits, to sample
         return m_logits.span();
+    }
+
+    // The logits (T, V) of every position of `tokens` (1 <= T <= maxT), one forward: what the
+    // model predicts after each prefix. Needs a model built with head_chunk_rows >= T (the LM head
+    // keeps only its last chunk of rows).
+    std::vector<R> all_logits(std::span<const strata::token_id> tokens) {
+        const std::size_t T = tokens.size(), V = m_model.vocab_size();
+        if (T == 0 || T > m_model.max_seq())
+            throw strata::error("generator: " + std::to_string(T) + " tokens to score; the model's context holds 1 to " +
+                                    std::to_string(m_model.max_seq()),
+                                "score at most max_position_embeddings tokens");
+        forward(tokens);
+        strata::tiered_tensor<R, strata::host_tier, backend_type> host(m_backend, strata::shape{T * V}, "generate.all_logits");
+        const strata::tensor_view<const R, strata::device_tier> rows(m_act.logits(1, T, 0, T), strata::shape{T * V});
+        strata::copy_async(m_backend, host.view(), rows, m_stream).wait();  // named: the logits, to the caller
+        return {host.span().begin(), host.span().end()};
     }
 
     // Up to o.max_new_tokens tokens after `prompt` (the new ones only); stops after o.stop_at_eot.
@@ -113,6 +114,25 @@ public:
     }
 
 private:
+    // The model's forward over `window` (1 <= size <= maxT) at positions 0, 1, ...
+    void forward(std::span<const strata::token_id> window) {
+        const std::size_t T = window.size(), V = m_model.vocab_size();
+        for (std::size_t i = 0; i < T; ++i)
+            if (window[i] < 0 || static_cast<std::size_t>(window[i]) >= V)
+                throw strata::error("generator: token id " + std::to_string(window[i]) + " is outside the vocabulary [0, " +
+                                        std::to_string(V) + ")",
+                                    "the tokenizer and the model must agree on the vocabulary size");
+        std::copy(window.begin(), window.end(), m_tokens.span().begin());
+        using int_view = strata::tensor_view<std::int32_t, strata::device_tier>;
+        using const_int_view = strata::tensor_view<const std::int32_t, strata::host_tier>;
+        strata::copy_async(m_backend, int_view(m_act.tokens(), strata::shape{T}),
+                           const_int_view(m_tokens.span().data(), strata::shape{T}), m_stream);
+        strata::copy_async(m_backend, int_view(m_act.targets(), strata::shape{T}),
+                           const_int_view(m_targets.span().data(), strata::shape{T}), m_stream);
+        binder bind{*this};
+        m_model.forward(bind, m_act, 1, T, m_stream);
+    }
+
     struct binder {
         generator& g;
         const R* params(std::size_t group, stream&, strata::group_use) { return g.m_params[group].device_data().get(); }

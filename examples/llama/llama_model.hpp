@@ -31,6 +31,8 @@
 
 #include <strata/backend/cpu_backend.hpp>  // strata::cpu_backend (layouts for loading)
 #include <strata/core/error.hpp>           // strata::error
+#include <strata/core/float_formats.hpp>  // strata::float_to_bf16, float_to_f16
+#include <strata/io/hf_weights.hpp>        // strata::hf_weights (sharded, BF16 / F16 checkpoints)
 #include <strata/io/json_file.hpp>         // strata::read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
 #include <strata/model/decoder.hpp>        // strata::decoder_model, strata::decoder_config
@@ -47,6 +49,7 @@
 #include <filesystem>  // std::filesystem::path, exists
 #include <set>         // std::set
 #include <span>        // std::span
+#include <optional>    // std::optional
 #include <string>      // std::string, std::to_string
 #include <utility>     // std::pair
 #include <vector>      // std::vector
@@ -87,6 +90,10 @@ struct llama_config {
     double rope_high_freq_factor = 4.0;
     std::size_t rope_original_max = 8192;  // original_max_position_embeddings
     llama_arch arch = llama_arch::llama;
+    // config.json's bos_token_id and eos_token_id as read (eos may be a list: Llama 3.1 Instruct's
+    // three end tokens), written back as they were; null: V - 1, the end-of-text token of strata's
+    // own tokenizers at the default vocabulary (main sets the tokenizer's when --vocab pads).
+    nlohmann::json bos_token_id = nullptr, eos_token_id = nullptr;
 
     bool operator==(const llama_config&) const = default;
 
@@ -167,8 +174,8 @@ struct llama_config {
                             {"initializer_range", 0.02},
                             {"tie_word_embeddings", tie_word_embeddings},
                             {"use_cache", true},
-                            {"bos_token_id", vocab - 1},
-                            {"eos_token_id", vocab - 1},
+                            {"bos_token_id", bos_token_id.is_null() ? nlohmann::json(vocab - 1) : bos_token_id},
+                            {"eos_token_id", eos_token_id.is_null() ? nlohmann::json(vocab - 1) : eos_token_id},
                             {"torch_dtype", "float32"}};
         if (arch == llama_arch::llama) {
             j["attention_bias"] = false;
@@ -314,6 +321,14 @@ struct llama_config {
                     refuse(std::string(flag) + " " + j[flag].dump(),
                            "a Llama block has no biases (Qwen2's q/k/v biases come with model_type qwen2)");
         c.vocab = field("vocab_size");
+        for (auto [name, to] : {std::pair{"bos_token_id", &c.bos_token_id}, std::pair{"eos_token_id", &c.eos_token_id}})
+            if (present(name)) {
+                const nlohmann::json& id = j[name];
+                const bool ids = id.is_number_integer() ||
+                                 (id.is_array() && std::all_of(id.begin(), id.end(), [](const nlohmann::json& e) { return e.is_number_integer(); }));
+                if (!ids) refuse(std::string(name) + " " + id.dump(), "a token id or a list of token ids");
+                if (id != nlohmann::json(c.vocab - 1)) *to = id;  // V - 1 is what null stands for
+            }
         c.n_embd = field("hidden_size");
         c.hidden = field("intermediate_size");
         c.n_layer = field("num_hidden_layers");
@@ -488,10 +503,35 @@ strata::safetensors_writer declared_model_tensors(
     return w;
 }
 
+// What config.json says beyond the model's shape: the architecture (the shape alone gives Llama,
+// or Qwen2 with q/k/v biases) and the special token ids (alone: V - 1), as a loaded directory or
+// the trainer's tokenizer gave them. A model from a Mistral directory is written back as Mistral,
+// one from Llama 3 with its bos/eos ids.
+struct hf_identity {
+    std::optional<llama_arch> arch;
+    nlohmann::json bos_token_id = nullptr, eos_token_id = nullptr;
+
+    static hf_identity of(const llama_config& c) { return {c.arch, c.bos_token_id, c.eos_token_id}; }
+};
+
+// The config.json written for `model`: its shape, with `id`'s architecture where the shape allows
+// it (q/k/v biases only with Qwen2) and its token ids.
+template <class R, strata::Backend B>
+llama_config written_config(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
+                            const hf_identity& id) {
+    llama_config c = config_of(model);
+    if (id.arch && (*id.arch == llama_arch::qwen2) == c.qkv_bias && (*id.arch != llama_arch::mistral || c.rope_factor == 0))
+        c.arch = *id.arch;
+    c.bos_token_id = id.bos_token_id;
+    c.eos_token_id = id.eos_token_id;
+    return c;
+}
+
 // The bytes of model.safetensors + config.json, exactly.
 template <class R, strata::Backend B>
-std::uint64_t model_files_bytes(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model) {
-    return declared_model_tensors(model).file_size() + strata::json_file_text(config_of(model).to_hf_json()).size();
+std::uint64_t model_files_bytes(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
+                                const hf_identity& id = {}) {
+    return declared_model_tensors(model).file_size() + strata::json_file_text(written_config(model, id).to_hf_json()).size();
 }
 
 namespace detail {
@@ -499,7 +539,7 @@ namespace detail {
 // calls visit(g, group g's whole block) for every group in order.
 template <class R, strata::Backend B, class ForEachBlock>
 void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
-                                ForEachBlock&& for_each_block, const std::filesystem::path& dir) {
+                                ForEachBlock&& for_each_block, const std::filesystem::path& dir, const hf_identity& id) {
     declared_model_tensors(model).write_streamed(dir / "model.safetensors", [&](strata::safetensors_writer::stream& out) {
         for_each_block([&](std::size_t g, std::span<const R> block) {
             for (const auto& slot : model.groups()[g].slots()) {
@@ -513,7 +553,7 @@ void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, r
             }
         });
     });
-    strata::write_json_file(dir / "config.json", config_of(model).to_hf_json());
+    strata::write_json_file(dir / "config.json", written_config(model, id).to_hf_json());
 }
 }  // namespace detail
 
@@ -521,19 +561,20 @@ void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, r
 // blocks[g]: group g's parameter block in the model's layout (trainer download, checkpoint load).
 template <class R, strata::Backend B>
 void write_model_files(const strata::decoder_model<llama_block<R, B>, rmsnorm_layer<R, B>>& model,
-                       const std::vector<std::vector<R>>& blocks, const std::filesystem::path& dir) {
+                       const std::vector<std::vector<R>>& blocks, const std::filesystem::path& dir,
+                       const hf_identity& id = {}) {
     detail::write_model_files_by_group(
         model, [&](auto&& visit) {
             for (std::size_t g = 0; g < model.group_count(); ++g) visit(g, std::span<const R>(blocks[g]));
         },
-        dir);
+        dir, id);
 }
 
 // The same from a trainer's weights, streamed group by group (one host buffer of the largest group).
 template <class Trainer>
-void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir) {
+void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir, const hf_identity& id = {}) {
     detail::write_model_files_by_group(
-        t.model(), [&](auto&& visit) { strata::for_each_block(t, Trainer::state_kind::params, visit); }, dir);
+        t.model(), [&](auto&& visit) { strata::for_each_block(t, Trainer::state_kind::params, visit); }, dir, id);
 }
 
 // The weights of a Llama directory in strata's group layout.
@@ -542,33 +583,37 @@ struct loaded_llama {
     std::vector<std::vector<float>> blocks;
 };
 
-// Reads config.json + model.safetensors (strata-llama's checkpoints, or a Hugging Face Llama of a
-// shape strata trains: see llama_config::from_hf_json). Tensors may carry the "model." prefix or
-// not. lm_head.weight, when present, must equal embed_tokens (the head is tied); rotary inv_freq
-// buffers of older exports are skipped; any other unknown tensor, any missing one, and any dtype
-// other than float32 is an error naming it.
+// Reads config.json and the weights (strata-llama's checkpoints, or a Hugging Face Llama of a
+// shape strata trains: see llama_config::from_hf_json): one model.safetensors or shards listed by
+// model.safetensors.index.json (io/hf_weights.hpp), in float32, bfloat16 or float16 (widened to
+// float exactly), tensor by tensor. Tensors may carry the "model." prefix or not. lm_head.weight,
+// when present, must equal embed_tokens (the head is tied); rotary inv_freq buffers of older
+// exports are skipped; any other unknown tensor, any missing one, a wrong shape and any other
+// dtype is an error naming it.
 inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
-    const auto config_path = dir / "config.json", model_path = dir / "model.safetensors";
-    if (!std::filesystem::exists(config_path) || !std::filesystem::exists(model_path))
-        throw strata::error("'" + dir.string() + "' is not a Llama checkpoint: config.json or model.safetensors is missing",
+    const auto config_path = dir / "config.json";
+    if (!std::filesystem::exists(config_path) ||
+        !(std::filesystem::exists(dir / strata::hf_weights::single_file) ||
+          std::filesystem::exists(dir / strata::hf_weights::index_file)))
+        throw strata::error("'" + dir.string() + "' is not a Llama checkpoint: config.json or model.safetensors (or its index) is missing",
                             "pass a directory written by strata-llama (OUT/step-N) or a Hugging Face Llama directory");
     const auto json = strata::read_json_file(config_path);
     loaded_llama out{llama_config::from_hf_json(json, config_path.string()), {}};
     const auto model = make_llama_model<strata::cpu_backend>(out.config);
-    const auto file = strata::safetensors_file::open(model_path);
+    const auto file = strata::hf_weights::open(dir);
+    const std::string model_path = (dir / strata::hf_weights::single_file).string();
     auto key_of = [&](const std::string& name) -> std::string {
         if (file.contains(name)) return name;
         if (name.starts_with("model.") && file.contains(name.substr(6))) return name.substr(6);
         return {};
     };
     auto read = [&](const std::string& key, const std::vector<std::size_t>& shape) {
-        const auto dtype = file.info(key).dtype;
-        if (dtype != strata::safetensors_dtype::f32)
-            throw strata::error("'" + model_path.string() + "': tensor '" + key + "' has dtype " +
-                                    std::string(strata::to_string(dtype)) + "; strata trains in FP32",
-                                "convert the checkpoint to float32 (torch_dtype float32)");
+        if (file.info(key).shape != shape)
+            throw strata::error("'" + file.source_of(key) + "': tensor '" + key + "' has shape " +
+                                    strata::detail::shape_string(file.info(key).shape) + ", the model's is " + strata::detail::shape_string(shape),
+                                "the file does not match config.json");
         std::vector<float> values(strata::shape(shape).numel());
-        file.copy_to<float>(key, std::span<float>(values), shape);
+        file.read_as_float(key, std::span<float>(values));  // F32, BF16, F16 exactly; others refused by name
         return values;
     };
     std::set<std::string> used;
@@ -593,7 +638,7 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
         }
     }
     if (!missing.empty())
-        throw strata::error("'" + model_path.string() + "' lacks " + std::to_string(missing.size()) +
+        throw strata::error("'" + model_path + "' lacks " + std::to_string(missing.size()) +
                                 " tensor(s): " + detail::join(missing),
                             "the file does not match config.json (num_hidden_layers, hidden_size, vocab_size, num_key_value_heads, tie_word_embeddings)");
     std::vector<std::string> unknown;
@@ -604,7 +649,7 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
             const auto shape = file.info(embed).shape;
             const auto head = read(name, shape), wte = read(embed, shape);
             if (!std::equal(head.begin(), head.end(), wte.begin()))
-                throw strata::error("'" + model_path.string() + "': lm_head.weight differs from " + embed +
+                throw strata::error("'" + model_path + "': lm_head.weight differs from " + embed +
                                         " but config.json says tie_word_embeddings true",
                                     "set tie_word_embeddings to false for an untied head");
             continue;
@@ -612,7 +657,7 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
         unknown.push_back(name);
     }
     if (!unknown.empty())
-        throw strata::error("'" + model_path.string() + "' has tensor(s) a Llama model of this shape does not: " +
+        throw strata::error("'" + model_path + "' has tensor(s) a Llama model of this shape does not: " +
                                 detail::join(unknown),
                             "is this a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM checkpoint?");
     return out;
@@ -626,10 +671,11 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
 template <class Trainer>
 std::filesystem::path save_llama_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
                                             const std::vector<std::filesystem::path>& extra_files = {},
-                                            strata::checkpoint_contents contents = strata::checkpoint_contents::full) {
+                                            strata::checkpoint_contents contents = strata::checkpoint_contents::full,
+                                            const hf_identity& id = {}) {
     return strata::save_checkpoint(
         t, out_dir, std::move(trainer_state), extra_files,
-        [&](const std::filesystem::path& dir) { llama::write_trainer_model_files(t, dir); }, contents);
+        [&](const std::filesystem::path& dir) { llama::write_trainer_model_files(t, dir, id); }, contents);
 }
 
 // Restores what save_llama_checkpoint wrote (weights, moments, step count) into a trainer of the

@@ -4,6 +4,8 @@
 //
 //   strata-llama train [--data FILE] [options]    (strata-llama train --help)
 //   strata-llama sample --checkpoint DIR --prompt TEXT [--tokens N --temperature T --top-k K --seed S]
+//   strata-llama export --checkpoint DIR --out DIR [--dtype float32|bfloat16|float16]
+//   strata-llama score --checkpoint DIR (--prompt TEXT | --tokens-file FILE) --out FILE.safetensors
 //
 // Without --data it trains on the licence texts every Debian system has in
 // /usr/share/common-licenses (the corpus of scripts/train-demo.sh), written to OUT/corpus.txt.
@@ -16,7 +18,9 @@
 #include "../common/run_checks.hpp"     // validators, check_resume_options, require_saveable_loss, interrupt_guard
 #include "../common/run_directory.hpp"  // run_lock, probe_writable, check_outputs, write_latest
 #include "generate.hpp"     // llama::generator
+#include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
 #include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
+#include "score.hpp"        // llama::make_scoring_model, score_tokens, write_scores
 #ifdef STRATA_WITH_CUDA
 #include "llama_ops_cuda.hpp"  // llama_ops<cuda_backend>, ops<cuda_backend>
 #include <strata/cuda.hpp>     // cuda_backend
@@ -43,7 +47,9 @@
 #include <filesystem>  // std::filesystem
 #include <fstream>     // std::ofstream, std::ifstream
 #include <iostream>    // std::cout, std::cerr
+#include <limits>      // std::numeric_limits
 #include <optional>    // std::optional
+#include <sstream>     // std::istringstream
 #include <string>      // std::string
 #include <variant>     // std::variant, std::visit
 #include <vector>      // std::vector
@@ -78,7 +84,8 @@ struct train_args {
     std::string chat_template;  // --chat-template: "" (auto for chat records, none otherwise), auto, none or FILE
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, hidden = 0, seq_len = 128;
     std::size_t n_kv_head = 0, head_dim = 0;  // 0: n_head key/value heads, heads of n_embd / n_head
-    bool untied_head = false;
+    std::size_t vocab = 0;                    // embedding rows; 0: the tokenizer's (or the checkpoint's)
+    bool untied_head = false, qkv_bias = false;
     double rope_theta = 10000.0, norm_eps = 1e-5;
     std::size_t batch = 8, accum = 1;
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8, stop_at = 0;
@@ -88,6 +95,10 @@ struct train_args {
     std::string out = "runs/llama", metrics, device = "auto";
     std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
     std::string placement = "auto", moments = "host", storage_dir;
+    std::string device_budget, host_budget, storage_budget;  // bytes per tier (empty: the defaults)
+    std::string io_engine = "auto";                          // the storage tier's I/O engine
+    std::size_t io_workers = 0;
+    bool plan_only = false;                                  // --plan: print the plan and stop
     int threads = 0;
     bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
     std::string activations = "auto";
@@ -128,6 +139,7 @@ struct run_context {
     token_id eot;
     std::string tokenizer;                  // "byte", "gpt2:DIR" or "hf:PATH"
     std::vector<std::vector<float>> init;   // --init-from's weights (empty: random initialization)
+    llama::hf_identity identity;            // the architecture and token ids config.json keeps
 };
 
 template <class Trainer, class B>
@@ -168,7 +180,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     // The weights and config as a Hugging Face Llama directory, AdamW's moments (--save full) and
     // the trainer state.
     const checkpoint_contents contents = examples::contents_of_save(a.save);
-    auto save = [&] { return llama::save_llama_checkpoint(t, a.out, trainer_state(), extra_files, contents); };
+    auto save = [&] { return llama::save_llama_checkpoint(t, a.out, trainer_state(), extra_files, contents, ctx.identity); };
 
     progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
     fs::path last_saved;
@@ -177,7 +189,7 @@ int train_loop(B& backend, const llama::llama_model<B>& model, const train_optio
     // Before step 1: every checkpoint this run writes fits in --out (its exact bytes, from the
     // model's group layouts), or the run is refused now rather than at its final save.
     const std::uint64_t one_checkpoint = examples::mean_checkpoint_bytes(
-        checkpoint_bytes(model, contents, llama::model_files_bytes(model), 0, extra_files), trainer_state(),
+        checkpoint_bytes(model, contents, llama::model_files_bytes(model, ctx.identity), 0, extra_files), trainer_state(),
         t.step_count(), stop, a.save_every, a.save);
     examples::check_checkpoints_fit(a, one_checkpoint, t.step_count(), stop);
     // A checkpoint is written last, then OUT/latest names it; never one of a diverged run. With
@@ -302,24 +314,38 @@ int run_train(const train_args& a) {
         if (!a.tokenizer_given) tokenizer_spec = tokenizer_of_checkpoint(from);
     }
     const auto tok = make_tokenizer(tokenizer_spec);
+    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
-    llama::llama_config config{.vocab = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head,
+    if (a.vocab != 0 && a.vocab < vocab)
+        throw error("--vocab " + std::to_string(a.vocab) + " is smaller than the tokenizer's " + std::to_string(vocab) +
+                        " tokens (" + tokenizer_spec + ")",
+                    "pass --vocab 0 (the tokenizer's) or at least " + std::to_string(vocab));
+    llama::llama_config config{.vocab = a.vocab ? a.vocab : vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head,
                                .n_embd = a.n_embd, .hidden = a.hidden ? a.hidden : llama::default_hidden(a.n_embd),
                                .eps = a.norm_eps, .rope_theta = a.rope_theta,
                                .n_kv_head = a.n_kv_head == a.n_head ? 0 : a.n_kv_head,
                                .head_dim = a.head_dim == a.n_embd / a.n_head && a.n_embd % a.n_head == 0 ? 0 : a.head_dim,
-                               .tie_word_embeddings = !a.untied_head};
+                               .tie_word_embeddings = !a.untied_head, .qkv_bias = a.qkv_bias,
+                               .arch = a.qkv_bias ? llama::llama_arch::qwen2 : llama::llama_arch::llama};
     if (init) {
-        if (init->config.vocab != vocab)
-            throw error(from + " has a vocabulary of " + std::to_string(init->config.vocab) + " tokens, the tokenizer " +
-                            tokenizer_spec + " has " + std::to_string(vocab),
+        // A model may have more embedding rows than its tokenizer has tokens (Qwen2.5: 152064 rows,
+        // 151665 tokens; the rows past the tokenizer are never an input), never fewer.
+        if (init->config.vocab < vocab)
+            throw error(from + " has a vocabulary of " + std::to_string(init->config.vocab) + " tokens, fewer than the " +
+                            std::to_string(vocab) + " of the tokenizer " + tokenizer_spec,
                         "train with the tokenizer the model was trained with (--tokenizer)");
+        if (a.vocab != 0 && a.vocab != init->config.vocab)
+            throw error("--vocab " + std::to_string(a.vocab) + " differs from the " + std::to_string(init->config.vocab) +
+                            " rows of " + from,
+                        "leave --vocab out: the checkpoint's shape is used");
         if (a.seq_len > init->config.max_seq)
             throw error("--seq-len " + std::to_string(a.seq_len) + " exceeds the context of " + from + " (" +
                             std::to_string(init->config.max_seq) + ")",
                         "lower --seq-len");
         config = init->config;
     }
+    if (!init && eot != static_cast<token_id>(config.vocab - 1))  // --vocab pads: name the tokenizer's end of text
+        config.bos_token_id = config.eos_token_id = eot;
     config.validate();
     const std::string data_path = a.data.empty() ? default_corpus(a.out).string() : a.data;
     const auto records = data::read_records(data_path, data::parse_record_format(a.format));
@@ -327,7 +353,6 @@ int run_train(const train_args& a) {
     data_options.chat = examples::chat_template_for(a.chat_template, records.kind, tokenizer_spec, from, tok);
     if (data_options.chat) print_line("chat template: " + data_options.chat->summary());
     data::prepared_data prepared = std::visit([&](const auto& t) { return data::prepare_data(records, t, data_options); }, tok);
-    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     print_line("data: " + data_path + ": " + prepared.stats.summary());
 
     train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
@@ -342,11 +367,12 @@ int run_train(const train_args& a) {
 #ifdef STRATA_WITH_CUDA
     if (cuda) device_bytes = cuda_backend::default_device_budget();
 #endif
-    const tier_bytes budgets = default_budgets(device_bytes, a.storage_dir);
+    const tier_bytes budgets = examples::budgets_of(a, device_bytes, a.storage_dir);
     // No --storage-dir: the backend's own temporary directory, removed at the end.
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
-                             .storage_bytes = budgets.storage, .storage_dir = a.storage_dir};
-    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}};
+                             .storage_bytes = budgets.storage, .storage_dir = a.storage_dir,
+                             .io = examples::io_options_of(a)};
+    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, llama::hf_identity::of(config)};
     if (init && a.resume.empty()) ctx.init = std::move(init->blocks);
 
     return on_backend(cuda, tiers, [&]<class B>(B& backend) {
@@ -368,6 +394,7 @@ int run_train(const train_args& a) {
                    " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
                    std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
         print_line(p.to_table());
+        if (a.plan_only) return 0;
         return train_on(backend, p, model, o, ctx);
     });
 }
@@ -399,6 +426,87 @@ int run_sample(const sample_args& a) {
     });
 }
 
+// ---- export ----
+
+struct export_args {
+    std::string checkpoint, out, dtype = "float32";
+};
+
+int run_export(const export_args& a) {
+    const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
+    llama::export_llama_directory(checkpoint, a.out, llama::parse_weight_dtype(a.dtype));
+    print_line("exported " + checkpoint.string() + " to " + a.out + " (" + a.dtype +
+               " weights, config.json, tokenizer files; no optimizer or trainer state)");
+    return 0;
+}
+
+// ---- score ----
+
+struct score_args {
+    std::string checkpoint, prompt, tokens_file, out, device = "auto";
+    bool overwrite = false;
+};
+
+// Token ids written as integers separated by white space or commas (a JSON list too).
+std::vector<token_id> read_token_ids(const fs::path& file) {
+    std::ifstream in(file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : text)
+        if (c == ',' || c == '[' || c == ']') c = ' ';
+    std::istringstream words(text);
+    std::vector<token_id> ids;
+    std::string word;
+    while (words >> word) {
+        std::size_t used = 0;
+        long long id = -1;
+        try {
+            id = std::stoll(word, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != word.size() || id < 0 || id > std::numeric_limits<token_id>::max())
+            throw error("--tokens-file '" + file.string() + "': '" + word + "' is not a token id",
+                        "write non-negative integers separated by spaces or commas");
+        ids.push_back(static_cast<token_id>(id));
+    }
+    return ids;
+}
+
+int run_score(const score_args& a) {
+    const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
+    const std::vector<examples::named_path> inputs{{"--checkpoint", checkpoint}, {"--tokens-file", a.tokens_file}};
+    for (const auto& [flag, in] : inputs)
+        if (!in.empty() && examples::is_within(a.out, in))
+            throw error("--out '" + a.out + "' is the " + flag + " input '" + in.string() +
+                            "' or inside it: writing it would change the input",
+                        "pick another path for --out");
+    if (fs::is_directory(a.out)) throw error("--out '" + a.out + "' is a directory", "pass a file path for --out");
+    if (fs::exists(a.out) && !a.overwrite)
+        throw error("--out '" + a.out + "' exists: refusing to overwrite it", "pick another path, or pass --overwrite");
+    auto loaded = llama::load_llama_files(checkpoint);
+    std::vector<token_id> ids;
+    if (!a.tokens_file.empty()) {
+        ids = read_token_ids(a.tokens_file);
+    } else {
+        const auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
+        ids = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
+    }
+    if (ids.size() > loaded.config.max_seq)
+        throw error(std::to_string(ids.size()) + " tokens to score; the model's context is " +
+                        std::to_string(loaded.config.max_seq),
+                    "score a shorter text (at most max_position_embeddings tokens)");
+    const tier_options tiers{.device_bytes = physical_memory_bytes() / 4, .host_bytes = physical_memory_bytes() / 4};
+    return on_backend(examples::use_cuda(a.device, "strata-llama"), tiers, [&]<class B>(B& backend) {
+        const auto model = llama::make_scoring_model<B>(loaded.config, ids.size());
+        llama::generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
+        const auto scores = llama::score_tokens(gen, ids, loaded.config.vocab);
+        llama::write_scores(a.out, scores);
+        print_line("scored " + std::to_string(ids.size()) + " tokens: mean next-token loss " + format_loss(scores.loss) +
+                   "; input_ids, logits (" + std::to_string(ids.size()) + " x " + std::to_string(loaded.config.vocab) +
+                   ") and loss written to " + a.out);
+        return 0;
+    });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -421,7 +529,9 @@ int main(int argc, char** argv) {
     train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str()->check(count_in(1, 1L << 20));
     train->add_option("--n-kv-head", t.n_kv_head, "key/value heads, grouped-query attention (0: --n-head; must divide --n-head)")->capture_default_str()->check(count_in(0, 4096));
     train->add_option("--head-dim", t.head_dim, "channels per attention head, even (0: n-embd / n-head)")->capture_default_str()->check(count_in(0, 1L << 16));
+    train->add_option("--vocab", t.vocab, "embedding rows (0: the tokenizer's; more pads the vocabulary, e.g. 128256 for Llama 3's shape)")->capture_default_str()->check(count_in(0, 1L << 24));
     train->add_flag("--untied-head", t.untied_head, "an LM head of its own (lm_head.weight) instead of the token embedding's transpose");
+    train->add_flag("--qkv-bias", t.qkv_bias, "biases on the q, k and v projections (Qwen2's; written back as Qwen2ForCausalLM)");
     train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str()->check(count_in(0, 1L << 22));
     train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str()->check(real_in(1e-6, 1e12));
     train->add_option("--norm-eps", t.norm_eps, "RMSNorm epsilon")->capture_default_str()->check(real_in(1e-30, 1));
@@ -450,6 +560,8 @@ int main(int argc, char** argv) {
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     train->add_option("--moments", t.moments, "home of the AdamW moments when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
+    examples::add_tier_options(*train, t);
+    train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
     examples::add_activation_options(*train, t);
@@ -464,6 +576,22 @@ int main(int argc, char** argv) {
     sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
     sample->add_option("--device", s.device, "cpu, cuda or auto")->capture_default_str();
 
+    export_args e;
+    auto* exporter = app.add_subcommand("export", "write a checkpoint as a Hugging Face directory (weights, config, tokenizer) that transformers loads");
+    exporter->add_option("--checkpoint", e.checkpoint, "checkpoint directory (OUT/step-N, or OUT for its latest)")->required()->check(CLI::ExistingDirectory);
+    exporter->add_option("--out", e.out, "the directory to write (must not exist, or be empty)")->required();
+    exporter->add_option("--dtype", e.dtype, "dtype of the exported weights (bfloat16 and float16: rounded to nearest even)")->check(CLI::IsMember({"float32", "bfloat16", "float16"}))->capture_default_str();
+
+    score_args sc;
+    auto* scorer = app.add_subcommand("score", "write a checkpoint's logits and mean next-token loss on a text or token ids to a safetensors file");
+    scorer->add_option("--checkpoint", sc.checkpoint, "checkpoint directory (OUT/step-N, OUT for its latest, or a Hugging Face Llama directory)")->required()->check(CLI::ExistingDirectory);
+    auto* score_prompt = scorer->add_option("--prompt", sc.prompt, "text to score (the checkpoint's tokenizer encodes it)");
+    auto* score_ids = scorer->add_option("--tokens-file", sc.tokens_file, "token ids to score: integers separated by spaces or commas")->check(CLI::ExistingFile);
+    score_prompt->excludes(score_ids);
+    scorer->add_option("--out", sc.out, "safetensors file to write: input_ids (T), logits (T, V), loss")->required();
+    scorer->add_option("--device", sc.device, "cpu, cuda or auto")->capture_default_str();
+    scorer->add_flag("--overwrite", sc.overwrite, "replace an existing --out file");
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (train->parsed()) {
@@ -471,6 +599,12 @@ int main(int argc, char** argv) {
             t.tokenizer_given = train->count("--tokenizer") > 0;
             if (!t.resume.empty()) t.resume = examples::resolve_checkpoint(t.resume).string();
             return run_train(t);
+        }
+        if (exporter->parsed()) return run_export(e);
+        if (scorer->parsed()) {
+            if (!scorer->count("--prompt") && !scorer->count("--tokens-file"))
+                throw error("score needs --prompt TEXT or --tokens-file FILE", "give one of them");
+            return run_score(sc);
         }
         return run_sample(s);
     } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <strata/nn/cpu_ops.hpp>  // ops<cpu_backend>: first, so the CPU kernels are seen
 
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+#include "support/parity.hpp"    // test::compare, relative, forward_logits
 
 #include <strata/data/loader.hpp>       // data::batch
 #include <strata/io/json_file.hpp>      // read_json_file
@@ -35,6 +36,7 @@
 namespace hf_parity_test {  // this file's names: an area's files compile as one unit (unity build)
 
 using namespace strata;
+using test::compare, test::difference, test::relative;
 namespace fs = std::filesystem;
 
 namespace {
@@ -66,30 +68,16 @@ fs::path fixtures_dir() {
 }
 
 // One shape: the HF directory as strata loads it, and torch's reference.
-struct fixture {
+struct fixture : test::reference {
     std::string name;
     fs::path dir;
     loaded_model<float> hf;
-    safetensors_file ref;
-    std::size_t batch, seq;
 
     explicit fixture(const std::string& shape_name)
-        : name(shape_name),
+        : reference(fixtures_dir() / shape_name / "reference.safetensors"),
+          name(shape_name),
           dir(fixtures_dir() / shape_name),
-          hf(load_model_files<float>(dir)),
-          ref(safetensors_file::open(dir / "reference.safetensors")),
-          batch(ref.info("inputs").shape.at(0)),
-          seq(ref.info("inputs").shape.at(1)) {}
-
-    data::batch tokens() const {
-        const auto in = ref.get<std::int32_t>("inputs"), out = ref.get<std::int32_t>("targets");
-        return {{in.begin(), in.end()}, {out.begin(), out.end()}, {}};
-    }
-    double scalar(const std::string& key) const { return ref.get<double>(key, {1})[0]; }
-    std::span<const double> series(const std::string& key) const { return ref.get<double>(key); }
-    std::span<const float> tensor(const std::string& key, const std::vector<std::size_t>& shape) const {
-        return ref.get<float>(key, shape);
-    }
+          hf(load_model_files<float>(dir)) {}
 
     train_options options(double clip) const {
         train_options o{.batch = batch, .seq = seq, .accum = 1, .clip = clip};
@@ -102,85 +90,16 @@ struct fixture {
     }
 };
 
-// The largest difference of two tensors, where it is, and the first value pairs: what a failure prints.
-struct difference {
-    double max_diff = 0, max_ref = 0;
-    std::size_t worst = 0;
-    std::string report;
-
-    double normalized() const { return max_ref > 0 ? max_diff / max_ref : (max_diff > 0 ? 1.0 : 0.0); }
-};
-
-difference compare(const std::string& what, std::span<const float> got, std::span<const float> want) {
-    difference d;
-    if (got.size() != want.size()) {
-        d.max_diff = 1e30;
-        d.report = what + ": " + std::to_string(got.size()) + " values, torch has " + std::to_string(want.size());
-        return d;
-    }
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        const double diff = std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i]));
-        if (!(diff <= d.max_diff)) d.max_diff = diff, d.worst = i;  // a NaN becomes the worst
-        d.max_ref = std::max(d.max_ref, std::abs(static_cast<double>(want[i])));
-    }
-    char line[256];
-    std::snprintf(line, sizeof line, "%s: normalized error %.3g (max |strata - torch| %.3g at [%zu]: %.9g vs %.9g; max |torch| %.3g); first pairs:",
-                  what.c_str(), d.normalized(), d.max_diff, d.worst, got.empty() ? 0.0 : static_cast<double>(got[d.worst]),
-                  want.empty() ? 0.0 : static_cast<double>(want[d.worst]), d.max_ref);
-    d.report = line;
-    for (std::size_t i = 0; i < std::min<std::size_t>(4, got.size()); ++i) {
-        std::snprintf(line, sizeof line, " (%.9g, %.9g)", static_cast<double>(got[i]), static_cast<double>(want[i]));
-        d.report += line;
-    }
-    return d;
-}
-
-double relative(double got, double want) { return std::abs(got - want) / std::abs(want); }
-
 std::vector<float> slot_values(const host_blocks<float>& blocks, std::size_t g, const param_slot& slot) {
     const float* p = blocks[g].data() + slot.offset;
     return {p, p + slot.spec.shape.numel()};
 }
 
-// Gives the model device copies of the weights (forward only).
-template <class B>
-struct device_weights {
-    std::vector<tiered_tensor<float, device_tier, B>> blocks;
-    device_weights(B& backend, const host_blocks<float>& host, typename B::stream& s) {
-        for (std::size_t g = 0; g < host.size(); ++g) {
-            tiered_tensor<float, host_tier, B> staged(backend, shape{host[g].size()}, "weights.host");
-            std::copy(host[g].begin(), host[g].end(), staged.span().begin());
-            blocks.emplace_back(backend, shape{host[g].size()}, "weights");
-            blocks.back().copy_from(staged, s).wait();  // named: the staging buffer is freed next
-        }
-    }
-    const float* params(std::size_t g, typename B::stream&, group_use) { return blocks[g].device_data().get(); }
-    float* grads(std::size_t g, typename B::stream&) {
-        throw error("device_weights: gradients of group " + std::to_string(g) + " asked for in a forward pass",
-                    "only model.forward may run with this binder");
-    }
-    void done(std::size_t, typename B::stream&, group_use) {}
-};
-
 // strata's logits (B, T, V) for the fixture's batch with `blocks` as weights.
 template <class B>
 std::vector<float> strata_logits(B& backend, const fixture& f, const host_blocks<float>& blocks) {
-    using model_b = gpt_model<float, B>;
-    model_b model(f.hf.config);
-    auto s = backend.make_stream("parity");
-    typename model_b::activations act(backend, model, f.batch, f.seq, kept_activations::all());
-    const std::size_t BT = f.batch * f.seq, V = f.hf.config.vocab_size;
-    const data::batch b = f.tokens();
-    tiered_tensor<std::int32_t, host_tier, B> tokens(backend, shape{BT}, "tokens"), targets(backend, shape{BT}, "targets");
-    std::copy(b.inputs.begin(), b.inputs.end(), tokens.span().begin());
-    std::copy(b.targets.begin(), b.targets.end(), targets.span().begin());
-    act.tokens_tensor().copy_from(tokens, s);
-    act.targets_tensor().copy_from(targets, s);
-    device_weights<B> bind(backend, blocks, s);
-    model.forward(bind, act, f.batch, f.seq, s);
-    tiered_tensor<float, host_tier, B> logits(backend, shape{BT * V}, "logits");
-    copy_async(backend, logits.view(), tensor_view<const float, device_tier>(act.logits(f.batch, f.seq, 0, BT), shape{BT * V}), s).wait();
-    return {logits.span().begin(), logits.span().end()};
+    return test::forward_logits(backend, gpt_model<float, B>(f.hf.config), blocks, f.tokens(), f.batch, f.seq,
+                                kept_activations::all());
 }
 
 template <class Trainer>

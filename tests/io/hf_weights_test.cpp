@@ -2,7 +2,7 @@
 // of the 65536 patterns of each, against a reference built from the fields in double precision),
 // float -> bfloat16 rounding, header-only safetensors files read tensor by tensor, and sharded
 // directories with model.safetensors.index.json, including every way the index and shards disagree.
-#include <strata/core/float_formats.hpp>  // bf16_to_float, f16_to_float, float_to_bf16
+#include <strata/core/float_formats.hpp>  // bf16_to_float, f16_to_float, float_to_bf16, float_to_f16
 #include <strata/io/hf_weights.hpp>       // hf_weights
 #include <strata/io/safetensors.hpp>      // safetensors_writer, safetensors_file
 
@@ -116,6 +116,49 @@ TEST_CASE("float -> bfloat16 rounds to nearest, ties to even, and round-trips ev
     const std::uint16_t nan = strata::float_to_bf16(-std::bit_cast<float>(0x7F800001u));  // a signalling NaN's lowest payload
     CHECK((nan & 0x8000) != 0);
     CHECK(std::isnan(strata::bf16_to_float(nan)));
+}
+
+TEST_CASE("float -> float16 rounds to nearest, ties to even, and round-trips every float16") {
+    for (std::uint32_t i = 0; i < 65536; ++i) {
+        const auto bits = static_cast<std::uint16_t>(i);
+        if (((bits >> 10) & 0x1F) == 0x1F && (bits & 0x3FF) != 0) continue;  // NaNs: below
+        CHECK(strata::float_to_f16(strata::f16_to_float(bits)) == bits);
+    }
+    // Against a reference: the nearer of the two float16 neighbours of |v| in double (found by
+    // bisection over the ordered positive patterns), ties to the even one; from 65520 up: infinity.
+    const auto reference = [](float v) -> std::uint16_t {
+        const auto sign = static_cast<std::uint16_t>(std::signbit(v) ? 0x8000 : 0);
+        const double a = std::abs(static_cast<double>(v));
+        if (a >= 65520.0) return sign | 0x7C00;
+        std::uint16_t lo = 0, hi = 0x7BFF;  // the largest pattern with value <= a
+        while (lo < hi) {
+            const auto mid = static_cast<std::uint16_t>((lo + hi + 1) / 2);
+            if (strata::f16_to_float(mid) <= a) lo = mid; else hi = static_cast<std::uint16_t>(mid - 1);
+        }
+        const auto up = static_cast<std::uint16_t>(lo + 1);
+        const double dlo = a - strata::f16_to_float(lo), dhi = (up == 0x7C00 ? 65536.0 : strata::f16_to_float(up)) - a;
+        return sign | (dlo < dhi ? lo : dhi < dlo ? up : (lo & 1) ? up : lo);
+    };
+    std::mt19937 gen(11);
+    std::uniform_int_distribution<std::uint32_t> any;
+    std::uniform_real_distribution<float> exponent(-30.0f, 17.0f);  // subnormals to past the largest
+    for (int n = 0; n < 200000; ++n) {
+        const float v = n % 2 ? std::bit_cast<float>(any(gen)) : std::ldexp(1.0f + (any(gen) >> 9) * 0x1p-23f, int(exponent(gen)));
+        if (std::isnan(v)) continue;
+        CAPTURE(std::bit_cast<std::uint32_t>(v));
+        CHECK(strata::float_to_f16(v) == (std::isinf(v) ? (std::signbit(v) ? 0xFC00 : 0x7C00) : reference(v)));
+    }
+    // every tie between neighbours (the midpoints are floats): to the even pattern
+    for (std::uint16_t bits = 0; bits < 0x7BFF; ++bits) {
+        const float mid = static_cast<float>((double(strata::f16_to_float(bits)) + strata::f16_to_float(bits + 1)) / 2);
+        CHECK(strata::float_to_f16(mid) == ((bits & 1) ? bits + 1 : bits));
+    }
+    CHECK(strata::float_to_f16(65519.0f) == 0x7BFF);  // below the tie with infinity
+    CHECK(strata::float_to_f16(65520.0f) == 0x7C00);  // the tie: to infinity (even)
+    CHECK(strata::float_to_f16(-0.0f) == 0x8000);
+    const std::uint16_t nan = strata::float_to_f16(-std::bit_cast<float>(0x7F800001u));
+    CHECK((nan & 0x8000) != 0);
+    CHECK(std::isnan(strata::f16_to_float(nan)));
 }
 
 TEST_CASE("read_as_float: F32, BF16 and F16 tensors, from a whole file and from a header-only one") {

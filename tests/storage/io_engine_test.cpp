@@ -298,7 +298,7 @@ TEST_CASE("a completion that is not waited for still waits in its destructor") {
     }
 }
 
-TEST_CASE("engine choice: options, the environment, and io_uring asked for without liburing") {
+TEST_CASE("engine choice: options, names, and io_uring asked for without liburing") {
     auto pool = make_io_engine({.kind = io_engine_kind::thread_pool, .workers = 3});
     CHECK(pool->kind() == "thread pool");
     CHECK(pool->in_flight_limit() == 3);
@@ -309,20 +309,13 @@ TEST_CASE("engine choice: options, the environment, and io_uring asked for witho
     CHECK(!shared_io_engine().kind().empty());
     CHECK(&shared_io_engine() == &shared_io_engine());
 
-    ::setenv("STRATA_IO_ENGINE", "threads", 1);
-    ::setenv("STRATA_IO_WORKERS", "5", 1);
-    auto o = io_engine_options_from_environment();
-    CHECK(o.kind == io_engine_kind::thread_pool);
-    CHECK(o.workers == 5);
-    ::setenv("STRATA_IO_ENGINE", "fast", 1);
-    CHECK_THROWS_WITH_AS(io_engine_options_from_environment(), doctest::Contains("use auto, threads or io_uring"),
+
+    // The names a program's option takes; the library reads no environment variable.
+    CHECK(io_engine_kind_from_string("auto") == io_engine_kind::automatic);
+    CHECK(io_engine_kind_from_string("threads") == io_engine_kind::thread_pool);
+    CHECK(io_engine_kind_from_string("io_uring") == io_engine_kind::io_uring);
+    CHECK_THROWS_WITH_AS(io_engine_kind_from_string("fast"), doctest::Contains("use auto, threads or io_uring"),
                          strata::error);
-    ::setenv("STRATA_IO_ENGINE", "auto", 1);
-    ::setenv("STRATA_IO_WORKERS", "4x", 1);
-    CHECK_THROWS_WITH_AS(io_engine_options_from_environment(), doctest::Contains("not a worker count"), strata::error);
-    ::unsetenv("STRATA_IO_ENGINE");
-    ::unsetenv("STRATA_IO_WORKERS");
-    CHECK(io_engine_options_from_environment().kind == io_engine_kind::automatic);
 }
 
 TEST_CASE("storage_file round-trips ranges around chunk and bounce boundaries, aligned or not, on every engine") {

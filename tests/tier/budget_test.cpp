@@ -80,4 +80,21 @@ TEST_CASE_TEMPLATE("storage-tier files are named after their tensor and removed 
     CHECK_FALSE(std::filesystem::exists(path));
 }
 
+TEST_CASE_TEMPLATE("a backend's storage files use the I/O engine its tier_options ask for", B, STRATA_TEST_BACKENDS) {
+    tier_options options = small_tiers();
+    options.io = io_engine_options{.kind = io_engine_kind::thread_pool, .workers = 3};
+    auto backend = test::make_backend<B>(options);
+    if (!backend) return;
+    tiered_tensor<float, storage_tier, B> a(*backend, {10}, "a"), b(*backend, {10}, "b");
+    io_engine& engine = a.view().file()->engine();
+    CHECK(&engine == &b.view().file()->engine());  // one engine per backend
+    CHECK(&engine != &shared_io_engine());
+    CHECK(engine.kind() == "thread pool");
+    CHECK(engine.in_flight_limit() == 3);
+
+    auto plain = test::make_backend<B>(small_tiers());  // no engine named: the process's
+    tiered_tensor<float, storage_tier, B> c(*plain, {10}, "c");
+    CHECK(&c.view().file()->engine() == &shared_io_engine());
+}
+
 }  // namespace budget_test

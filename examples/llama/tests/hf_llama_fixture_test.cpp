@@ -7,6 +7,7 @@
 // one with the block's CUDA kernels; skipped, visibly, without a GPU). Negative controls show that
 // the comparison catches a rotary embedding with the wrong pairing or the wrong base.
 #include "../llama_model.hpp"  // llama::load_llama_files, make_llama_model, hf_tensors_of, llama_config
+#include "hf_fixture.hpp"        // llama_fixture::fixture, compare, relative, for_each_hf_tensor
 #ifdef STRATA_TESTS_WITH_CUDA
 #include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
 #endif
@@ -34,6 +35,7 @@
 namespace hf_llama_fixture_test {  // this file's names: an area's files compile as one unit (unity build)
 
 using namespace strata;
+using namespace llama_fixture;  // fixture, compare, relative, fixtures_dir, family_dir, family_shapes
 using llama::llama_config;
 using llama::llama_model;
 namespace fs = std::filesystem;
@@ -56,38 +58,6 @@ constexpr double grad_norm_tolerance = 1e-5;  // relative, the global L2 norm
 
 constexpr const char* shape_name = "l2_h4_c40_f68_v67";
 
-fs::path fixtures_dir() {
-#ifdef STRATA_SOURCE_DIR
-    return fs::path(STRATA_SOURCE_DIR) / "tests" / "fixtures" / "hf_llama";
-#else
-    return fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / "tests" / "fixtures" / "hf_llama";
-#endif
-}
-
-// The HF directory as strata's loader reads it, and torch's reference.
-struct fixture {
-    fs::path dir;
-    llama::loaded_llama hf;
-    safetensors_file ref;
-    std::size_t batch, seq;
-
-    explicit fixture(const fs::path& d)
-        : dir(d),
-          hf(llama::load_llama_files(d)),
-          ref(safetensors_file::open(d / "reference.safetensors")),
-          batch(ref.info("inputs").shape.at(0)),
-          seq(ref.info("inputs").shape.at(1)) {}
-
-    data::batch tokens() const {
-        const auto in = ref.get<std::int32_t>("inputs"), out = ref.get<std::int32_t>("targets");
-        return {{in.begin(), in.end()}, {out.begin(), out.end()}, {}};
-    }
-    double scalar(const std::string& key) const { return ref.get<double>(key, {1})[0]; }
-    std::span<const float> tensor(const std::string& key, const std::vector<std::size_t>& shape) const {
-        return ref.get<float>(key, shape);
-    }
-};
-
 // The fixture, or a failed test (not a pass, not a skip) saying how to make it.
 fixture open_fixture() {
     const fs::path dir = fixtures_dir() / shape_name;
@@ -97,80 +67,10 @@ fixture open_fixture() {
     return fixture(dir);
 }
 
-// The largest difference of two tensors, where it is, and the first value pairs: what a failure prints.
-struct difference {
-    double max_diff = 0, max_ref = 0;
-    std::string report;
-
-    double normalized() const { return max_ref > 0 ? max_diff / max_ref : (max_diff > 0 ? 1.0 : 0.0); }
-};
-
-difference compare(const std::string& what, std::span<const float> got, std::span<const float> want) {
-    difference d;
-    if (got.size() != want.size()) {
-        d.max_diff = 1e30;
-        d.report = what + ": " + std::to_string(got.size()) + " values, torch has " + std::to_string(want.size());
-        return d;
-    }
-    std::size_t worst = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-        const double diff = std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i]));
-        if (!(diff <= d.max_diff)) d.max_diff = diff, worst = i;  // a NaN becomes the worst
-        d.max_ref = std::max(d.max_ref, std::abs(static_cast<double>(want[i])));
-    }
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "%s: normalized error %.3g (max |strata - torch| %.3g at [%zu]: %.9g vs %.9g; max |torch| %.3g); first pairs:",
-                  what.c_str(), d.normalized(), d.max_diff, worst, got.empty() ? 0.0 : static_cast<double>(got[worst]),
-                  want.empty() ? 0.0 : static_cast<double>(want[worst]), d.max_ref);
-    d.report = line;
-    for (std::size_t i = 0; i < std::min<std::size_t>(4, got.size()); ++i) {
-        std::snprintf(line, sizeof line, " (%.9g, %.9g)", static_cast<double>(got[i]), static_cast<double>(want[i]));
-        d.report += line;
-    }
-    return d;
-}
-
-double relative(double got, double want) { return std::abs(got - want) / std::abs(want); }
-
-// Gives the model device copies of the weights (forward only).
-template <class B>
-struct device_weights {
-    std::vector<tiered_tensor<float, device_tier, B>> blocks;
-    device_weights(B& backend, const host_blocks<float>& host, typename B::stream& s) {
-        for (std::size_t g = 0; g < host.size(); ++g) {
-            tiered_tensor<float, host_tier, B> staged(backend, shape{host[g].size()}, "weights.host");
-            std::copy(host[g].begin(), host[g].end(), staged.span().begin());
-            blocks.emplace_back(backend, shape{host[g].size()}, "weights");
-            blocks.back().copy_from(staged, s).wait();  // named: the staging buffer is freed next
-        }
-    }
-    const float* params(std::size_t g, typename B::stream&, group_use) { return blocks[g].device_data().get(); }
-    float* grads(std::size_t g, typename B::stream&) {
-        throw error("device_weights: gradients of group " + std::to_string(g) + " asked for in a forward pass",
-                    "only model.forward may run with this binder");
-    }
-    void done(std::size_t, typename B::stream&, group_use) {}
-};
-
 // strata's logits (B, T, V) for the fixture's batch, a model of `config` with `blocks` as weights.
 template <class B>
 std::vector<float> strata_logits(B& backend, const fixture& f, const llama_config& config, const host_blocks<float>& blocks) {
-    const auto model = llama::make_llama_model<B>(config);
-    auto s = backend.make_stream("parity");
-    typename llama_model<B>::activations act(backend, model, f.batch, f.seq, kept_activations::none());
-    const std::size_t BT = f.batch * f.seq, V = config.vocab;
-    const data::batch b = f.tokens();
-    tiered_tensor<std::int32_t, host_tier, B> tokens(backend, shape{BT}, "tokens"), targets(backend, shape{BT}, "targets");
-    std::copy(b.inputs.begin(), b.inputs.end(), tokens.span().begin());
-    std::copy(b.targets.begin(), b.targets.end(), targets.span().begin());
-    act.tokens_tensor().copy_from(tokens, s);
-    act.targets_tensor().copy_from(targets, s);
-    device_weights<B> bind(backend, blocks, s);
-    model.forward(bind, act, f.batch, f.seq, s);
-    tiered_tensor<float, host_tier, B> logits(backend, shape{BT * V}, "logits");
-    copy_async(backend, logits.view(), tensor_view<const float, device_tier>(act.logits(f.batch, f.seq, 0, BT), shape{BT * V}), s).wait();
-    return {logits.span().begin(), logits.span().end()};
+    return forward_logits(backend, llama::make_llama_model<B>(config), blocks, f.tokens(), f.batch, f.seq);
 }
 
 }  // namespace
@@ -287,19 +187,12 @@ void check_loss_and_gradients(B& backend, const fixture& f) {
     double worst = 0;
     std::string worst_name;
     std::size_t compared = 0;
-    for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots()) {
-            const float* p = grads[g].data() + slot.offset;
-            for (const llama::hf_tensor& hf : llama::hf_tensors_of(model, g, slot)) {
-                const std::vector<float> got =
-                    hf.transposed ? llama::detail::to_hf(p, slot.spec.shape.extents()[1], hf)
-                                  : std::vector<float>(p + hf.column, p + hf.column + shape(hf.shape).numel());
-                const auto d = compare(hf.name, got, f.tensor("grad." + hf.name, hf.shape));
-                CHECK_MESSAGE(d.normalized() < gradient_tolerance, d.report);
-                if (d.normalized() >= worst) worst = d.normalized(), worst_name = hf.name;
-                ++compared;
-            }
-        }
+    for_each_hf_tensor(model, grads, [&](const llama::hf_tensor& hf, const std::vector<float>& got) {
+        const auto d = compare(hf.name, got, f.tensor("grad." + hf.name, hf.shape));
+        CHECK_MESSAGE(d.normalized() < gradient_tolerance, d.report);
+        if (d.normalized() >= worst) worst = d.normalized(), worst_name = hf.name;
+        ++compared;
+    });
     std::size_t reference_grads = 0;
     for (const auto& name : f.ref.names()) reference_grads += name.starts_with("grad.");
     CHECK(compared == reference_grads);  // every tensor of the HF file
@@ -321,11 +214,6 @@ TEST_CASE_TEMPLATE("HF Llama parity: loss, gradient norm and every parameter's g
 // skip, visibly, naming the missing directory. ----
 
 namespace {
-
-constexpr const char* family_shapes[] = {"llama3_l2_h6_kv2_c42_d8_f60_v71", "qwen2_l2_h6_kv2_c36_f52_v73",
-                                         "mistral_l2_h4_kv1_c32_f56_v61"};
-
-fs::path family_dir() { return fixtures_dir().parent_path() / "hf_llama_family"; }
 
 // The family fixtures present; a visible skip for each absent one.
 std::vector<fixture> family_fixtures() {

@@ -520,6 +520,29 @@ TEST_CASE_TEMPLATE("llama family: a GQA + bias + llama3 model trains, streamed =
     CHECK(resident.losses.back() < resident.losses.front());
 }
 
+TEST_CASE("llama config: a directory's architecture and token ids are written back as they were read") {
+    auto mistral = tiny;
+    mistral.arch = llama::llama_arch::mistral;
+    nlohmann::json j = mistral.to_hf_json();
+    j["bos_token_id"] = 1;
+    j["eos_token_id"] = nlohmann::json::array({2, 5});  // Llama 3.1 Instruct-style: several end tokens
+    const llama_config read = llama_config::from_hf_json(j);
+    CHECK(read.bos_token_id == 1);
+    CHECK(read.eos_token_id == nlohmann::json::array({2, 5}));
+    const auto model = llama::make_llama_model<cpu_backend>(read);
+    CHECK(llama::config_of(model).arch == llama::llama_arch::llama);  // the shape alone: a Llama
+    const auto written = llama::written_config(model, llama::hf_identity::of(read)).to_hf_json();
+    CHECK(written["architectures"][0] == "MistralForCausalLM");
+    CHECK(written["bos_token_id"] == 1);
+    CHECK(written["eos_token_id"] == nlohmann::json::array({2, 5}));
+    CHECK(llama_config::from_hf_json(written) == read);
+    // V - 1 is what no id stands for; a Qwen2 identity on a model without biases stays a Llama
+    CHECK(llama::written_config(model, {}).to_hf_json()["eos_token_id"] == tiny.vocab - 1);
+    CHECK(llama::written_config(model, {.arch = llama::llama_arch::qwen2}).arch == llama::llama_arch::llama);
+    j["eos_token_id"] = "</s>";
+    CHECK_THROWS_WITH_AS(llama_config::from_hf_json(j), doctest::Contains("eos_token_id"), error);
+}
+
 TEST_CASE("llama config: Llama 3.1 rope_scaling llama3, Mistral and Qwen2 configs read; what the block lacks is refused by field") {
     nlohmann::json j = tiny.to_hf_json();
     j["num_key_value_heads"] = 1u;

@@ -201,4 +201,46 @@ refuses "holds chat records" "$llama" train "${chat[@]}" --data "$work/chat.json
 refuses "the data holds plain text records" "$llama" train "${tiny[@]}" --chat-template "$model/chat_template.jinja" --steps 1 --out "$work/x"
 refuses "is not prefix-stable" "$llama" train "${chat[@]}" --data "$work/chat.jsonl" --tokenizer "hf:$fixtures/hf_tokenizers/mistral" \
   --chat-template "$fixtures/chat_templates/mistral-v0.3.jinja" --steps 1 --out "$work/x"
+# q/k/v biases (a Qwen2 directory), a padded vocabulary (the end of text named in config.json), the
+# plan alone, and the storage I/O engine chosen by flag
+"$llama" train "${family[@]}" --n-head 4 --n-kv-head 2 --qkv-bias --vocab 300 --steps 1 --out "$work/qwen" > "$work/qwen.log"
+grep -q '"Qwen2ForCausalLM"' "$work/qwen/step-000001/config.json" || fail "--qkv-bias did not write a Qwen2 config"
+grep -q '"vocab_size": 300' "$work/qwen/step-000001/config.json" || fail "--vocab 300 not in config.json"
+grep -q '"eos_token_id": 256' "$work/qwen/step-000001/config.json" || fail "config.json names the wrong end of text"
+"$llama" train "${family[@]}" --n-head 4 --steps 1 --plan --out "$work/plan-only" > "$work/plan.log"
+grep -q "memory plan" "$work/plan.log" || fail "--plan printed no plan"
+grep -q "^step" "$work/plan.log" && fail "--plan trained"
+"$llama" train "${family[@]}" --n-head 4 --steps 1 --placement streamed --moments storage --io-engine threads --io-workers 2 \
+  --storage-dir "$work/io-storage" --out "$work/io" > /dev/null || fail "--io-engine threads"
+refuses "--vocab 100 is smaller than the tokenizer's 257" "$llama" train "${family[@]}" --n-head 4 --vocab 100 --steps 1 --out "$work/x"
+refuses "--io-engine" timeout 20 "$llama" train "${family[@]}" --n-head 4 --io-engine fast --steps 1 --out "$work/x"
+# ---- export (a Hugging Face directory, no training state) and score (logits and loss to a file) ----
+"$llama" export --checkpoint "$learned" --dtype bfloat16 --out "$work/export-bf16" > "$work/export.log" ||
+  fail "export bfloat16: $(cat "$work/export.log")"
+exp="$work/export-bf16"
+[[ -f "$exp/model.safetensors" && -f "$exp/config.json" ]] || fail "export lacks files: $(ls "$exp")"
+[[ ! -e "$exp/optimizer.safetensors" && ! -e "$exp/trainer_state.json" ]] || fail "export holds training state: $(ls "$exp")"
+grep -q '"torch_dtype": "bfloat16"' "$exp/config.json" || fail "export config.json: $(grep dtype "$exp/config.json")"
+grep -aq '"BF16"' "$exp/model.safetensors" || fail "export bfloat16 has no BF16 tensor"
+grep -aq '"F32"' "$exp/model.safetensors" && fail "export bfloat16 kept F32 tensors"
+"$llama" sample --checkpoint "$exp" --prompt "the quick" --tokens 8 --temperature 0 --device cpu > /dev/null ||
+  fail "the bfloat16 export does not load back"
+"$llama" export --checkpoint "$work/learned" --out "$work/export-f32" > /dev/null  # OUT: its latest checkpoint
+cmp -s "$work/export-f32/model.safetensors" "$learned/model.safetensors" || fail "the float32 export's weights differ"
+refuses "not an empty directory" "$llama" export --checkpoint "$learned" --out "$exp"
+refuses "is the checkpoint" "$llama" export --checkpoint "$learned" --out "$learned"
+refuses "inside it" "$llama" export --checkpoint "$learned" --out "$learned/export"
+refuses "--dtype" "$llama" export --checkpoint "$learned" --out "$work/x" --dtype int8
+"$llama" score --checkpoint "$learned" --prompt "the quick brown" --out "$work/score.safetensors" --device cpu > "$work/score.log" ||
+  fail "score: $(cat "$work/score.log")"
+grep -q "mean next-token loss" "$work/score.log" || fail "score: $(cat "$work/score.log")"
+grep -aq '"input_ids"' "$work/score.safetensors" || fail "score file lacks input_ids"
+echo "1, 2, 3 4" > "$work/ids.txt"
+"$llama" score --checkpoint "$learned" --tokens-file "$work/ids.txt" --out "$work/score2.safetensors" --device cpu > /dev/null
+refuses "exists: refusing to overwrite" "$llama" score --checkpoint "$learned" --prompt "the" --out "$work/score.safetensors" --device cpu
+refuses "is the --checkpoint input" "$llama" score --checkpoint "$learned" --prompt "the" --out "$learned/model.safetensors" --overwrite
+refuses "is the --tokens-file input" "$llama" score --checkpoint "$learned" --tokens-file "$work/ids.txt" --out "$work/ids.txt" --overwrite
+refuses "needs --prompt TEXT or --tokens-file" "$llama" score --checkpoint "$learned" --out "$work/x.safetensors"
+echo "x 2" > "$work/bad-ids.txt"
+refuses "is not a token id" "$llama" score --checkpoint "$learned" --tokens-file "$work/bad-ids.txt" --out "$work/x.safetensors"
 echo "strata-llama CLI: all checks passed"

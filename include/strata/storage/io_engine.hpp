@@ -12,11 +12,12 @@
 // make_io_engine() picks one from io_engine_options; `automatic` prefers io_uring and falls back
 // to the thread pool, logged, where the kernel refuses a ring (an explicit, announced policy).
 //
-// One engine per process: shared_io_engine(), made on first use (from STRATA_IO_ENGINE and
-// STRATA_IO_WORKERS, see io_engine_options_from_environment) and destroyed at exit (joins its
-// threads). Every storage_file uses it unless given another engine: the CPU streams and the CUDA
-// host callbacks of every backend submit to the same queue, so the disk sees one queue depth,
-// not one per stream. Tests and benchmarks build their own engines with make_io_engine.
+// The library reads no environment variable: the engine is the caller's choice. A backend's
+// storage files use the engine its tier_options::io asks for (made once per backend, on its first
+// file); without one, the process's shared_io_engine() (the default options, made on first use,
+// destroyed at exit, joining its threads), so that the CPU streams and the CUDA host callbacks of
+// every backend submit to one queue and the disk sees one queue depth, not one per stream. Tests
+// and benchmarks build their own engines with make_io_engine.
 //
 // ODR note: the definitions that depend on STRATA_HAVE_LIBURING live in an inline namespace named
 // after it, so translation units built with and without liburing do not share a definition.
@@ -31,9 +32,8 @@
 #endif
 
 #include <cstddef>      // std::size_t
-#include <cstdlib>      // std::getenv
 #include <memory>       // std::unique_ptr, std::make_unique
-#include <string>       // std::string, std::stoul
+#include <string>       // std::string
 #include <string_view>  // std::string_view
 
 namespace strata {
@@ -46,33 +46,12 @@ struct io_engine_options {
     std::size_t queue_depth = 0;  // io_uring: requests in the kernel at once (0: 64)
 };
 
-// STRATA_IO_ENGINE = auto | threads | io_uring, STRATA_IO_WORKERS = N (thread pool workers).
-inline io_engine_options io_engine_options_from_environment() {
-    io_engine_options o;
-    if (const char* kind = std::getenv("STRATA_IO_ENGINE"); kind && *kind) {
-        const std::string_view k = kind;
-        if (k == "threads")
-            o.kind = io_engine_kind::thread_pool;
-        else if (k == "io_uring")
-            o.kind = io_engine_kind::io_uring;
-        else if (k != "auto")
-            throw error("STRATA_IO_ENGINE='" + std::string(k) + "' is not an I/O engine",
-                        "use auto, threads or io_uring");
-    }
-    if (const char* workers = std::getenv("STRATA_IO_WORKERS"); workers && *workers) {
-        std::size_t used = 0;
-        unsigned long n = 0;
-        try {
-            n = std::stoul(workers, &used);
-        } catch (...) {
-            used = 0;
-        }
-        if (used == 0 || workers[used] != '\0' || n == 0 || n > 1024)
-            throw error("STRATA_IO_WORKERS='" + std::string(workers) + "' is not a worker count",
-                        "use a number from 1 to 1024");
-        o.workers = n;
-    }
-    return o;
+// "auto", "threads" or "io_uring" (the names a program's option may take) as an io_engine_kind.
+inline io_engine_kind io_engine_kind_from_string(std::string_view name) {
+    if (name == "auto") return io_engine_kind::automatic;
+    if (name == "threads") return io_engine_kind::thread_pool;
+    if (name == "io_uring") return io_engine_kind::io_uring;
+    throw error("'" + std::string(name) + "' is not an I/O engine", "use auto, threads or io_uring");
 }
 
 #ifdef STRATA_HAVE_LIBURING
@@ -108,14 +87,14 @@ inline std::unique_ptr<io_engine> make_io_engine(const io_engine_options& option
 #else
     if (options.kind == io_engine_kind::io_uring)
         throw error("the io_uring I/O engine was asked for, but strata was built without liburing",
-                    "install liburing-dev and reconfigure, or use the thread pool engine (STRATA_IO_ENGINE=threads)");
+                    "install liburing-dev and reconfigure, or ask for the thread pool engine (io_engine_kind::thread_pool)");
     return pool();
 #endif
 }
 
 // The process-wide engine (see the top of this file).
 inline io_engine& shared_io_engine() {
-    static const std::unique_ptr<io_engine> engine = make_io_engine(io_engine_options_from_environment());
+    static const std::unique_ptr<io_engine> engine = make_io_engine();
     return *engine;
 }
 

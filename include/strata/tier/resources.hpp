@@ -6,6 +6,7 @@
 
 #include <strata/core/bytes.hpp>            // format_bytes, page_size, round_up
 #include <strata/core/error.hpp>            // strata::error
+#include <strata/storage/io_engine.hpp>     // io_engine, io_engine_options, make_io_engine, shared_io_engine
 #include <strata/storage/storage_file.hpp>  // storage_file
 #include <strata/tier/budget.hpp>           // tier_budget
 #include <strata/tier/tier.hpp>             // tier_id
@@ -37,6 +38,9 @@ struct tier_options {
     std::optional<std::size_t> host_bytes;
     std::optional<std::size_t> storage_bytes;
     std::filesystem::path storage_dir;  // empty: <temp dir>/strata-<pid>, removed when empty at the end
+    // The storage tier's I/O engine: one made for this backend from these options (on its first
+    // file), or, when empty, the process's shared_io_engine().
+    std::optional<io_engine_options> io;
 };
 
 inline std::size_t physical_memory_bytes() {
@@ -221,7 +225,8 @@ public:
           m_own_dir(options.storage_dir.empty()),
           m_device(tier_id::device, options.device_bytes.value_or(device_default)),
           m_host(tier_id::host, options.host_bytes.value_or(physical_memory_bytes() / 10 * 9)),
-          m_storage(tier_id::storage, options.storage_bytes.value_or(free_disk_bytes(m_storage_dir))) {}
+          m_storage(tier_id::storage, options.storage_bytes.value_or(free_disk_bytes(m_storage_dir))),
+          m_io_options(options.io) {}
 
     tier_resources(const tier_resources&) = delete;
     tier_resources& operator=(const tier_resources&) = delete;
@@ -255,7 +260,7 @@ public:
             m_storage.reserve(round_up(bytes, page_size), tensor_name);
             try {
                 std::filesystem::create_directories(m_storage_dir);
-                return std::make_unique<storage_file>(m_storage_dir / file_name, bytes);
+                return std::make_unique<storage_file>(m_storage_dir / file_name, bytes, io());
             } catch (...) {
                 m_storage.release(round_up(bytes, page_size));
                 throw;
@@ -263,11 +268,20 @@ public:
         } catch (const std::filesystem::filesystem_error& e) {
             forget(file_name);
             throw error("cannot create the storage directory " + m_storage_dir.string() + ": " + e.code().message(),
-                        "choose a writable --storage-dir");
+                        "choose a writable storage directory (tier_options::storage_dir)");
         } catch (...) {
             forget(file_name);
             throw;
         }
+    }
+
+    // The engine this backend's storage files submit to (made here on first use when
+    // tier_options::io named one).
+    io_engine& io() {
+        if (!m_io_options) return shared_io_engine();
+        std::lock_guard lock(m_mutex);
+        if (!m_io) m_io = make_io_engine(*m_io_options);
+        return *m_io;
     }
 
     void destroy_file(std::unique_ptr<storage_file> file) noexcept {
@@ -294,6 +308,8 @@ private:
     tier_budget m_device;
     tier_budget m_host;
     tier_budget m_storage;
+    std::optional<io_engine_options> m_io_options;
+    std::unique_ptr<io_engine> m_io;  // outlives every file: tensors die before their backend
     std::mutex m_mutex;
     std::set<std::string> m_live_files;
 };
