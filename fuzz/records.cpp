@@ -1,7 +1,7 @@
 // Training records (strata/data/records.hpp) and the instruction renderer (strata/data/prompt.hpp).
 // For every --format, parse_records either returns a consistent record_set or throws
 // strata::error:
-// - at least one record, of exactly the kind it says (documents or examples, not both);
+// - at least one record, of exactly the kind it says (documents, examples or conversations);
 // - every string valid UTF-8 (the tokenizers and the JSON writers downstream rely on it);
 // - plain text is the file itself, less a byte order mark.
 // Every instruction record renders through the Alpaca template as a reference renderer does it.
@@ -46,11 +46,18 @@ void check_records(std::string_view content, record_format format) {
     FUZZ_CHECK(set.size() >= 1);
     FUZZ_CHECK(set.source == "fuzz.jsonl");
     if (set.kind == record_kind::base) {
-        FUZZ_CHECK(set.examples.empty() && !set.documents.empty());
+        FUZZ_CHECK(set.examples.empty() && set.conversations.empty() && !set.documents.empty());
         for (const std::string& d : set.documents) FUZZ_CHECK(valid_utf8(d));
-    } else {
-        FUZZ_CHECK(set.documents.empty() && !set.examples.empty());
+    } else if (set.kind == record_kind::instruct) {
+        FUZZ_CHECK(set.documents.empty() && set.conversations.empty() && !set.examples.empty());
         FUZZ_CHECK(format == record_format::instruct || format == record_format::automatic);
+    } else {
+        FUZZ_CHECK(set.documents.empty() && set.examples.empty() && !set.conversations.empty());
+        FUZZ_CHECK(format == record_format::chat || format == record_format::automatic);
+        for (const strata::data::chat_record& c : set.conversations) {
+            FUZZ_CHECK(!c.empty());
+            for (const strata::chat_message& m : c) FUZZ_CHECK(valid_utf8(m.role) && valid_utf8(m.content));
+        }
     }
     if (format == record_format::text) {
         std::string_view body = content;
@@ -86,7 +93,7 @@ void check_template(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const std::string_view content(reinterpret_cast<const char*>(data), size);
     for (record_format format :
-         {record_format::text, record_format::jsonl, record_format::instruct, record_format::automatic})
+         {record_format::text, record_format::jsonl, record_format::instruct, record_format::chat, record_format::automatic})
         check_records(content, format);
     check_template(content);
     return 0;

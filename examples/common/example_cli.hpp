@@ -5,6 +5,8 @@
 
 #include <strata/core/bytes.hpp>              // parse_bytes
 #include <strata/core/error.hpp>              // strata::error
+#include <strata/data/records.hpp>            // data::record_kind
+#include <strata/text/chat_template.hpp>      // chat_template
 #include <strata/model/activations.hpp>        // activation_policy
 #include <strata/plan/planner.hpp>            // memory_plan, placement, tier_bytes, default_budgets
 #include <strata/storage/io_engine.hpp>       // io_engine_options, io_engine_kind_from_string
@@ -51,7 +53,8 @@ inline std::string tokenizer_kind(const std::string& spec) {
 }
 
 // The files of a spec's tokenizer, which a checkpoint keeps next to the weights (under their own
-// names) so that tokenizer_of_checkpoint finds them again.
+// names) so that tokenizer_of_checkpoint finds them again; for hf:, also the tokenizer_config.json
+// and chat_template.jinja beside tokenizer.json (the chat template, for --chat-template auto).
 inline std::vector<std::filesystem::path> tokenizer_files(const std::string& spec) {
     if (spec.starts_with("gpt2:")) {
         const std::filesystem::path dir = spec.substr(5);
@@ -59,14 +62,62 @@ inline std::vector<std::filesystem::path> tokenizer_files(const std::string& spe
     }
     if (spec.starts_with("hf:")) {
         const std::filesystem::path path = spec.substr(3);
-        if (std::filesystem::is_directory(path)) return {path / "tokenizer.json"};
-        if (path.filename() != "tokenizer.json")
+        if (!std::filesystem::is_directory(path) && path.filename() != "tokenizer.json")
             throw error("--tokenizer " + spec + ": a checkpoint keeps the file under its own name, and looks for "
                         "tokenizer.json when it is loaded again",
                         "rename the file to tokenizer.json, or pass the directory that holds it");
-        return {path};
+        const std::filesystem::path dir = std::filesystem::is_directory(path) ? path : path.parent_path();
+        std::vector<std::filesystem::path> files{dir / "tokenizer.json"};
+        for (const char* beside : {"tokenizer_config.json", "chat_template.jinja"})
+            if (std::filesystem::is_regular_file(dir / beside)) files.push_back(dir / beside);
+        return files;
     }
     return {};
+}
+
+// The --chat-template help text.
+inline constexpr const char* chat_template_help =
+    "how chat and instruction records are rendered: auto (the chat template of the model: tokenizer_config.json "
+    "or chat_template.jinja beside the hf: tokenizer.json, or in the --init-from / --resume directory), none (instruction "
+    "records with the Alpaca prompt), or FILE (a tokenizer_config.json, a .jinja file or a model directory); default: auto for chat "
+    "records, none for instruction records";
+
+// The chat template that --chat-template `choice` names for records of `kind`: "" (the default:
+// auto for chat records, none otherwise), "auto", "none" or a file. `tokenizer_spec` and
+// `model_dir` (--init-from or --resume, may be empty) are where auto looks.
+inline std::optional<chat_template> find_chat_template(const std::string& choice, data::record_kind kind,
+                                                       const std::string& tokenizer_spec, const std::string& model_dir) {
+    const std::string resolved = !choice.empty() ? choice : kind == data::record_kind::chat ? "auto" : "none";
+    if (resolved == "none") return std::nullopt;
+    if (kind == data::record_kind::base)
+        throw error("--chat-template " + resolved + " is given, but the data holds plain text records",
+                    "a chat template renders chat ({\"messages\"}) or instruction records; drop --chat-template for text");
+    if (resolved != "auto") return chat_template::load(resolved);
+    std::vector<std::filesystem::path> dirs;
+    if (tokenizer_spec.starts_with("hf:")) {
+        const std::filesystem::path path = tokenizer_spec.substr(3);
+        dirs.push_back(std::filesystem::is_directory(path) ? path : path.parent_path());
+    }
+    if (!model_dir.empty()) dirs.push_back(model_dir);
+    std::string searched;
+    for (const std::filesystem::path& dir : dirs) {
+        if (auto found = chat_template::find_in(dir)) return found;
+        searched += (searched.empty() ? "" : ", ") + dir.string();
+    }
+    throw error("--chat-template auto: no chat template found" + (searched.empty() ? std::string(" (no hf: tokenizer and no --init-from directory to look in)") : " in " + searched),
+                "pass --chat-template FILE (a tokenizer_config.json with a chat_template, or a .jinja file)" +
+                    std::string(kind == data::record_kind::instruct ? ", or --chat-template none for the Alpaca prompt" : ""));
+}
+
+// find_chat_template, and a template without a bos_token (a .jinja file alone) given the BOS that
+// the tokenizer's post-processor adds, which is what the model saw at the start of its texts.
+inline std::optional<chat_template> chat_template_for(const std::string& choice, data::record_kind kind,
+                                                      const std::string& tokenizer_spec, const std::string& model_dir,
+                                                      const any_tokenizer& tok) {
+    std::optional<chat_template> t = find_chat_template(choice, kind, tokenizer_spec, model_dir);
+    if (const auto* hf = std::get_if<hf_tokenizer>(&tok); t && t->bos_token().empty() && hf && hf->bos_id())
+        t->set_special_token("bos_token", std::string(hf->token_text(*hf->bos_id())));
+    return t;
 }
 
 // The tokenizer a checkpoint directory was trained with: its own vocab.json + merges.txt (saved

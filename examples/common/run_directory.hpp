@@ -179,6 +179,8 @@ std::vector<named_path> inputs_of(const Args& a) {
     std::vector<named_path> in{{"--data", a.data}, {"--init-from", a.init_from}, {"--resume", a.resume},
                                {"--config", a.config}};
     if (a.tokenizer.starts_with("gpt2:")) in.emplace_back("--tokenizer", a.tokenizer.substr(5));
+    if constexpr (requires { a.chat_template; })
+        if (a.chat_template != "auto" && a.chat_template != "none") in.emplace_back("--chat-template", a.chat_template);
     return in;
 }
 

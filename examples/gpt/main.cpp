@@ -55,6 +55,7 @@ using examples::tokenizer_of_checkpoint;
 
 struct train_args {
     std::string data, format = "auto", tokenizer = "byte";
+    std::string chat_template;  // --chat-template: "" (auto for chat records, none otherwise), auto, none or FILE
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, seq_len = 128;
     std::size_t batch = 8, accum = 1;
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8;
@@ -378,9 +379,11 @@ int run_train(const train_args& a) {
     }
     auto tok = make_tokenizer(tokenizer_spec);
     const auto records = data::read_records(a.data, data::parse_record_format(a.format));
-    data::prepared_data prepared = std::visit(
-        [&](const auto& t) { return data::prepare_data(records, t, {.seq_len = a.seq_len, .val_fraction = a.val_fraction}); },
-        tok);
+    data::data_options data_options{.seq_len = a.seq_len, .val_fraction = a.val_fraction};
+    data_options.chat = examples::chat_template_for(a.chat_template, records.kind, tokenizer_spec,
+                                                    a.init_from.empty() ? a.resume : a.init_from, tok);
+    if (data_options.chat) print_line("chat template: " + data_options.chat->summary());
+    data::prepared_data prepared = std::visit([&](const auto& t) { return data::prepare_data(records, t, data_options); }, tok);
     const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
     print_line("data: " + a.data + ": " + prepared.stats.summary());
@@ -552,7 +555,8 @@ int main(int argc, char** argv) {
     auto* train = app.add_subcommand("train", "train (pre-train or fine-tune) a GPT on a text or JSON file");
     train->add_option("--config", t.config, "read options from a TOML/INI file: keys are the long flag names (steps = 600), at the top or in [train]; the command line wins")->check(CLI::ExistingFile);
     train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records (required)")->check(CLI::ExistingFile);
-    train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
+    train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct", "chat"}))->capture_default_str();
+    train->add_option("--chat-template", t.chat_template, examples::chat_template_help);
     train->add_option("--tokenizer", t.tokenizer, examples::tokenizer_help)->capture_default_str();
     train->add_option("--init-from", t.init_from, "start from the weights of a GPT-2 directory (Hugging Face's or strata's); its config gives the model's shape")->check(CLI::ExistingDirectory);
     train->add_option("--n-layer", t.n_layer, "transformer blocks")->capture_default_str()->check(count_in(1, 4096));

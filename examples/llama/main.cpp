@@ -82,6 +82,7 @@ int on_backend(bool cuda, const tier_options& tiers, F&& f) {
 
 struct train_args {
     std::string data, format = "auto", tokenizer = "byte", init_from, resume;
+    std::string chat_template;  // --chat-template: "" (auto for chat records, none otherwise), auto, none or FILE
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, hidden = 0, seq_len = 128;
     std::size_t n_kv_head = 0, head_dim = 0;  // 0: n_head key/value heads, heads of n_embd / n_head
     std::size_t vocab = 0;                    // embedding rows; 0: the tokenizer's (or the checkpoint's)
@@ -447,9 +448,10 @@ int run_train(const train_args& a) {
     config.validate();
     const std::string data_path = a.data.empty() ? default_corpus(a.out).string() : a.data;
     const auto records = data::read_records(data_path, data::parse_record_format(a.format));
-    data::prepared_data prepared = std::visit(
-        [&](const auto& t) { return data::prepare_data(records, t, {.seq_len = a.seq_len, .val_fraction = a.val_fraction}); },
-        tok);
+    data::data_options data_options{.seq_len = a.seq_len, .val_fraction = a.val_fraction};
+    data_options.chat = examples::chat_template_for(a.chat_template, records.kind, tokenizer_spec, from, tok);
+    if (data_options.chat) print_line("chat template: " + data_options.chat->summary());
+    data::prepared_data prepared = std::visit([&](const auto& t) { return data::prepare_data(records, t, data_options); }, tok);
     print_line("data: " + data_path + ": " + prepared.stats.summary());
 
     train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
@@ -621,8 +623,9 @@ int main(int argc, char** argv) {
     train_args t;
     auto* train = app.add_subcommand("train", "train a Llama-style model on a text or JSON file");
     train->add_option("--config", t.config, "read options from a TOML/INI file: keys are the long flag names (steps = 600), at the top or in [train]; the command line wins")->check(CLI::ExistingFile);
-    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"} or instruction records (default: the licence texts of /usr/share/common-licenses)")->check(CLI::ExistingFile);
-    train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct"}))->capture_default_str();
+    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"}, instruction records or chat records {\"messages\"} (default: the licence texts of /usr/share/common-licenses)")->check(CLI::ExistingFile);
+    train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct", "chat"}))->capture_default_str();
+    train->add_option("--chat-template", t.chat_template, examples::chat_template_help);
     train->add_option("--tokenizer", t.tokenizer, examples::tokenizer_help)->capture_default_str();
     train->add_option("--init-from", t.init_from, "start from the weights of a Llama directory (strata-llama's or Hugging Face's); its config gives the model's shape")->check(CLI::ExistingDirectory);
     train->add_option("--n-layer", t.n_layer, "Llama blocks")->capture_default_str()->check(count_in(1, 4096));

@@ -284,6 +284,13 @@ hf_fixtures="$(cd "$(dirname "$0")/../fixtures/hf_tokenizers" && pwd)"
 grep -q '"tokenizer": "hf"' "$work/hf/step-000002/trainer_state.json" || fail "trainer_state.json does not say hf"
 out=$("$gpt" sample --checkpoint "$work/hf/step-000002" --prompt "the quick" --max-new-tokens 5 --seed 3)
 [[ "$out" == "the quick"* ]] || fail "sample with the hf: tokenizer: $out"
+# chat records with a chat template (examples/llama's CLI test checks the rest of --chat-template)
+for i in $(seq 1 20); do
+  echo "{\"messages\": [{\"role\": \"user\", \"content\": \"Say $i.\"}, {\"role\": \"assistant\", \"content\": \"$i\"}]}"
+done > "$work/chat.jsonl"
+"$gpt" train --data "$work/chat.jsonl" --n-layer 1 --n-head 2 --n-embd 16 --seq-len 48 --batch 2 --eval-every 0 --steps 1 --tokenizer "hf:$hf_fixtures/qwen2" \
+  --chat-template "$hf_fixtures/../chat_templates/qwen2.5.jinja" --out "$work/chat" > "$work/chat.log"
+grep -q "chat data (chat template): 20 records" "$work/chat.log" || fail "strata-gpt chat data: $(grep -E 'data:|chat' "$work/chat.log")"
 sed 's/"type": *"NFC"/"type": "NFKC"/' "$hf_fixtures/qwen2/tokenizer.json" > "$work/nfkc.json"
 refuses 'normalizer.type = "NFKC" is not supported' "$gpt" train "${common[@]}" --steps 1 --tokenizer "hf:$work/nfkc.json" --out "$work/x"
 refuses "unknown tokenizer 'sentencepiece:x'" "$gpt" train "${common[@]}" --steps 1 --tokenizer sentencepiece:x --out "$work/x"

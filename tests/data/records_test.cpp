@@ -153,7 +153,7 @@ TEST_CASE("format names") {
         CHECK(parse_record_format(to_string(f)) == f);
     std::string e = error_of([] { parse_record_format("csv"); });
     CHECK(contains(e, "unknown data format 'csv'"));
-    CHECK(contains(e, "text, jsonl, instruct, auto"));
+    CHECK(contains(e, "text, jsonl, instruct, chat, auto"));
 }
 
 TEST_CASE("file errors: missing, directory, empty, whitespace only") {
@@ -231,7 +231,7 @@ TEST_CASE("missing fields name the record and suggest the other format") {
     CHECK(contains(e, "decides from the first record"));
 
     e = error_of([] { parse_records("{\"prompt\": \"p\", \"completion\": \"c\"}", record_format::automatic, "u"); });
-    CHECK(contains(e, "u line 1: cannot tell base from instruction records"));
+    CHECK(contains(e, "u line 1: cannot tell base from instruction or chat records"));
     CHECK(contains(e, "keys \"completion\", \"prompt\""));  // nlohmann keeps keys sorted
 }
 

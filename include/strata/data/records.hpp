@@ -1,11 +1,13 @@
-// Reading training records from one file: plain text, base-style JSON ({"text": ...}) or
-// instruction-style JSON ({"instruction", "input", "output"}), as JSONL or as a JSON array.
+// Reading training records from one file: plain text, base-style JSON ({"text": ...}),
+// instruction-style JSON ({"instruction", "input", "output"}) or conversations ({"messages":
+// [{"role", "content"}, ...]}), as JSONL or as a JSON array.
 //
 // Reading knows nothing of tokenizers: it turns a file into strings, and every problem it finds
 // is reported with the file, the line (JSONL) or record number (JSON array) and the field.
 #pragma once
 
-#include <strata/core/error.hpp>  // strata::error
+#include <strata/core/error.hpp>         // strata::error
+#include <strata/text/chat_message.hpp>  // chat_message
 
 #include <nlohmann/json.hpp>  // nlohmann::json, parse_error
 
@@ -20,34 +22,41 @@
 
 namespace strata::data {
 
-// What the caller asks for (the --format flag). `jsonl` and `instruct` both accept JSONL and a
-// JSON array: the name says which keys the records carry, not how they are laid out.
-enum class record_format { text, jsonl, instruct, automatic };
+// What the caller asks for (the --format flag). `jsonl`, `instruct` and `chat` all accept JSONL and
+// a JSON array: the name says which keys the records carry, not how they are laid out.
+enum class record_format { text, jsonl, instruct, chat, automatic };
 
 // What a file turned out to hold once read.
-enum class record_kind { base, instruct };
+enum class record_kind { base, instruct, chat };
 
 inline std::string_view to_string(record_format format) {
     switch (format) {
         case record_format::text: return "text";
         case record_format::jsonl: return "jsonl";
         case record_format::instruct: return "instruct";
+        case record_format::chat: return "chat";
         case record_format::automatic: return "auto";
     }
     return "?";
 }
 
 inline std::string_view to_string(record_kind kind) {
-    return kind == record_kind::base ? "base" : "instruct";
+    switch (kind) {
+        case record_kind::base: return "base";
+        case record_kind::instruct: return "instruct";
+        case record_kind::chat: return "chat";
+    }
+    return "?";
 }
 
 inline record_format parse_record_format(std::string_view name) {
     if (name == "text") return record_format::text;
     if (name == "jsonl") return record_format::jsonl;
     if (name == "instruct") return record_format::instruct;
+    if (name == "chat") return record_format::chat;
     if (name == "auto") return record_format::automatic;
     throw error("unknown data format '" + std::string(name) + "'",
-                "use one of: text, jsonl, instruct, auto");
+                "use one of: text, jsonl, instruct, chat, auto");
 }
 
 struct instruct_record {
@@ -56,15 +65,26 @@ struct instruct_record {
     std::string output;
 };
 
-// The records of one file. Exactly one of `documents` (kind base) and `examples` (kind instruct)
-// is filled; a plain text file is a single document.
+// A conversation: its messages in order, as the chat template will see them.
+using chat_record = std::vector<chat_message>;
+
+// The records of one file. Exactly one of `documents` (kind base), `examples` (kind instruct) and
+// `conversations` (kind chat) is filled; a plain text file is a single document.
 struct record_set {
     record_kind kind = record_kind::base;
     std::vector<std::string> documents;
     std::vector<instruct_record> examples;
+    std::vector<chat_record> conversations;
     std::string source;  // the file name, for messages further down the pipeline
 
-    std::size_t size() const { return kind == record_kind::base ? documents.size() : examples.size(); }
+    std::size_t size() const {
+        switch (kind) {
+            case record_kind::base: return documents.size();
+            case record_kind::instruct: return examples.size();
+            case record_kind::chat: return conversations.size();
+        }
+        return 0;
+    }
 };
 
 namespace detail {
@@ -152,11 +172,43 @@ inline std::string string_field(const nlohmann::json& object, const char* key, c
 
 inline record_kind kind_from_keys(const nlohmann::json& object, const record_place& place) {
     if (object.contains("instruction")) return record_kind::instruct;
+    if (object.contains("messages")) return record_kind::chat;
     if (object.contains("text")) return record_kind::base;
-    throw error(place.str() + ": cannot tell base from instruction records: the first record has keys " +
+    throw error(place.str() + ": cannot tell base from instruction or chat records: the first record has keys " +
                     keys_of(object),
                 "base records carry \"text\"; instruction records carry \"instruction\", \"output\" and "
-                "optionally \"input\"");
+                "optionally \"input\"; chat records carry \"messages\"");
+}
+
+// {"messages": [{"role": "user", "content": "..."}, ...]}: roles and contents are strings.
+inline chat_record chat_record_of(const nlohmann::json& value, const record_place& place) {
+    const char* shape = "chat records look like {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}, "
+                        "{\"role\": \"assistant\", \"content\": \"...\"}]}";
+    const auto it = value.find("messages");
+    if (it == value.end())
+        throw error(place.str() + ": record has no \"messages\" field (its keys: " + keys_of(value) + ")", shape);
+    if (!it->is_array() || it->empty())
+        throw error(place.str() + ": \"messages\" is " + (it->is_array() ? "an empty list" : std::string("a ") + it->type_name()) +
+                        ", expected a list of messages",
+                    shape);
+    chat_record out;
+    for (std::size_t i = 0; i < it->size(); ++i) {
+        const nlohmann::json& m = (*it)[i];
+        const std::string where = place.str() + " message " + std::to_string(i + 1);
+        if (!m.is_object()) throw error(where + " is a " + m.type_name() + ", expected an object", shape);
+        std::string fields[2];
+        for (int k = 0; k < 2; ++k) {
+            const char* key = k == 0 ? "role" : "content";
+            const auto f = m.find(key);
+            if (f == m.end() || !f->is_string())
+                throw error(where + ": \"" + key + "\" is " + (f == m.end() ? "missing" : std::string("a ") + f->type_name()) +
+                                ", expected a string",
+                            shape);
+            fields[k] = f->get<std::string>();
+        }
+        out.push_back({std::move(fields[0]), std::move(fields[1])});
+    }
+    return out;
 }
 
 inline void add_record(record_set& out, const nlohmann::json& value, const record_place& place) {
@@ -165,6 +217,10 @@ inline void add_record(record_set& out, const nlohmann::json& value, const recor
                     out.kind == record_kind::base ? "each record looks like {\"text\": \"...\"}"
                                                   : "each record looks like {\"instruction\": \"...\", "
                                                     "\"input\": \"...\", \"output\": \"...\"}");
+    if (out.kind == record_kind::chat) {
+        out.conversations.push_back(chat_record_of(value, place));
+        return;
+    }
     if (out.kind == record_kind::base) {
         bool looks_instruct = value.contains("instruction");
         out.documents.push_back(string_field(
@@ -265,7 +321,9 @@ inline record_set parse_records(std::string_view content, record_format format, 
         throw error(out.source + " line " + std::to_string(detail::line_of(content, start)) + ": expected JSON for --format " +
                         std::string(to_string(format)) + " but the file starts with '" + std::string(1, first) + "'",
                     "use --format text for plain text, or --format auto");
-    out.kind = format == record_format::instruct ? record_kind::instruct : record_kind::base;
+    out.kind = format == record_format::instruct ? record_kind::instruct
+               : format == record_format::chat   ? record_kind::chat
+                                                 : record_kind::base;
     if (first == '[')
         detail::parse_json_array(out, content, format);
     else
