@@ -685,7 +685,8 @@ nlohmann::json load_llama_checkpoint(Trainer& t, const std::filesystem::path& di
     using kind = typename Trainer::state_kind;
     return strata::load_checkpoint(t, dir, [&](const std::filesystem::path& from) {
         auto loaded = load_llama_files(from);
-        if (!(loaded.config == config_of(t.model())))
+        // the shape must match; the architecture and token ids are the directory's own
+        if (!(loaded.config == written_config(t.model(), hf_identity::of(loaded.config))))
             throw strata::error("checkpoint '" + from.string() + "' holds a different Llama shape than the one being trained",
                                 "resume with the shape of its config.json");
         for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);

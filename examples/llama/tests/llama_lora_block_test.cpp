@@ -3,6 +3,9 @@
 // several target sets, and against llama_block: freshly initialized (B = 0) it computes the plain
 // block's output bit for bit.
 #include "../llama_lora_block.hpp"  // llama::llama_lora_block, llama_lora_config, parse_lora_targets
+#ifdef STRATA_TESTS_WITH_CUDA
+#include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
+#endif
 #include "support/backends.hpp"     // STRATA_TEST_BACKENDS
 
 #include <strata/kernels/cpu/gradient_check.hpp>  // strata::kernels::cpu::random_vector

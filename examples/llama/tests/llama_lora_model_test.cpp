@@ -6,6 +6,9 @@
 // - the adapters file (adapters.hpp's, "model.layers.<l>...") loads back bitwise;
 // - the planner sees the frozen base: gradients are the adapters' bytes only.
 #include "../llama_lora_model.hpp"  // llama::make_llama_lora_model, upload_base_weights
+#ifdef STRATA_TESTS_WITH_CUDA
+#include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
+#endif
 #include "../../lora/tests/finetune_support.hpp"  // text, options, same, finetune, run
 #include "io/scratch_dir.hpp"       // scratch_dir
 #include "support/backends.hpp"     // STRATA_TEST_BACKENDS, make_backend
