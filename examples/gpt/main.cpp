@@ -530,7 +530,8 @@ int run_sample(const sample_args& a) {
     auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
     const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
     gpt_sampler<float> sampler(loaded.config, std::move(loaded.blocks));
-    std::vector<token_id> prompt = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
+    // the prompt begins a document as in training (an hf tokenizer's BOS first, as tokenizer(text))
+    std::vector<token_id> prompt = std::visit([&](const auto& t) { return data::encode_document(t, a.prompt); }, tok);
     sample_options so;
     so.max_new_tokens = a.max_new_tokens;
     so.temperature = a.temperature;

@@ -516,7 +516,8 @@ int run_sample(const sample_args& a) {
     const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
     auto loaded = llama::load_llama_files(checkpoint);
     const auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
-    const std::vector<token_id> prompt = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
+    // the prompt begins a document as in training (an hf tokenizer's BOS first, as tokenizer(text))
+    const std::vector<token_id> prompt = std::visit([&](const auto& t) { return data::encode_document(t, a.prompt); }, tok);
     const sample_options so{.max_new_tokens = a.tokens, .temperature = a.temperature, .top_k = a.top_k,
                             .seed = a.seed, .bos = std::visit([](const auto& t) { return t.eot_id(); }, tok)};
     // Only the device tier is used: the weights, the activations of one max_seq context.
@@ -592,7 +593,7 @@ int run_score(const score_args& a) {
         ids = read_token_ids(a.tokens_file);
     } else {
         const auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
-        ids = std::visit([&](const auto& t) { return t.encode(a.prompt); }, tok);
+        ids = std::visit([&](const auto& t) { return data::encode_document(t, a.prompt); }, tok);
     }
     if (ids.size() > loaded.config.max_seq)
         throw error(std::to_string(ids.size()) + " tokens to score; the model's context is " +
