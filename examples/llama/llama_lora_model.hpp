@@ -15,14 +15,17 @@
 
 #include "../lora/lora_model.hpp"  // lora::copy_by_name, save_model_adapters, load_model_adapters, model_adapters_bytes
 #include "llama_lora_block.hpp"    // llama_lora_block, llama_lora_config
-#include "llama_model.hpp"         // llama_config, make_llama_model
+#include "llama_model.hpp"         // llama_config, make_llama_model, llama_weights
 
 #include <strata/backend/cpu_backend.hpp>  // strata::cpu_backend (the base's layout)
 #include <strata/model/decoder.hpp>        // strata::decoder_model
 #include <strata/train/checkpoint.hpp>     // strata::host_blocks, strata::download_blocks
 
 #include <cstddef>      // std::size_t
+#include <span>         // std::span
+#include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
+#include <vector>       // std::vector
 
 template <>
 struct lora::adapter_naming<llama::llama_lora_config> {
@@ -59,6 +62,31 @@ void upload_base_weights(Trainer& t, const Model& model, const llama_config& bas
     auto blocks = strata::download_blocks(t, kind::params);
     lora::copy_by_name(make_llama_model<strata::cpu_backend>(base), base_blocks, model, blocks);
     for (std::size_t g = 0; g < blocks.size(); ++g) t.upload(kind::params, g, blocks[g]);
+}
+
+// The same from a Llama directory, group by group: one group of the base and one of the trainer in
+// host memory at a time (a 14B base does not need its size twice in RAM). Group g of the LoRA model
+// holds the base's group g's tensors under the same names.
+template <class Trainer, class Model>
+void upload_base_weights(Trainer& t, const Model& model, const llama_weights& base) {
+    using kind = typename Trainer::state_kind;
+    const auto base_model = make_llama_model<strata::cpu_backend>(base.config());
+    if (base_model.group_count() != model.group_count())
+        throw strata::error("the LoRA model has " + std::to_string(model.group_count()) + " layer groups, its base " +
+                                std::to_string(base_model.group_count()),
+                            "build the LoRA model from the base checkpoint's config");
+    std::size_t copied = 0, tensors = 0;
+    for (std::size_t g = 0; g < model.group_count(); ++g) {
+        std::vector<float> block(model.groups()[g].numel());
+        t.download(kind::params, g, std::span<float>(block));  // the adapters as initialized
+        const std::vector<float> from = base.group(g);
+        tensors += base_model.groups()[g].slots().size();
+        copied += lora::copy_group_by_name(base_model, g, std::span<const float>(from), model, std::span<float>(block));
+        t.upload(kind::params, g, std::span<const float>(block));
+    }
+    if (copied != tensors)
+        throw strata::error("the LoRA model has a place for " + std::to_string(copied) + " of the base model's " +
+                            std::to_string(tensors) + " tensors");
 }
 
 }  // namespace llama

@@ -583,85 +583,129 @@ struct loaded_llama {
     std::vector<std::vector<float>> blocks;
 };
 
-// Reads config.json and the weights (strata-llama's checkpoints, or a Hugging Face Llama of a
-// shape strata trains: see llama_config::from_hf_json): one model.safetensors or shards listed by
-// model.safetensors.index.json (io/hf_weights.hpp), in float32, bfloat16 or float16 (widened to
-// float exactly), tensor by tensor. Tensors may carry the "model." prefix or not. lm_head.weight,
-// when present, must equal embed_tokens (the head is tied); rotary inv_freq buffers of older
-// exports are skipped; any other unknown tensor, any missing one, a wrong shape and any other
-// dtype is an error naming it.
-inline loaded_llama load_llama_files(const std::filesystem::path& dir) {
-    const auto config_path = dir / "config.json";
-    if (!std::filesystem::exists(config_path) ||
-        !(std::filesystem::exists(dir / strata::hf_weights::single_file) ||
-          std::filesystem::exists(dir / strata::hf_weights::index_file)))
-        throw strata::error("'" + dir.string() + "' is not a Llama checkpoint: config.json or model.safetensors (or its index) is missing",
-                            "pass a directory written by strata-llama (OUT/step-N) or a Hugging Face Llama directory");
-    const auto json = strata::read_json_file(config_path);
-    loaded_llama out{llama_config::from_hf_json(json, config_path.string()), {}};
-    const auto model = make_llama_model<strata::cpu_backend>(out.config);
-    const auto file = strata::hf_weights::open(dir);
-    const std::string model_path = (dir / strata::hf_weights::single_file).string();
-    auto key_of = [&](const std::string& name) -> std::string {
-        if (file.contains(name)) return name;
-        if (name.starts_with("model.") && file.contains(name.substr(6))) return name.substr(6);
-        return {};
-    };
-    auto read = [&](const std::string& key, const std::vector<std::size_t>& shape) {
-        if (file.info(key).shape != shape)
-            throw strata::error("'" + file.source_of(key) + "': tensor '" + key + "' has shape " +
-                                    strata::detail::shape_string(file.info(key).shape) + ", the model's is " + strata::detail::shape_string(shape),
-                                "the file does not match config.json");
-        std::vector<float> values(strata::shape(shape).numel());
-        file.read_as_float(key, std::span<float>(values));  // F32, BF16, F16 exactly; others refused by name
-        return values;
-    };
-    std::set<std::string> used;
-    std::vector<std::string> missing;
-    for (std::size_t g = 0; g < model.group_count(); ++g) {
-        out.blocks.emplace_back(model.groups()[g].numel(), 0.0f);
-        for (const auto& slot : model.groups()[g].slots()) {
-            float* p = out.blocks[g].data() + slot.offset;
-            for (const hf_tensor& t : hf_tensors_of(model, g, slot)) {
-                const std::string key = key_of(t.name);
-                if (key.empty()) {
-                    missing.push_back(t.name);
-                    continue;
-                }
-                used.insert(key);
-                const auto values = read(key, t.shape);
+// A Llama directory's weights, read group by group (strata-llama's checkpoints, or a Hugging
+// Face Llama of a shape strata trains: see llama_config::from_hf_json): config.json and one
+// model.safetensors or the shards listed by model.safetensors.index.json (io/hf_weights.hpp), in
+// float32, bfloat16 or float16 (widened to float exactly), tensor by tensor. Tensors may carry
+// the "model." prefix or not. lm_head.weight, when present, must equal embed_tokens (the head is
+// tied); rotary inv_freq buffers of older exports are skipped; any other unknown tensor, any
+// missing one, a wrong shape and any other dtype is an error naming it. Every name is checked
+// when the directory is opened; group(g) then reads one group's block, so a trainer can take a
+// model of any size through host memory one group at a time (at most the largest group, the
+// embedding or the head, on top of its own tiers).
+class llama_weights {
+public:
+    explicit llama_weights(const std::filesystem::path& dir)
+        : m_config(config_of_directory(dir)),
+          m_model(make_llama_model<strata::cpu_backend>(m_config)),
+          m_file(strata::hf_weights::open(dir)),
+          m_model_path((dir / strata::hf_weights::single_file).string()) {
+        check_names();
+    }
+
+    const llama_config& config() const { return m_config; }
+    std::size_t group_count() const { return m_model.group_count(); }
+
+    // Group g's parameter block in llama_model's layout.
+    std::vector<float> group(std::size_t g) const {
+        std::vector<float> block(m_model.groups()[g].numel(), 0.0f);
+        for (const auto& slot : m_model.groups()[g].slots()) {
+            float* p = block.data() + slot.offset;
+            for (const hf_tensor& t : hf_tensors_of(m_model, g, slot)) {
+                const auto values = read(key_of(t.name), t.shape);
                 if (t.transposed)
                     detail::from_hf(p, slot.spec.shape.extents()[1], t, values);
                 else
                     std::copy(values.begin(), values.end(), p + t.column);
             }
         }
+        return block;
     }
-    if (!missing.empty())
-        throw strata::error("'" + model_path + "' lacks " + std::to_string(missing.size()) +
-                                " tensor(s): " + detail::join(missing),
-                            "the file does not match config.json (num_hidden_layers, hidden_size, vocab_size, num_key_value_heads, tie_word_embeddings)");
-    std::vector<std::string> unknown;
-    for (const auto& name : file.names()) {
-        if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
-        if (name == "lm_head.weight") {  // tied: must be a copy of embed_tokens
-            const std::string embed = key_of("model.embed_tokens.weight");
-            const auto shape = file.info(embed).shape;
-            const auto head = read(name, shape), wte = read(embed, shape);
-            if (!std::equal(head.begin(), head.end(), wte.begin()))
-                throw strata::error("'" + model_path + "': lm_head.weight differs from " + embed +
-                                        " but config.json says tie_word_embeddings true",
-                                    "set tie_word_embeddings to false for an untied head");
-            continue;
+
+private:
+    static llama_config config_of_directory(const std::filesystem::path& dir) {
+        const auto config_path = dir / "config.json";
+        if (!std::filesystem::exists(config_path) ||
+            !(std::filesystem::exists(dir / strata::hf_weights::single_file) ||
+              std::filesystem::exists(dir / strata::hf_weights::index_file)))
+            throw strata::error("'" + dir.string() + "' is not a Llama checkpoint: config.json or model.safetensors (or its index) is missing",
+                                "pass a directory written by strata-llama (OUT/step-N) or a Hugging Face Llama directory");
+        return llama_config::from_hf_json(strata::read_json_file(config_path), config_path.string());
+    }
+
+    // The file's name of a model tensor ("model." prefix or not); empty when it has none.
+    std::string key_of(const std::string& name) const {
+        if (m_file.contains(name)) return name;
+        if (name.starts_with("model.") && m_file.contains(name.substr(6))) return name.substr(6);
+        return {};
+    }
+
+    std::vector<float> read(const std::string& key, const std::vector<std::size_t>& shape) const {
+        if (m_file.info(key).shape != shape)
+            throw strata::error("'" + m_file.source_of(key) + "': tensor '" + key + "' has shape " +
+                                    strata::detail::shape_string(m_file.info(key).shape) + ", the model's is " +
+                                    strata::detail::shape_string(shape),
+                                "the file does not match config.json");
+        std::vector<float> values(strata::shape(shape).numel());
+        m_file.read_as_float(key, std::span<float>(values));  // F32, BF16, F16 exactly; others refused by name
+        return values;
+    }
+
+    // Every tensor of the model is there with its shape, nothing else is (but a tied copy of the
+    // embedding and rotary buffers).
+    void check_names() const {
+        std::set<std::string> used;
+        std::vector<std::string> missing;
+        for (std::size_t g = 0; g < m_model.group_count(); ++g)
+            for (const auto& slot : m_model.groups()[g].slots())
+                for (const hf_tensor& t : hf_tensors_of(m_model, g, slot)) {
+                    const std::string key = key_of(t.name);
+                    if (key.empty()) {
+                        missing.push_back(t.name);
+                        continue;
+                    }
+                    if (m_file.info(key).shape != t.shape) (void)read(key, t.shape);  // the shape error, named
+                    used.insert(key);
+                }
+        if (!missing.empty())
+            throw strata::error("'" + m_model_path + "' lacks " + std::to_string(missing.size()) +
+                                    " tensor(s): " + detail::join(missing),
+                                "the file does not match config.json (num_hidden_layers, hidden_size, vocab_size, num_key_value_heads, tie_word_embeddings)");
+        std::vector<std::string> unknown;
+        for (const auto& name : m_file.names()) {
+            if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+            if (name == "lm_head.weight") {  // tied: must be a copy of embed_tokens
+                const std::string embed = key_of("model.embed_tokens.weight");
+                const auto shape = m_file.info(embed).shape;
+                const auto head = read(name, shape), wte = read(embed, shape);
+                if (!std::equal(head.begin(), head.end(), wte.begin()))
+                    throw strata::error("'" + m_model_path + "': lm_head.weight differs from " + embed +
+                                            " but config.json says tie_word_embeddings true",
+                                        "set tie_word_embeddings to false for an untied head");
+                continue;
+            }
+            unknown.push_back(name);
         }
-        unknown.push_back(name);
+        if (!unknown.empty())
+            throw strata::error("'" + m_model_path + "' has tensor(s) a Llama model of this shape does not: " +
+                                    detail::join(unknown),
+                                "is this a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM checkpoint?");
     }
-    if (!unknown.empty())
-        throw strata::error("'" + model_path + "' has tensor(s) a Llama model of this shape does not: " +
-                                detail::join(unknown),
-                            "is this a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM checkpoint?");
+
+    llama_config m_config;
+    llama_model<strata::cpu_backend> m_model;  // the layout: groups, slots, HF names
+    strata::hf_weights m_file;
+    std::string m_model_path;
+};
+
+// The whole model in host memory (the sampler, the tests, a LoRA base): every group read.
+inline loaded_llama load_llama_files(const llama_weights& weights) {
+    loaded_llama out{weights.config(), {}};
+    for (std::size_t g = 0; g < weights.group_count(); ++g) out.blocks.push_back(weights.group(g));
     return out;
 }
+
+inline loaded_llama load_llama_files(const std::filesystem::path& dir) { return load_llama_files(llama_weights(dir)); }
 
 // ---- trainer checkpoints ----
 

@@ -142,7 +142,7 @@ struct run_context {
     data::prepared_data& prepared;
     token_id eot;
     std::string tokenizer;                  // "byte", "gpt2:DIR" or "hf:PATH"
-    std::vector<std::vector<float>> init;   // --init-from's weights (empty: random initialization)
+    const llama::llama_weights* init = nullptr;  // --init-from's weights (null: random initialization)
     llama::hf_identity identity;            // the architecture and token ids config.json keeps
     llama::llama_config config;             // the model's shape (a LoRA run's base)
 };
@@ -163,9 +163,12 @@ constexpr bool is_lora = std::is_same_v<typename Model::block_type,
 template <class Trainer, class Model>
 void upload_initial_weights(Trainer& t, const Model& model, const run_context& ctx) {
     if constexpr (is_lora<Model>) {
-        if (!ctx.init.empty()) llama::upload_base_weights(t, model, ctx.config, ctx.init);
-    } else {
-        for (std::size_t g = 0; g < ctx.init.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init[g]);
+        if (ctx.init) llama::upload_base_weights(t, model, *ctx.init);  // group by group
+    } else if (ctx.init) {  // one group at a time through host memory
+        for (std::size_t g = 0; g < ctx.init->group_count(); ++g) {
+            const std::vector<float> block = ctx.init->group(g);
+            t.upload(Trainer::state_kind::params, g, std::span<const float>(block));
+        }
     }
 }
 
@@ -404,12 +407,13 @@ int run_train(const train_args& a) {
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
     // --init-from (weights) and --resume (weights, moments, step, data cursor) take the model's
-    // shape, and unless --tokenizer says otherwise the tokenizer, from the checkpoint.
+    // shape, and unless --tokenizer says otherwise the tokenizer, from the checkpoint. Its weights
+    // are read later, group by group, straight into the trainer.
     const std::string from = a.resume.empty() ? a.init_from : a.resume;
-    std::optional<llama::loaded_llama> init;
+    std::optional<llama::llama_weights> init;
     std::string tokenizer_spec = a.tokenizer;
     if (!from.empty()) {
-        init = llama::load_llama_files(from);
+        init.emplace(from);
         if (!a.tokenizer_given) tokenizer_spec = tokenizer_of_checkpoint(from);
     }
     const auto tok = make_tokenizer(tokenizer_spec);
@@ -429,19 +433,19 @@ int run_train(const train_args& a) {
     if (init) {
         // A model may have more embedding rows than its tokenizer has tokens (Qwen2.5: 152064 rows,
         // 151665 tokens; the rows past the tokenizer are never an input), never fewer.
-        if (init->config.vocab < vocab)
-            throw error(from + " has a vocabulary of " + std::to_string(init->config.vocab) + " tokens, fewer than the " +
+        if (init->config().vocab < vocab)
+            throw error(from + " has a vocabulary of " + std::to_string(init->config().vocab) + " tokens, fewer than the " +
                             std::to_string(vocab) + " of the tokenizer " + tokenizer_spec,
                         "train with the tokenizer the model was trained with (--tokenizer)");
-        if (a.vocab != 0 && a.vocab != init->config.vocab)
-            throw error("--vocab " + std::to_string(a.vocab) + " differs from the " + std::to_string(init->config.vocab) +
+        if (a.vocab != 0 && a.vocab != init->config().vocab)
+            throw error("--vocab " + std::to_string(a.vocab) + " differs from the " + std::to_string(init->config().vocab) +
                             " rows of " + from,
                         "leave --vocab out: the checkpoint's shape is used");
-        if (a.seq_len > init->config.max_seq)
+        if (a.seq_len > init->config().max_seq)
             throw error("--seq-len " + std::to_string(a.seq_len) + " exceeds the context of " + from + " (" +
-                            std::to_string(init->config.max_seq) + ")",
+                            std::to_string(init->config().max_seq) + ")",
                         "lower --seq-len");
-        config = init->config;
+        config = init->config();
     }
     if (!init && eot != static_cast<token_id>(config.vocab - 1))  // --vocab pads: name the tokenizer's end of text
         config.bos_token_id = config.eos_token_id = eot;
@@ -472,7 +476,7 @@ int run_train(const train_args& a) {
                              .storage_bytes = budgets.storage, .storage_dir = a.storage_dir,
                              .io = examples::io_options_of(a)};
     run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, llama::hf_identity::of(config), config};
-    if (init && a.resume.empty()) ctx.init = std::move(init->blocks);
+    if (init && a.resume.empty()) ctx.init = &*init;
 
     return on_backend(cuda, tiers, [&]<class B>(B& backend) {
         // the Llama model, or (--lora-rank) its LoRA model: adapters on the frozen base

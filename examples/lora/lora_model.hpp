@@ -82,6 +82,26 @@ void copy_by_name(const From& from, const strata::host_blocks<R>& from_blocks,
                             std::to_string(where.size()) + " tensors");
 }
 
+// copy_by_name for group g of both models (a LoRA model's group g holds its base's group g's
+// tensors): copies the base tensors of `from_block` into `to_block` by name; returns how many.
+template <class From, class To, class R>
+std::size_t copy_group_by_name(const From& from, std::size_t g, std::span<const R> from_block, const To& to,
+                               std::span<R> to_block) {
+    std::size_t copied = 0;
+    for (const auto& fs : from.groups()[g].slots())
+        for (const auto& slot : to.groups()[g].slots()) {
+            if (to.hf_name(g, slot) != from.hf_name(g, fs)) continue;
+            if (fs.spec.shape != slot.spec.shape)
+                throw strata::error("'" + from.hf_name(g, fs) + "' is " + fs.spec.shape.to_string() + " in the base model, " +
+                                        slot.spec.shape.to_string() + " in the LoRA model",
+                                    "build the LoRA model from the base checkpoint's config");
+            const R* src = from_block.data() + fs.offset;
+            std::copy(src, src + slot.spec.shape.numel(), to_block.data() + slot.offset);
+            ++copied;
+        }
+    return copied;
+}
+
 // The trainer's weights after initialize(): the base checkpoint's tensors by name, the adapters
 // as initialized (A random, B = 0: the model starts as the base model, bit for bit).
 template <class Trainer, class Model>

@@ -329,6 +329,12 @@ TEST_CASE_TEMPLATE("llama model: a trainer checkpoint is an HF Llama directory; 
     CHECK(safetensors_file::open(saved / "optimizer.safetensors").contains("m.model.norm.weight"));
     using kind = typename decltype(t)::state_kind;
     CHECK(same_bits(llama::load_llama_files(saved).blocks, download_blocks(t, kind::params)));
+    // group by group (what --init-from uploads, one group in host memory at a time): the same blocks
+    const llama::llama_weights weights(saved);
+    CHECK(weights.config() == tiny);
+    const auto trained = download_blocks(t, kind::params);
+    REQUIRE(weights.group_count() == trained.size());
+    for (std::size_t g = 0; g < trained.size(); ++g) CHECK(same_bits(weights.group(g), trained[g]));
 
     // Resumed into a resident trainer, the next step is the one the first trainer takes.
     resident_t<B> resumed(*made, model, o);

@@ -255,6 +255,12 @@ grep -q "LoRA: rank 4, alpha 8.0000 on self_attn.qkv_proj,self_attn.o_proj,mlp.g
   "$work/lora-res.log" || fail "no LoRA line: $(grep -i lora "$work/lora-res.log")"
 [[ "$(losses "$work/lora-res.jsonl")" == "$(losses "$work/lora-str.jsonl")" ]] ||
   fail "streamed LoRA losses differ from resident:\n$(losses "$work/lora-res.jsonl")\n---\n$(losses "$work/lora-str.jsonl")"
+# the base is read group by group into the LoRA model: with fresh adapters (B = 0) step 1's loss is
+# the full model's from the same --init-from, bit for bit
+"$llama" train "${lora[@]:0:${#lora[@]}-2}" --out "$work/lora-base" --metrics "$work/lora-base.jsonl" > /dev/null
+first_loss() { grep -o '"loss":[^,}]*' "$1" | head -n 1; }
+[[ "$(first_loss "$work/lora-base.jsonl")" == "$(first_loss "$work/lora-res.jsonl")" ]] ||
+  fail "the LoRA run's first loss is not its base's: $(first_loss "$work/lora-res.jsonl") vs $(first_loss "$work/lora-base.jsonl")"
 lc="$work/lora-res/step-000004"
 [[ -f "$lc/adapters.safetensors" && -f "$lc/adapter_config.json" && ! -e "$lc/model.safetensors" ]] ||
   fail "a LoRA checkpoint holds the adapters, not the base: $(ls "$lc")"
