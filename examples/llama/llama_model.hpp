@@ -640,12 +640,16 @@ private:
         return {};
     }
 
-    std::vector<float> read(const std::string& key, const std::vector<std::size_t>& shape) const {
+    void check_shape(const std::string& key, const std::vector<std::size_t>& shape) const {
         if (m_file.info(key).shape != shape)
             throw strata::error("'" + m_file.source_of(key) + "': tensor '" + key + "' has shape " +
                                     strata::detail::shape_string(m_file.info(key).shape) + ", the model's is " +
                                     strata::detail::shape_string(shape),
                                 "the file does not match config.json");
+    }
+
+    std::vector<float> read(const std::string& key, const std::vector<std::size_t>& shape) const {
+        check_shape(key, shape);
         std::vector<float> values(strata::shape(shape).numel());
         m_file.read_as_float(key, std::span<float>(values));  // F32, BF16, F16 exactly; others refused by name
         return values;
@@ -664,7 +668,7 @@ private:
                         missing.push_back(t.name);
                         continue;
                     }
-                    if (m_file.info(key).shape != t.shape) (void)read(key, t.shape);  // the shape error, named
+                    check_shape(key, t.shape);
                     used.insert(key);
                 }
         if (!missing.empty())

@@ -143,8 +143,7 @@ struct run_context {
     token_id eot;
     std::string tokenizer;                  // "byte", "gpt2:DIR" or "hf:PATH"
     const llama::llama_weights* init = nullptr;  // --init-from's weights (null: random initialization)
-    llama::hf_identity identity;            // the architecture and token ids config.json keeps
-    llama::llama_config config;             // the model's shape (a LoRA run's base)
+    llama::llama_config config;             // the model's shape (a LoRA run's base), architecture and token ids
 };
 
 // ---- LoRA (--lora-rank): adapters trained on a frozen base, the base's or random weights ----
@@ -282,7 +281,7 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     // The weights and config as a Hugging Face Llama directory, AdamW's moments (--save full) and
     // the trainer state.
     const checkpoint_contents contents = examples::contents_of_save(a.save);
-    auto save = [&] { return save_run_checkpoint(t, model, a, trainer_state(), extra_files, contents, ctx.identity); };
+    auto save = [&] { return save_run_checkpoint(t, model, a, trainer_state(), extra_files, contents, llama::hf_identity::of(ctx.config)); };
 
     progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
     fs::path last_saved;
@@ -291,7 +290,7 @@ int train_loop(B& backend, const Model& model, const train_options& o, run_conte
     // Before step 1: every checkpoint this run writes fits in --out (its exact bytes, from the
     // model's group layouts), or the run is refused now rather than at its final save.
     const std::uint64_t one_checkpoint = examples::mean_checkpoint_bytes(
-        checkpoint_bytes(model, contents, model_files_bytes(model, a, ctx.identity), 0, extra_files), trainer_state(),
+        checkpoint_bytes(model, contents, model_files_bytes(model, a, llama::hf_identity::of(ctx.config)), 0, extra_files), trainer_state(),
         t.step_count(), stop, a.save_every, a.save);
     examples::check_checkpoints_fit(a, one_checkpoint, t.step_count(), stop);
     // A checkpoint is written last, then OUT/latest names it; never one of a diverged run. With
@@ -475,7 +474,7 @@ int run_train(const train_args& a) {
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
                              .storage_bytes = budgets.storage, .storage_dir = a.storage_dir,
                              .io = examples::io_options_of(a)};
-    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, llama::hf_identity::of(config), config};
+    run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, config};
     if (init && a.resume.empty()) ctx.init = &*init;
 
     return on_backend(cuda, tiers, [&]<class B>(B& backend) {
