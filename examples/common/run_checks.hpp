@@ -22,6 +22,7 @@
 #include <cstdint>     // std::uint64_t
 #include <iostream>    // std::cout
 #include <string>      // std::string
+#include <utility>     // std::pair
 #include <thread>      // std::thread::hardware_concurrency
 #include <vector>      // std::vector
 
@@ -219,11 +220,36 @@ inline void require_saveable_loss(double loss, double first_loss, long step, con
                     (last_checkpoint.empty() ? std::string() : "; the last good checkpoint is " + last_checkpoint));
 }
 
-// The library's hints name no flags; for the errors whose cure is a flag, the program's flags.
-inline std::string flag_hint_for(const std::exception& e) {
-    if (std::string(e.what()).find("non-finite gradient norm") != std::string::npos)
-        return "the flags for that: --lr (lower), --warmup (longer), --clip (e.g. 1.0); continue with --resume OUT/step-N";
+// The library's hints name no flags: a strata::error lists the settings its hint is about
+// (error::settings(), library names such as "seq_len"); these are the programs' flags for them.
+inline std::string flag_of_setting(const std::string& setting) {
+    static const std::pair<const char*, const char*> flags[] = {
+        {"seq_len", "--seq-len"},       {"lr", "--lr"},
+        {"min_lr", "--min-lr"},         {"warmup", "--warmup"},
+        {"clip", "--clip"},             {"batch_size", "--batch"},
+        {"val_fraction", "--val-fraction"}, {"tokenizer", "--tokenizer"},
+        {"chat_template", "--chat-template"}, {"format", "--format"},
+        {"host_budget", "--host-budget"}, {"device_budget", "--device-budget"},
+        {"storage_dir", "--storage-dir"}, {"storage_budget", "--storage-budget"},
+        {"device", "--device"},         {"metrics", "--metrics"},
+        {"init_from", "--init-from"},   {"n_layer", "--n-layer"},
+        {"n_head", "--n-head"},         {"n_embd", "--n-embd"},
+        {"activations", "--activations"}, {"moments", "--moments"},
+    };
+    for (const auto& [name, flag] : flags)
+        if (setting == name) return flag;
     return {};
+}
+
+// "the flags for that: --lr, --warmup" for an error whose hint names settings the program has flags for.
+inline std::string flag_hint_for(const std::exception& e) {
+    const auto* err = dynamic_cast<const error*>(&e);
+    if (err == nullptr) return {};
+    std::string flags;
+    for (const auto& setting : err->settings())
+        if (const auto flag = flag_of_setting(setting); !flag.empty()) flags += (flags.empty() ? "" : ", ") + flag;
+    if (flags.empty()) return {};
+    return "the flags for that: " + flags;
 }
 
 // ---- the loss curve of the whole run, across resumes ----

@@ -141,6 +141,8 @@ refuses "--threads 100000" "$gpt" train "${tiny[@]}" --steps 2 --threads 100000 
 refuses "--max-new-tokens" timeout 20 "$gpt" sample --checkpoint "$work/full/step-000004" --prompt x --max-new-tokens -5
 refuses "--top-k" timeout 20 "$gpt" sample --checkpoint "$work/full/step-000004" --prompt x --top-k -1
 refuses "--device-budget" "$gpt" train "${tiny[@]}" --steps 2 --device-budget nan --out "$work/x"
+# a library error names its settings; the program shows its own flags for them
+refuses "the flags for that: --batch, --seq-len" "$gpt" train "${tiny[@]}" --steps 2 --device-budget 64K --out "$work/x"
 [[ ! -e "$work/x/step-000002" ]] || fail "a refused run wrote a checkpoint"
 
 # outputs that would destroy inputs, or a file strata did not write, are refused

@@ -253,8 +253,8 @@ TEST_CASE("non-string fields and non-object records are errors") {
 
 TEST_CASE("explicit JSON formats refuse plain text; text refuses invalid UTF-8") {
     std::string e = error_of([] { parse_records("\n\nHello", record_format::jsonl, "p.txt"); });
-    CHECK(contains(e, "p.txt line 3: expected JSON for --format jsonl but the file starts with 'H'"));
-    CHECK(contains(e, "--format text"));
+    CHECK(contains(e, "p.txt line 3: expected JSON for the format jsonl but the file starts with 'H'"));
+    CHECK(contains(e, "the text format"));
 
     e = error_of([] { parse_records("fine\nbad \xFF byte\n", record_format::automatic, "l1.txt"); });
     CHECK(contains(e, "l1.txt line 2 (byte 9): invalid UTF-8"));

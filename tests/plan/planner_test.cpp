@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
+#include <algorithm>  // std::find
 #include <array>    // std::array
 #include <cmath>    // std::abs
 #include <cstddef>  // std::size_t
@@ -35,6 +36,20 @@ std::string message_of(const plan_request& r) {
         return e.what();
     }
     return "";
+}
+
+// The settings a refused plan's hint names (strata::error::settings()).
+std::vector<std::string> settings_of(const plan_request& r) {
+    try {
+        (void)plan<cpu_backend>(r);
+    } catch (const error& e) {
+        return e.settings();
+    }
+    return {};
+}
+
+bool names(const std::vector<std::string>& settings, const std::string& setting) {
+    return std::find(settings.begin(), settings.end(), setting) != settings.end();
 }
 
 // Every line of the table, split into whitespace-separated cells.
@@ -378,7 +393,12 @@ TEST_CASE("two slots when three do not fit; the least device budget is exactly t
     CHECK(message.find(std::to_string(any.activation_bytes) + " B") != std::string::npos);
     CHECK(message.find("grad-norm staging " + format_bytes(any.device_staging_bytes)) != std::string::npos);
     CHECK(message.find("hint:") != std::string::npos);
-    CHECK(message.find("--batch") != std::string::npos);
+    CHECK(message.find("lower the micro-batch") != std::string::npos);
+    CHECK(message.find("--") == std::string::npos);  // the library names its settings, not a program's flags
+    const auto settings = settings_of(too_small);
+    CHECK(names(settings, "batch_size"));
+    CHECK(names(settings, "seq_len"));
+    CHECK(names(settings, "device_budget"));
 }
 
 TEST_CASE("the hint asks to recompute activations only when the plan keeps some") {
@@ -413,7 +433,8 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
     CAPTURE(message);
     CHECK(message.find("storage needs " + format_bytes(2 * any.state_bytes)) != std::string::npos);
     CHECK(message.find(std::to_string(2 * any.state_bytes - 1) + " B") != std::string::npos);
-    CHECK(message.find("--storage-dir") != std::string::npos);
+    CHECK(message.find("choose a storage directory on a disk with more free space") != std::string::npos);
+    CHECK(names(settings_of(r), "storage_dir"));
 }
 
 TEST_CASE("moments go to storage when the host cannot hold them, and the error names both tiers otherwise") {

@@ -218,7 +218,7 @@ TEST_CASE("I/O errors surface at wait() naming the file, the byte offset and the
                 doctest::Contains("read from short.bin failed at byte 1000: unexpected end of file"), strata::error);
         }
 
-        // A full disk (/dev/full answers every write with ENOSPC) gets the --storage-dir hint.
+        // A full disk (/dev/full answers every write with ENOSPC) gets the storage directory hint.
         if (std::filesystem::exists("/dev/full")) {
             file_descriptor full(::open("/dev/full", O_WRONLY));
             try {
@@ -227,7 +227,7 @@ TEST_CASE("I/O errors surface at wait() naming the file, the byte offset and the
             } catch (const strata::error& e) {
                 CHECK(std::string(e.what()).find("write to /dev/full failed at byte 0: No space left on device") !=
                       std::string::npos);
-                CHECK(e.hint() == "the disk is full: free space or choose another --storage-dir");
+                CHECK(e.hint() == "the disk is full: free space or choose another storage directory");
             }
         } else {
             strata::test::skip("no /dev/full to provoke ENOSPC (the other failures were checked)");

@@ -258,7 +258,7 @@ TEST_CASE("hf_tokenizer: ids out of range, eot, bos and vocabulary size") {
     const std::vector<token_id> bad{5, 4000};
     CHECK_THROWS_WITH_AS(llama3.decode(bad),
                          "hf_tokenizer: token id 4000 is out of range [0, 4000) (hint: the ids were not produced by "
-                         "this tokenizer.json; check --tokenizer)", strata::error);
+                         "this tokenizer.json; check which tokenizer made them)", strata::error);
     CHECK(llama3.decode(llama3.encode("a<|eot_id|>b")) == "a<|eot_id|>b");
 }
 

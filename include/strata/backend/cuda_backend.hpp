@@ -175,7 +175,7 @@ private:
 
     static int select(int device) {
         const int count = cuda::device_count();
-        if (count == 0) throw error("no CUDA device is available", "run on a machine with an NVIDIA GPU, or use --device cpu");
+        if (count == 0) throw error("no CUDA device is available", "run on a machine with an NVIDIA GPU, or use the CPU backend", {"device"});
         if (device < 0 || device >= count)
             throw error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
                         " present)");

@@ -96,8 +96,8 @@ inline error pinning_error(const std::string& what, std::size_t asked, std::size
     return error("cannot pin " + format_bytes(asked) + " of host memory for '" + what + "': " + failure +
                      "; this backend has " + format_bytes(already_pinned) + " pinned already; limits: " +
                      describe(limits),
-                 "lower --host-budget, raise the locked-memory limit (ulimit -l), or put the AdamW moments on "
-                 "storage with --storage-dir");
+                 "lower the host budget, raise the locked-memory limit (ulimit -l), or put the optimizer's moments on "
+                 "storage (a storage directory)", {"host_budget", "storage_dir"});
 }
 
 }  // namespace strata

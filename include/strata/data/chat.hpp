@@ -62,7 +62,7 @@ inline void require_prefix(std::string_view whole, std::string_view prefix, cons
                     ", but the whole conversation has " + excerpt(whole, at) + " there",
                 "the template rewrites earlier turns when later ones follow (Mistral's moves the system message into "
                 "the last user turn), so the assistant turns cannot be told apart: drop the system message, split the "
-                "conversation into single exchanges, or pass another template with --chat-template");
+                "conversation into single exchanges, or use another chat template", {"chat_template"});
 }
 
 }  // namespace detail

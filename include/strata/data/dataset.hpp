@@ -35,7 +35,7 @@ public:
         if (stream.size() < seq_len + 1)
             throw error("token_dataset: a stream of " + std::to_string(stream.size()) +
                             " tokens holds no window of seq_len + 1 = " + std::to_string(seq_len + 1) + " tokens",
-                        "lower --seq-len or add data");
+                        "lower seq_len or add data", {"seq_len"});
         std::size_t count = (stream.size() - 1) / seq_len;
         stream.resize(count * seq_len + 1);
         stream.shrink_to_fit();
@@ -93,7 +93,7 @@ private:
         : m_storage(std::move(s)), m_first(first), m_count(count) {}
 
     static void require_seq_len(std::size_t seq_len) {
-        if (seq_len == 0) throw error("token_dataset: seq_len is 0", "pass --seq-len of at least 1");
+        if (seq_len == 0) throw error("token_dataset: seq_len is 0", "a seq_len of at least 1", {"seq_len"});
     }
 
     void check_index(std::size_t i) const {
@@ -115,7 +115,7 @@ private:
 inline std::size_t validation_count(std::size_t count, double fraction) {
     if (!std::isfinite(fraction) || fraction < 0.0 || fraction >= 1.0)
         throw error("validation fraction " + std::to_string(fraction) + " is outside [0, 1)",
-                    "use e.g. --val-fraction 0.05, or 0 for no validation set");
+                    "use e.g. 0.05, or 0 for no validation set", {"val_fraction"});
     if (fraction == 0.0 || count < 2) return 0;
     auto wanted = static_cast<std::size_t>(std::llround(static_cast<double>(count) * fraction));
     if (wanted < 1) return 1;

@@ -85,10 +85,10 @@ public:
     // The loader shares the dataset's storage, so it does not dangle when `data` goes away.
     batch_loader(token_dataset data, const loader_options& options)
         : m_data(std::move(data)), m_options(options) {
-        if (m_options.batch_size == 0) throw error("batch_loader: batch size is 0", "pass --batch-size of at least 1");
+        if (m_options.batch_size == 0) throw error("batch_loader: batch size is 0", "a batch size of at least 1", {"batch_size"});
         if (m_data.empty())
             throw error("batch_loader: the dataset holds no sequences",
-                        "add data, lower --seq-len, or lower --val-fraction if this is the validation set");
+                        "add data, lower seq_len, or lower the validation fraction if this is the validation set", {"seq_len", "val_fraction"});
         m_cursor = {m_options.seed, 0, 0, m_data.size()};
         load_epoch_order();
     }
@@ -107,7 +107,7 @@ public:
         if (c.sequences != m_data.size())
             throw error("batch_loader: the cursor was saved for a dataset of " + std::to_string(c.sequences) +
                             " sequences, this one has " + std::to_string(m_data.size()),
-                        "resume with the same data file, tokenizer, --seq-len and --val-fraction");
+                        "resume with the same data file, tokenizer, seq_len and validation fraction", {"tokenizer", "seq_len", "val_fraction"});
         if (c.position >= c.sequences)
             throw error("batch_loader: cursor position " + std::to_string(c.position) + " is past the " +
                             std::to_string(c.sequences) + " sequences of an epoch",

@@ -226,13 +226,13 @@ inline void add_record(record_set& out, const nlohmann::json& value, const recor
         out.documents.push_back(string_field(
             value, "text", place,
             looks_instruct ? "this looks like an instruction record; a file holds one kind of record (auto "
-                             "decides from the first record) and --format instruct reads instruction records"
+                             "decides from the first record) and the instruct format reads instruction records"
                            : "base records look like {\"text\": \"...\"}"));
         return;
     }
     const char* missing_hint = value.contains("text")
                                    ? "this looks like a base record; a file holds one kind of record (auto decides "
-                                     "from the first record) and --format jsonl reads {\"text\": ...} records"
+                                     "from the first record) and the jsonl format reads {\"text\": ...} records"
                                    : "instruction records need \"instruction\" and \"output\"; \"input\" is optional";
     instruct_record r;
     r.instruction = string_field(value, "instruction", place, missing_hint);
@@ -318,9 +318,9 @@ inline record_set parse_records(std::string_view content, record_format format, 
         return out;
     }
     if (!looks_json)
-        throw error(out.source + " line " + std::to_string(detail::line_of(content, start)) + ": expected JSON for --format " +
+        throw error(out.source + " line " + std::to_string(detail::line_of(content, start)) + ": expected JSON for the format " +
                         std::string(to_string(format)) + " but the file starts with '" + std::string(1, first) + "'",
-                    "use --format text for plain text, or --format auto");
+                    "use the text format for plain text, or auto", {"format"});
     out.kind = format == record_format::instruct ? record_kind::instruct
                : format == record_format::chat   ? record_kind::chat
                                                  : record_kind::base;

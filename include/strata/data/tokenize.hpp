@@ -111,7 +111,7 @@ std::vector<token_id> tokenize_documents(const record_set& records, const Tok& t
 
 template <Tokenizer Tok>
 token_dataset pack_documents(const record_set& records, const Tok& tok, std::size_t seq_len, data_stats& stats) {
-    if (seq_len == 0) throw error("seq_len is 0", "pass --seq-len of at least 1");
+    if (seq_len == 0) throw error("seq_len is 0", "a seq_len of at least 1", {"seq_len"});
     std::vector<token_id> stream = tokenize_documents(records, tok);
     stats.tokens = stream.size();
     if (stream.size() < seq_len + 1)
@@ -119,7 +119,7 @@ token_dataset pack_documents(const record_set& records, const Tok& tok, std::siz
                         std::string(std::string_view(tok.name())) + "' tokenizer), but seq_len " +
                         std::to_string(seq_len) + " needs at least " + std::to_string(seq_len + 1) +
                         " for one training sequence",
-                    "lower --seq-len or add data");
+                    "lower seq_len or add data", {"seq_len"});
     token_dataset all = token_dataset::packed(std::move(stream), seq_len);
     stats.sequences = all.size();
     stats.tail_tokens = stats.tokens - (all.size() * seq_len + 1);
@@ -171,7 +171,7 @@ struct row_builder {
 template <Tokenizer Tok>
 token_dataset build_instruct_rows(const record_set& records, const Tok& tok, std::size_t seq_len,
                                   const prompt_template& prompt, data_stats& stats) {
-    if (seq_len == 0) throw error("seq_len is 0", "pass --seq-len of at least 1");
+    if (seq_len == 0) throw error("seq_len is 0", "a seq_len of at least 1", {"seq_len"});
     prompt.validate();
     detail::row_builder rows{seq_len, tok.eot_id(), {}, {}};
     std::vector<token_id> full;
@@ -189,14 +189,14 @@ token_dataset build_instruct_rows(const record_set& records, const Tok& tok, std
         std::fill(trained.begin(), trained.begin() + static_cast<std::ptrdiff_t>(prompt_len), 0);
         rows.add(full, trained, stats);
     }
-    return rows.finish(records, stats, "each prompt alone fills the window: raise --seq-len or shorten the prompt template");
+    return rows.finish(records, stats, "each prompt alone fills the window: raise seq_len or shorten the prompt template");
 }
 
 // Conversations (or instruction records, as conversations) rendered with a chat template.
 template <Tokenizer Tok>
 token_dataset build_chat_rows(const record_set& records, const Tok& tok, std::size_t seq_len,
                               const chat_template& chat, data_stats& stats) {
-    if (seq_len == 0) throw error("seq_len is 0", "pass --seq-len of at least 1");
+    if (seq_len == 0) throw error("seq_len is 0", "a seq_len of at least 1", {"seq_len"});
     stats.chat_template = true;
     detail::row_builder rows{seq_len, tok.eot_id(), {}, {}};
     const bool instruct = records.kind == record_kind::instruct;
@@ -211,7 +211,7 @@ token_dataset build_chat_rows(const record_set& records, const Tok& tok, std::si
     }
     return rows.finish(records, stats,
                        "each conversation's assistant turns start past seq_len + 1 tokens, or it has none: raise "
-                       "--seq-len, or check that the records have assistant messages");
+                       "seq_len, or check that the records have assistant messages");
 }
 
 // Records to train and validation sequences, with the counts of what happened on the way.
@@ -223,8 +223,8 @@ prepared_data prepare_data(const record_set& records, const Tok& tok, const data
     out.stats.records = records.size();
     if (records.kind == record_kind::chat && !options.chat)
         throw error(records.source + " holds chat records ({\"messages\": [...]}) but no chat template was given",
-                    "chat records are rendered with the model's chat template: pass --chat-template auto (the "
-                    "tokenizer_config.json next to the tokenizer) or --chat-template FILE");
+                    "chat records are rendered with the model's chat template: give one (the tokenizer_config.json "
+                    "next to the tokenizer, or a .jinja file)", {"chat_template"});
     token_dataset all = records.kind == record_kind::base ? pack_documents(records, tok, options.seq_len, out.stats)
                         : options.chat ? build_chat_rows(records, tok, options.seq_len, *options.chat, out.stats)
                                        : build_instruct_rows(records, tok, options.seq_len, options.prompt, out.stats);

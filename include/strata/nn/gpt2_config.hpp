@@ -39,7 +39,7 @@ struct gpt_config {
         if (n_embd % n_head != 0)
             throw error("model config: n_embd " + std::to_string(n_embd) + " is not a multiple of n_head " +
                             std::to_string(n_head),
-                        "choose --n-embd divisible by --n-head");
+                        "choose n_embd divisible by n_head", {"n_embd", "n_head"});
     }
 
     // Parameters of the model (the LM head is tied to the token embedding).

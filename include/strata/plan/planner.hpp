@@ -50,7 +50,8 @@
 
 #include <strata/core/format.hpp>  // fmt::format (host only)
 
-#include <algorithm>    // std::max
+#include <algorithm>    // std::max, std::find
+#include <initializer_list>  // std::initializer_list
 #include <array>        // std::array
 #include <chrono>       // std::chrono::steady_clock
 #include <cstddef>      // std::size_t
@@ -479,27 +480,43 @@ inline std::string streaming_minimum(const memory_plan& p) {
            " + grad-norm staging " + format_bytes(p.device_staging_bytes);
 }
 
-inline std::string plan_hint(const plan_request& r, const memory_plan& p) {
+// What to change when a plan does not fit, in the library's terms, with the settings it names
+// (strata::error::settings(): a program shows its own flags for them).
+struct plan_advice {
     std::string hint;
-    auto add = [&](const std::string& h) { hint += (hint.empty() ? "" : "; ") + h; };
+    std::vector<std::string> settings;
+};
+
+inline plan_advice plan_hint(const plan_request& r, const memory_plan& p) {
+    plan_advice a;
+    auto add = [&](const std::string& h, std::initializer_list<const char*> settings) {
+        a.hint += (a.hint.empty() ? "" : "; ") + h;
+        for (const char* s : settings)
+            if (std::find(a.settings.begin(), a.settings.end(), s) == a.settings.end()) a.settings.emplace_back(s);
+    };
     if (p.total(tier_id::device) > p.budgets.device) {
-        add("lower --batch (now " + std::to_string(r.batch) + ") or --seq-len (now " + std::to_string(r.seq) + ")");
-        if (p.kept_blocks > 0) add("recompute the blocks' activations instead of keeping them");
+        add("lower the micro-batch (now " + std::to_string(r.batch) + ") or the sequence length (now " +
+                std::to_string(r.seq) + ")",
+            {"batch_size", "seq_len"});
+        if (p.kept_blocks > 0) add("recompute the blocks' activations instead of keeping them", {"activations"});
         if (p.offloaded_inputs == 0 && p.kept_blocks < p.block_count)
-            add("offload the recomputing blocks' inputs to host memory (--activations offload)");
-        add("raise the device budget");
+            add("offload the recomputing blocks' inputs to host memory", {"activations"});
+        add("raise the device budget", {"device_budget"});
     }
     if (p.total(tier_id::host) > p.budgets.host) {
-        add("raise the host budget");
-        if (p.m_home != tier_id::storage) add("pass --storage-dir to keep the AdamW moments on storage");
+        add("raise the host budget", {"host_budget"});
+        if (p.m_home != tier_id::storage) add("keep the AdamW moments on storage (a storage directory)", {"storage_dir"});
     }
     if (p.total(tier_id::storage) > p.budgets.storage)
-        add("choose a --storage-dir on a disk with more free space, or raise the storage budget");
-    return hint;
+        add("choose a storage directory on a disk with more free space, or raise the storage budget",
+            {"storage_dir", "storage_budget"});
+    return a;
 }
 
 [[noreturn]] inline void refuse(const plan_request& r, const memory_plan& p, const std::string& why) {
-    throw error("memory plan: " + why + ": " + needs_vs_budgets(p) + "; " + streaming_minimum(p), plan_hint(r, p));
+    auto advice = plan_hint(r, p);
+    throw error("memory plan: " + why + ": " + needs_vs_budgets(p) + "; " + streaming_minimum(p), std::move(advice.hint),
+                std::move(advice.settings));
 }
 
 inline void validate(const plan_request& r, const model_footprint& model) {
@@ -512,7 +529,7 @@ inline void validate(const plan_request& r, const model_footprint& model) {
     if (r.seq > model.max_seq)
         throw error("memory plan: sequence length " + std::to_string(r.seq) + " exceeds the model's context " +
                         std::to_string(model.max_seq),
-                    "lower --seq-len or build the model with a longer context");
+                    "lower the sequence length or build the model with a longer context", {"seq_len"});
     if (r.slots && *r.slots < 2)
         throw error("memory plan: " + std::to_string(*r.slots) + " device slot(s) asked for; streaming needs at least 2",
                     "one slot computes while the next one is filled: ask for 2 or more slots");

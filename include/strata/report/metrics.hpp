@@ -33,7 +33,7 @@ public:
         if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
             throw error("metrics: cannot create '" + path.string() + "': directory '" + parent.string() +
                             "' does not exist",
-                        "create the run directory first, or pick another --metrics path");
+                        "create the run directory first, or pick another metrics path", {"metrics"});
         errno = 0;
         m_out.open(path, append ? std::ios::app : std::ios::trunc);
         if (!m_out) {

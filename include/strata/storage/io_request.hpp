@@ -66,7 +66,7 @@ inline std::string io_failure_message(const io_request& r, std::size_t at, int e
 
 inline std::string io_failure_hint(int err) {
     switch (err) {
-        case ENOSPC: return "the disk is full: free space or choose another --storage-dir";
+        case ENOSPC: return "the disk is full: free space or choose another storage directory";
         case ECANCELED: return "destroy an I/O engine only after waiting for what was submitted to it";
         case EBADF: return "the file is closed or was not opened for this direction";
         default: return "check the disk and the storage directory";

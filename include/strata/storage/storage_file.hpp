@@ -90,8 +90,9 @@ public:
                 ::unlink(m_path.c_str());
                 throw error("cannot reserve " + format_bytes(m_file_bytes) + " on disk for storage-tier file " +
                                 m_path.string() + ": " + std::strerror(rc),
-                            rc == ENOSPC ? "the disk is full: free space or choose another --storage-dir"
-                                         : "check the storage directory's file system");
+                            rc == ENOSPC ? "the disk is full: free space or choose another storage directory"
+                                         : "check the storage directory's file system",
+                            {"storage_dir"});
             }
         }
     }

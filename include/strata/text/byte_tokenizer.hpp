@@ -30,7 +30,7 @@ public:
             if (id == eot) continue;
             if (id < 0 || id > eot)
                 throw error("byte_tokenizer: token id " + std::to_string(id) + " is out of range [0, 257)",
-                            "the ids were not produced by the byte tokenizer; check --tokenizer");
+                            "the ids were not produced by the byte tokenizer; check which tokenizer made them", {"tokenizer"});
             text.push_back(static_cast<char>(id));
         }
         return text;

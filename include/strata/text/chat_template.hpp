@@ -129,7 +129,7 @@ private:
         const auto it = root.find("chat_template");
         if (it == root.end() || it->is_null())
             throw error("chat template: " + file.string() + " has no chat_template",
-                        "the model has no chat template: train instruction records without one (--chat-template none)");
+                        "the model has no chat template: train instruction records without one (no chat template)", {"chat_template"});
         std::string source;
         if (it->is_string()) {
             source = it->get<std::string>();
@@ -142,7 +142,7 @@ private:
             }
             if (source.empty())
                 throw error("chat template: " + file.string() + " lists chat templates named " + names + " but none \"default\"",
-                            "write the one to use into a .jinja file and pass it with --chat-template");
+                            "write the one to use into a .jinja file and give that file as the chat template", {"chat_template"});
         } else {
             throw error("chat template: " + file.string() + ": chat_template is a " + std::string(it->type_name()) +
                             ", expected a string or a list of {name, template}",

@@ -308,7 +308,7 @@ public:
         if (id < 0 || id >= vocab_size())
             throw error("gpt2_tokenizer: token id " + std::to_string(id) + " is out of range [0, " +
                             std::to_string(vocab_size()) + ")",
-                        "the ids were not produced by this GPT-2 vocabulary; check --tokenizer");
+                        "the ids were not produced by this GPT-2 vocabulary; check which tokenizer made them", {"tokenizer"});
         return m_tables->bytes_of[static_cast<std::size_t>(id)];
     }
 

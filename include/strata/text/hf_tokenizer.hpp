@@ -126,7 +126,7 @@ public:
             if (id < 0 || id >= vocab_size())
                 throw error("hf_tokenizer: token id " + std::to_string(id) + " is out of range [0, " +
                                 std::to_string(vocab_size()) + ")",
-                            "the ids were not produced by this tokenizer.json; check --tokenizer");
+                            "the ids were not produced by this tokenizer.json; check which tokenizer made them", {"tokenizer"});
             const auto& token = m_tables->token_of[static_cast<std::size_t>(id)];
             if (token) tokens.push_back(*token);  // an id no token has is skipped, as tokenizers does
         }

@@ -379,12 +379,12 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, Rea
     const auto state_path = dir / "trainer_state.json";
     if (!std::filesystem::exists(state_path))
         throw error("'" + dir.string() + "' cannot be resumed: trainer_state.json is missing",
-                    "resume from a directory strata-gpt wrote (OUT/step-N); to start from weights only, use --init-from");
+                    "resume from a checkpoint directory a trainer saved (its trainer_state.json and optimizer.safetensors beside the weights); to start from the weights only, load them as initial weights", {"init_from"});
     auto state = read_json_file(state_path);
     const bool with_moments = moments_saved(state);
     if (with_moments && !std::filesystem::exists(dir / "optimizer.safetensors"))
         throw error("'" + dir.string() + "' cannot be resumed: optimizer.safetensors is missing",
-                    "resume from a directory strata-gpt wrote (OUT/step-N); to start from weights only, use --init-from");
+                    "resume from a checkpoint directory a trainer saved (its trainer_state.json and optimizer.safetensors beside the weights); to start from the weights only, load them as initial weights", {"init_from"});
     read_weights(dir);
     std::optional<safetensors_file> opt;  // none: the moments start from zero
     if (with_moments) opt.emplace(safetensors_file::open(dir / "optimizer.safetensors"));
@@ -416,7 +416,7 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
         if (loaded.config.n_layer != c.n_layer || loaded.config.n_embd != c.n_embd || loaded.config.n_head != c.n_head ||
             loaded.config.vocab_size != c.vocab_size || loaded.config.max_seq != c.max_seq)
             throw error("checkpoint '" + from.string() + "' holds a different model shape than the one being trained",
-                        "resume with the same --n-layer/--n-head/--n-embd/--seq-len and tokenizer");
+                        "resume with the same n_layer, n_head, n_embd, context and tokenizer", {"n_layer", "n_head", "n_embd", "seq_len", "tokenizer"});
         for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);
     });
 }

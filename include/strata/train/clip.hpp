@@ -49,7 +49,8 @@ inline void require_finite_grad_norm(double norm, long step) {
     if (!std::isfinite(norm))
         throw error("non-finite gradient norm (" + std::to_string(norm) + ")" +
                         (step >= 0 ? " at step " + std::to_string(step) : std::string()) + ": the loss diverged",
-                    "lower the learning rate, lengthen the warmup, or clip the gradients' norm; resume from the last checkpoint");
+                    "lower the learning rate, lengthen the warmup, or clip the gradients' norm; resume from the last checkpoint",
+                    {"lr", "warmup", "clip"});
 }
 
 // The factor every gradient is multiplied by: 1 when the norm is within max_norm. The 1e-6 is

@@ -26,6 +26,8 @@
 #include <numbers>      // std::numbers::pi
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
+#include <utility>      // std::move
+#include <vector>       // std::vector
 
 namespace strata {
 
@@ -64,15 +66,17 @@ inline lr_kind parse_lr_kind(std::string_view name) {
 
 // Throws on the first inconsistent field, naming it and its value.
 inline void validate(const lr_schedule& s) {
-    const auto bad = [](const std::string& what, const std::string& hint) { throw error("lr schedule: " + what, hint); };
+    const auto bad = [](const std::string& what, const std::string& hint, std::vector<std::string> settings) {
+        throw error("lr schedule: " + what, hint, std::move(settings));
+    };
     const auto rate = [](double x) { return fmt::format("{:g}", x); };  // 3e-08, not std::to_string's 0.000000
     if (!(std::isfinite(s.lr) && s.lr > 0))
-        bad("lr must be a positive finite number, got " + rate(s.lr), "pass e.g. --lr 6e-4");
+        bad("lr must be a positive finite number, got " + rate(s.lr), "e.g. lr 6e-4", {"lr"});
     if (!(std::isfinite(s.min_lr) && s.min_lr >= 0))
-        bad("min_lr must be a finite number >= 0, got " + rate(s.min_lr), "pass e.g. --min-lr 6e-5");
+        bad("min_lr must be a finite number >= 0, got " + rate(s.min_lr), "e.g. min_lr 6e-5", {"min_lr"});
     if (s.min_lr > s.lr)
         bad("min_lr (" + rate(s.min_lr) + ") is larger than lr (" + rate(s.lr) + ")",
-            "the schedule decays from lr down to min_lr; lower --min-lr");
+            "the schedule decays from lr down to min_lr; lower min_lr", {"min_lr"});
     if (s.total_steps < 1)
         bad("total_steps must be >= 1, got " + std::to_string(s.total_steps), "pass the run's number of steps");
     if (s.warmup_steps < 0)

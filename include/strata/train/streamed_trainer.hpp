@@ -298,7 +298,7 @@ private:
         if (o.seq > model.max_seq())
             throw error("sequence length " + std::to_string(o.seq) + " exceeds the model's context " +
                             std::to_string(model.max_seq()),
-                        "lower --seq-len or build the model with a longer context");
+                        "lower the sequence length or build the model with a longer context", {"seq_len"});
         const std::size_t n = model.groups().size();
         if (o.homes.empty())
             return std::vector<group_home>(n, std::is_same_v<MomentsTier, device_tier>

@@ -99,7 +99,7 @@ inline std::size_t check_micro_batches(std::span<const data::batch> micro, const
     }
     if (counted == 0)
         throw error("step " + std::to_string(update) + ": no target token counts in the loss (all are ignored)",
-                    "instruction data needs responses that fit in --seq-len");
+                    "instruction data needs responses that fit in the sequence length", {"seq_len"});
     return counted;
 }
 
@@ -116,7 +116,7 @@ double global_norm(const Groups& groups, std::span<const double> partials) {
 inline void check_finite(const step_result& r, long update) {
     if (!std::isfinite(r.loss))
         throw error("loss is " + std::to_string(r.loss) + " at step " + std::to_string(update),
-                    "training diverged: lower --lr or lengthen --warmup, and resume from the last checkpoint");
+                    "training diverged: lower lr or lengthen the warmup, and resume from the last checkpoint", {"lr", "warmup"});
     require_finite_grad_norm(r.grad_norm, update);
 }
 }  // namespace detail
