@@ -235,6 +235,7 @@ inline std::string flag_of_setting(const std::string& setting) {
         {"init_from", "--init-from"},   {"n_layer", "--n-layer"},
         {"n_head", "--n-head"},         {"n_embd", "--n-embd"},
         {"activations", "--activations"}, {"moments", "--moments"},
+        {"steps", "--steps"},
     };
     for (const auto& [name, flag] : flags)
         if (setting == name) return flag;

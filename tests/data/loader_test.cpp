@@ -174,7 +174,7 @@ TEST_CASE("restoring a cursor that does not fit is an error") {
     batch_loader loader = make_train_loader(numbered(10), 2, 1);
     std::string e = error_of([&] { loader.restore({1, 0, 0, 11}); });
     CHECK(contains(e, "saved for a dataset of 11 sequences, this one has 10"));
-    CHECK(contains(e, "same data file, tokenizer, --seq-len and --val-fraction"));
+    CHECK(contains(e, "same data file, tokenizer, seq_len and validation fraction"));
     e = error_of([&] { loader.restore({1, 0, 10, 10}); });
     CHECK(contains(e, "cursor position 10 is past the 10 sequences"));
 
@@ -251,7 +251,7 @@ TEST_CASE("loader construction errors") {
     CHECK(contains(error_of([] { make_train_loader(numbered(4), 0, 1); }), "batch size is 0"));
     std::string e = error_of([] { make_validation_loader(numbered(4).slice(4, 0), 2, 0); });
     CHECK(contains(e, "the dataset holds no sequences"));
-    CHECK(contains(e, "--val-fraction"));
+    CHECK(contains(e, "validation fraction"));
 }
 
 }  // namespace loader_test

@@ -210,7 +210,7 @@ TEST_CASE("missing fields name the record and suggest the other format") {
 
     e = error_of([] { parse_records("{\"instruction\": \"i\", \"output\": \"o\"}", record_format::jsonl, "d.jsonl"); });
     CHECK(contains(e, "d.jsonl line 1: record has no \"text\" field"));
-    CHECK(contains(e, "--format instruct"));
+    CHECK(contains(e, "the instruct format"));
 
     e = error_of([] { parse_records("[{\"instruction\": \"i\", \"output\": \"o\"}, {\"instruction\": \"j\"}]",
                                     record_format::instruct, "d.json"); });
@@ -221,7 +221,7 @@ TEST_CASE("missing fields name the record and suggest the other format") {
 
     e = error_of([] { parse_records("{\"text\": \"t\"}", record_format::instruct, "d.jsonl"); });
     CHECK(contains(e, "record has no \"instruction\" field"));
-    CHECK(contains(e, "--format jsonl"));
+    CHECK(contains(e, "the jsonl format"));
 
     // Auto decides from the first record; a later record of the other kind is an error.
     e = error_of([] {

@@ -127,7 +127,7 @@ TEST_CASE("packing: a corpus shorter than one window is an error with the number
     std::string e = error_of([&] { pack_documents(base_records({"abc", "de"}), tok, 7, stats); });
     CHECK(contains(e, "mem has 7 tokens"));
     CHECK(contains(e, "seq_len 7 needs at least 8"));
-    CHECK(contains(e, "lower --seq-len"));
+    CHECK(contains(e, "lower seq_len"));
     CHECK(contains(error_of([&] { pack_documents(base_records({"abc"}), tok, 0, stats); }), "seq_len is 0"));
 }
 
@@ -233,7 +233,7 @@ TEST_CASE("instruction rows: truncation keeps the prompt start; a prompt that fi
     CHECK(s6.dropped == 2);
     CHECK(contains(e, "mem: all 2 instruction records were dropped"));
     CHECK(contains(e, "seq_len + 1 = 7"));
-    CHECK(contains(e, "raise --seq-len"));
+    CHECK(contains(e, "raise seq_len"));
 }
 
 TEST_CASE("validation count: round(n * fraction), at least 1, leaving at least 1 for training") {
@@ -250,7 +250,7 @@ TEST_CASE("validation count: round(n * fraction), at least 1, leaving at least 1
     for (double bad : {-0.1, 1.0, 2.0, static_cast<double>(NAN)}) {
         std::string e = error_of([&] { validation_count(10, bad); });
         CHECK(contains(e, "outside [0, 1)"));
-        CHECK(contains(e, "--val-fraction"));
+        CHECK(contains(e, "0 for no validation set"));
     }
 }
 

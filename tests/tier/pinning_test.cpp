@@ -58,9 +58,10 @@ TEST_CASE("pinning_error names the bytes asked, the bytes pinned, the limits, an
     CHECK(what.find("chunk 13 of 24") != std::string::npos);
     CHECK(what.find("4.00 GiB (4294967296 B) pinned already") != std::string::npos);
     CHECK(what.find("RLIMIT_MEMLOCK unlimited, cgroup memory limit none, MemAvailable 20.00 GiB") != std::string::npos);
-    CHECK(e.hint().find("--host-budget") != std::string::npos);
+    CHECK(e.hint().find("lower the host budget") != std::string::npos);
     CHECK(e.hint().find("ulimit -l") != std::string::npos);
-    CHECK(e.hint().find("--storage-dir") != std::string::npos);
+    CHECK(e.hint().find("storage") != std::string::npos);
+    CHECK(e.settings() == std::vector<std::string>{"host_budget", "storage_dir"});
 }
 
 TEST_CASE("bytes_to_chunk_end: copies split there stay inside one chunk") {

@@ -66,7 +66,7 @@ inline lr_kind parse_lr_kind(std::string_view name) {
 
 // Throws on the first inconsistent field, naming it and its value.
 inline void validate(const lr_schedule& s) {
-    const auto bad = [](const std::string& what, const std::string& hint, std::vector<std::string> settings) {
+    const auto bad = [](const std::string& what, const std::string& hint, std::vector<std::string> settings = {}) {
         throw error("lr schedule: " + what, hint, std::move(settings));
     };
     const auto rate = [](double x) { return fmt::format("{:g}", x); };  // 3e-08, not std::to_string's 0.000000
@@ -78,13 +78,13 @@ inline void validate(const lr_schedule& s) {
         bad("min_lr (" + rate(s.min_lr) + ") is larger than lr (" + rate(s.lr) + ")",
             "the schedule decays from lr down to min_lr; lower min_lr", {"min_lr"});
     if (s.total_steps < 1)
-        bad("total_steps must be >= 1, got " + std::to_string(s.total_steps), "pass the run's number of steps");
+        bad("total_steps must be >= 1, got " + std::to_string(s.total_steps), "pass the run's number of steps", {"steps"});
     if (s.warmup_steps < 0)
-        bad("warmup_steps must be >= 0, got " + std::to_string(s.warmup_steps), "use 0 for no warmup");
+        bad("warmup_steps must be >= 0, got " + std::to_string(s.warmup_steps), "use 0 for no warmup", {"warmup"});
     if (s.warmup_steps > s.total_steps)
         bad("warmup_steps (" + std::to_string(s.warmup_steps) + ") exceeds total_steps (" +
                 std::to_string(s.total_steps) + ")",
-            "shorten the warmup or run more steps");
+            "shorten the warmup or run more steps", {"warmup", "steps"});
     if (s.kind == lr_kind::step) {
         if (s.step_size < 1)
             bad("step_size must be >= 1 for the step schedule, got " + std::to_string(s.step_size),
