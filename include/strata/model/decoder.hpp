@@ -333,11 +333,12 @@ public:
                 block_forward(s, p, act, l, batch, seq);
             }
             // the block's output gradient is dx((l + 1) % 2); its input gradient goes to dx(l % 2),
-            // except for the first block when nothing upstream trains
+            // except for the first block when nothing upstream trains; zeroed unless the block
+            // writes it (overwrites_dinp)
             R* dinp = nullptr;
             if (l > 0 || embeddings_train) {
                 dinp = act.dx(l % 2, BTC);
-                op::zero(s, dinp, BTC);
+                if constexpr (!overwrites_dinp_v<Block>) op::zero(s, dinp, BTC);
             }
             m_block.backward(s, p, grad, dinp, act.dx((l + 1) % 2, BTC), act.block(l), act.block_input(l, BTC),
                              act.workspace(), batch, seq);
