@@ -1,9 +1,10 @@
 // gpt2_block<R, B>: the GPT-2 transformer block as a Layer (nn/layer.hpp): pre-LayerNorm causal
-// self-attention and a GELU MLP, each with a residual connection. Same parameter table
-// (gpt_block_params, Hugging Face names), same ops in the same order as gpt_model's block, so
-//   decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>
-// is GPT-2 assembled from Layers: it trains bit for bit like gpt_model (tests/model/decoder_test.cpp)
-// and is the base to copy for a variant of the block.
+// self-attention and a GELU MLP, each with a residual connection; parameters gpt_block_params
+// (Hugging Face names). The one definition of GPT-2's block:
+//   gpt_model<R, B> = decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>   (model/gpt.hpp)
+// Its backward runs llm.c's ops in llm.c's order and keeps the residual stream's gradient in the
+// caller's dinp (overwrites_dinp, nn/layer.hpp): no zero-fill of dinp, no add into it. It is the
+// base to copy for a variant of the block.
 #pragma once
 
 #include <strata/backend/backend.hpp>      // Backend
@@ -53,8 +54,9 @@ public:
 
     explicit gpt2_block(const gpt_config& c) : m_c(c), m_layout(param_layout::of<R>(params(c))) { c.validate(); }
 
-    // GPT-2's initialization (gpt_model::initialize's, draw for draw): N(0, 0.02) weights, the
-    // residual projections scaled by 1 / sqrt(2 n_layer), zero biases, unit layernorm gains.
+    // GPT-2's initialization (draw for draw the hand-written model's that this block replaced;
+    // tests/train/initialize_test.cpp): N(0, 0.02) weights, the residual projections scaled by
+    // 1 / sqrt(2 n_layer), zero biases, unit layernorm gains.
     static void initialize(const gpt_config& c, const param_layout& layout, std::span<R> block, rng& gen) {
         for (const auto& slot : layout.slots()) {
             R* p = block.data() + slot.offset;

@@ -1,14 +1,8 @@
-// The memory planner: given a model (a GPT config, or the footprint of any decoder_model), the
-// micro-batch, and each tier's byte budget, decide
+// The memory planner: given a model's footprint for one micro-batch (footprint_of: any
+// decoder_model, GPT-2 included, read from the model itself) and each tier's byte budget, decide
 // where the training state lives (resident on the device, or streamed through device slots from
-// the host and storage), account for every byte per tier, print it as a table, and refuse with
-// the numbers BEFORE anything is allocated when nothing fits.
-//
-// The arithmetic is the model's own, not an estimate: parameter blocks come from the same
-// param_layout (page-padded groups), activations from the model's list of device tensors
-// (gpt_model::activations, decoder_model::activation_buffers) with each allocation padded to whole
-// pages, as every backend charges its budget. Frozen tensors (param_spec::trainable = false) count
-// as weights only: no gradients, no AdamW moments, no gradient slots (model_footprint).
+// the host and storage), account for every byte per tier (memory_plan; printed by plan_table),
+// and refuse with the numbers BEFORE anything is allocated when nothing fits.
 //
 // Placements:
 // - resident: weights, grads, AdamW m and v of every group, the activations and the step's
@@ -30,39 +24,116 @@
 // Every staging buffer (tokens, targets, losses per micro-batch, the partials' host copy, the
 // optimizer's m, v buffers) is allocated with the trainer and kept: a pinned allocation inside a
 // step would be an implicit synchronization on CUDA.
-//
-// plan<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
-// (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before plan<B> is used.
 #pragma once
 
-#include <strata/backend/backend.hpp>       // Backend
-#include <strata/core/bytes.hpp>            // format_bytes, page_size, round_up
-#include <strata/core/error.hpp>            // strata::error
-#include <strata/model/activations.hpp>     // activation_policy, kept_activations
-#include <strata/model/gpt.hpp>             // gpt_model (activations' block sizes), gpt_*_params
-#include <strata/nn/gpt2_config.hpp>        // gpt_config
-#include <strata/nn/ops.hpp>                // detail::norm_workspace_doubles
-#include <strata/tensor/param_layout.hpp>   // param_layout
+#include <strata/backend/backend.hpp>   // Backend
+#include <strata/core/bytes.hpp>        // format_bytes
+#include <strata/core/error.hpp>        // strata::error
+#include <strata/model/activations.hpp> // activation_policy, kept_activations
+#include <strata/nn/ops.hpp>            // detail::norm_workspace_doubles
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
-#include <strata/tier/group_home.hpp>       // group_home
-#include <strata/tier/resources.hpp>        // physical_memory_bytes, free_disk_bytes
-#include <strata/tier/tier.hpp>             // tier_id, name_of
+#include <strata/tier/group_home.hpp>   // group_home
+#include <strata/tier/resources.hpp>    // physical_memory_bytes, free_disk_bytes
+#include <strata/tier/tier.hpp>         // tier_id, name_of
 
-#include <strata/core/format.hpp>  // fmt::format (host only)
+#include <strata/core/format.hpp>       // fmt::format (host only)
 
-#include <algorithm>    // std::max, std::find
-#include <initializer_list>  // std::initializer_list
-#include <array>        // std::array
-#include <chrono>       // std::chrono::steady_clock
-#include <cstddef>      // std::size_t
-#include <cstdint>      // std::int32_t
-#include <filesystem>   // std::filesystem::path, temp_directory_path
-#include <optional>     // std::optional
-#include <string>       // std::string, std::to_string
-#include <string_view>  // std::string_view
-#include <vector>       // std::vector
+#include <algorithm>                    // std::max, std::min, std::find
+#include <array>                        // std::array
+#include <chrono>                       // std::chrono::steady_clock
+#include <cstddef>                      // std::size_t, std::byte
+#include <cstdint>                      // std::int32_t
+#include <filesystem>                   // std::filesystem::path, temp_directory_path
+#include <initializer_list>             // std::initializer_list
+#include <optional>                     // std::optional
+#include <string>                       // std::string, std::to_string
+#include <string_view>                  // std::string_view
+#include <utility>                      // std::move
+#include <vector>                       // std::vector
 
 namespace strata {
+
+// ---- The footprint of a model: what the planner needs to know of it for one micro-batch shape,
+// read from the model itself (footprint_of), not known per model type.
+//
+// The arithmetic is the model's own, not an estimate: parameter blocks come from its param_layouts
+// (page-padded groups), activations from its one list of device buffers
+// (decoder_model::activation_buffers) with each allocation padded to whole pages, as every backend
+// charges its budget. Frozen tensors (param_spec::trainable = false) count as weights only: no
+// gradients, no AdamW moments, no gradient slots.
+//
+// footprint_of<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
+// (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before it is used.
+
+namespace detail {
+// What a backend charges its budget for one allocation of `bytes`.
+constexpr std::size_t charged(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
+}  // namespace detail
+
+// What the planner needs to know of a model and its micro-batch: the bytes of its groups and of
+// its activations. Made by footprint_of<B>(model, batch, seq) from the model itself.
+struct model_footprint {
+    std::size_t batch = 0, seq = 0;  // the micro-batch B x T the activations are for
+    std::size_t element_bytes = 0;   // sizeof the model's R
+    std::size_t max_seq = 0;
+    std::size_t parameters = 0, trainable_parameters = 0;
+    std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
+    std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
+    // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
+    // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
+    // shared recompute buffer are one allocation of kept_activations::buffers blocks).
+    // The block inputs are apart: one input (B x T x C) in bytes, times kept_activations::input_slots.
+    std::size_t activation_fixed_bytes = 0;
+    std::size_t block_activation_bytes = 0;
+    std::size_t block_input_bytes = 0;
+    std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
+    std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
+
+    // Device bytes of the activations when `kept` blocks keep theirs (block inputs included).
+    std::size_t activation_bytes(kept_activations kept) const {
+        return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.input_slots(blocks) * block_input_bytes, 1),
+                                                 page_size) +
+               round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1), page_size);
+    }
+    // Pinned host bytes of the offloaded block inputs.
+    std::size_t offloaded_input_bytes(kept_activations kept) const {
+        const std::size_t n = kept.offloaded(blocks);
+        return n == 0 ? 0 : round_up(n * block_input_bytes, page_size);
+    }
+    // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
+};
+
+// The footprint of a model on backend B for B x T micro-batches: any model with groups(),
+// block_count(), max_seq() and activation_buffers(batch, seq, kept_activations) (decoder_model,
+// and so gpt_model).
+template <Backend B, class Model>
+model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq) {
+    using R = typename Model::value_type;
+    model_footprint f;
+    f.batch = batch;
+    f.seq = seq;
+    f.element_bytes = sizeof(R);
+    f.max_seq = model.max_seq();
+    for (const auto& g : model.groups()) {
+        f.parameters += g.parameter_count();
+        f.trainable_parameters += g.trainable_parameter_count();
+        f.group_bytes.push_back(g.bytes());
+        f.trainable_bytes.push_back(g.trainable_bytes());
+    }
+    f.blocks = model.block_count();
+    // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).
+    const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
+    f.activation_fixed_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
+    for (std::size_t i = 2; i < buffers.size(); ++i) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
+    // Entry 0 is the block inputs (every block's and the final norm's), entry 1 one block's saved activations.
+    f.block_input_bytes = buffers[0] / (f.blocks + 1) * sizeof(R);
+    f.block_activation_bytes = buffers[1] * sizeof(R);
+    f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
+    return f;
+}
+
+// ---- memory_plan: what the planner decided, as data: the placement, each
+// group's home, and the bytes per category (the table's rows) and tier (its columns).
 
 // Where the training state lives. `automatic` is only a request: a plan is resident or streamed.
 enum class placement { automatic, resident, streamed };
@@ -97,46 +168,6 @@ struct tier_bytes {
 
 inline constexpr std::array<tier_id, 3> all_tiers{tier_id::device, tier_id::host, tier_id::storage};
 
-// The machine's budgets, as tier_resources would default them: host = 90 % of RAM, storage = the
-// free disk at `storage_dir` (empty: the temp directory, where tier_resources puts its files).
-// The device budget comes from the caller: only the backend knows its free memory.
-inline tier_bytes default_budgets(std::size_t device_bytes, const std::filesystem::path& storage_dir = {}) {
-    return {.device = device_bytes,
-            .host = physical_memory_bytes() / 10 * 9,
-            .storage = free_disk_bytes(storage_dir.empty() ? std::filesystem::temp_directory_path() : storage_dir)};
-}
-
-// What the planner needs to know of a model: the bytes of its groups and of its activations. Made
-// by footprint_of<B>(model, batch, seq) from the model itself.
-struct model_footprint {
-    std::size_t max_seq = 0;
-    std::size_t parameters = 0, trainable_parameters = 0;
-    std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
-    std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
-    // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
-    // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
-    // shared recompute buffer are one allocation of kept_activations::buffers blocks).
-    // The block inputs are apart: one input (B x T x C) in bytes, times kept_activations::input_slots.
-    std::size_t activation_fixed_bytes = 0;
-    std::size_t block_activation_bytes = 0;
-    std::size_t block_input_bytes = 0;
-    std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
-    std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
-
-    // Device bytes of the activations when `kept` blocks keep theirs (block inputs included).
-    std::size_t activation_bytes(kept_activations kept) const {
-        return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.input_slots(blocks) * block_input_bytes, 1),
-                                                 page_size) +
-               round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1), page_size);
-    }
-    // Pinned host bytes of the offloaded block inputs.
-    std::size_t offloaded_input_bytes(kept_activations kept) const {
-        const std::size_t n = kept.offloaded(blocks);
-        return n == 0 ? 0 : round_up(n * block_input_bytes, page_size);
-    }
-    // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
-};
-
 // Bytes per second of each link the training state crosses; 0: unknown.
 struct link_bandwidths {
     double h2d = 0, d2h = 0, storage_read = 0, storage_write = 0;
@@ -145,23 +176,6 @@ struct link_bandwidths {
 // Bytes one optimizer step moves over each link (what transfer_counters count in a step).
 struct link_bytes {
     std::size_t h2d = 0, d2h = 0, storage_read = 0, storage_write = 0;
-};
-
-struct plan_request {
-    gpt_config model;                          // the GPT to plan, unless `footprint` is set
-    std::optional<model_footprint> footprint;  // any other model (decoder_model): footprint_of<B>
-    std::size_t batch = 4;       // micro-batch B
-    std::size_t seq = 128;       // T
-    std::size_t accum = 1;       // micro-batches per optimizer step
-    // keep: every block keeps its activations; recompute: none does; automatic: as many as the
-    // device budget holds once everything else is planned (memory_plan::kept_blocks).
-    activation_policy activations = activation_policy::automatic;
-    std::size_t element_bytes = 4;  // 4: float, 8: double (the model's R)
-    tier_bytes budgets;
-    placement where = placement::automatic;
-    bool moments_on_storage = false;  // the user gave --storage-dir: AdamW m, v go to storage when streamed
-    std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
-    link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
 };
 
 // What the bytes are for: the rows of the plan's table. `slots` and `pinned` are the device copies
@@ -249,29 +263,12 @@ struct memory_plan {
     kept_activations kept() const { return {kept_blocks, offloaded_inputs > 0}; }
     // What train_options::homes must be: the streamed plans' homes; resident: none (all device).
     std::vector<group_home> trainer_homes() const { return where == placement::resident ? std::vector<group_home>{} : homes; }
-    // "embeddings, final norm, blocks 0-23: device; blocks 24-31: host; blocks 32-39: host, AdamW
-    // m, v on storage": the homes as runs of groups.
-    std::string homes_summary() const;
-    // "H2D 38.20 GiB (0.76 s at 50.1 GB/s), D2H ...": per_step per link, with the seconds the
-    // bandwidths give (bytes only where a bandwidth is unknown).
-    std::string traffic_summary() const;
-
-    std::string to_table() const;
 };
 
+// ---- The memory plan as text: the table the example programs print before training, and its
+// summaries of homes and per-step traffic.
+
 namespace detail {
-
-// Calls f(R{}) with the element type of `element_bytes`.
-template <class F>
-decltype(auto) with_element_type(std::size_t element_bytes, F&& f) {
-    if (element_bytes == sizeof(float)) return f(float{});
-    if (element_bytes == sizeof(double)) return f(double{});
-    throw error("memory plan: element size " + std::to_string(element_bytes) + " bytes is not supported",
-                "use 4 (float) or 8 (double)");
-}
-
-// What a backend charges its budget for one allocation of `bytes`.
-constexpr std::size_t charged(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
 
 // "12.00 MiB": short enough for a table column ("-" for nothing).
 inline std::string short_bytes(std::size_t bytes) { return bytes == 0 ? "-" : format_bytes_short(bytes); }
@@ -289,44 +286,109 @@ inline std::string parameter_count(std::size_t n) {
 
 }  // namespace detail
 
-// Page-padded bytes of one kind (weights, or grads, or m, or v) of each layer group, in group
-// order: the same blocks gpt_model<R, B>(config).groups()[g].bytes() allocates.
-inline std::vector<std::size_t> gpt_group_bytes(const gpt_config& config, std::size_t element_bytes) {
-    config.validate();
-    return detail::with_element_type(element_bytes, [&]<class R>(R) {
-        std::vector<std::size_t> out;
-        out.push_back(param_layout::of<R>(gpt_embedding_params(config)).bytes());
-        const std::size_t block = param_layout::of<R>(gpt_block_params(config)).bytes();
-        for (std::size_t l = 0; l < config.n_layer; ++l) out.push_back(block);
-        out.push_back(param_layout::of<R>(gpt_final_params(config)).bytes());
-        return out;
-    });
+// "embeddings: device; blocks 0-23: device; blocks 24-31: host; blocks 32-39: host, AdamW m, v on
+// storage; final norm: device": a streamed plan's homes as runs of groups.
+inline std::string homes_summary(const memory_plan& p) {
+    const auto& homes = p.homes;
+    auto where_of = [](const group_home& h) -> std::string {
+        if (h.weights == tier_id::device) return "device";
+        return h.moments == tier_id::storage ? "host, AdamW m, v on storage" : "host";
+    };
+    const std::size_t G = homes.size();
+    if (G < 3) return "";
+    // Runs of blocks with one home: "blocks 0-23: device".
+    std::string blocks;
+    for (std::size_t g = 1; g + 1 < G;) {
+        std::size_t e = g;
+        while (e + 2 < G && homes[e + 1] == homes[g]) ++e;
+        const std::size_t first = g - 1, last = e - 1;
+        if (!blocks.empty()) blocks += "; ";
+        blocks += first == last ? "block " + std::to_string(first) : "blocks " + std::to_string(first) + "-" + std::to_string(last);
+        blocks += ": " + where_of(homes[g]);
+        g = e + 1;
+    }
+    return "embeddings: " + where_of(homes.front()) + "; " + blocks + "; final norm: " + where_of(homes.back());
 }
 
-// The footprint of a model for B x T micro-batches: Model is gpt_model or a decoder_model (any
-// model with groups() and activation_buffers(batch, seq, kept_activations)).
-template <Backend B, class Model>
-model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq) {
-    using R = typename Model::value_type;
-    model_footprint f;
-    f.max_seq = model.max_seq();
-    for (const auto& g : model.groups()) {
-        f.parameters += g.parameter_count();
-        f.trainable_parameters += g.trainable_parameter_count();
-        f.group_bytes.push_back(g.bytes());
-        f.trainable_bytes.push_back(g.trainable_bytes());
-    }
-    f.blocks = model.block_count();
-    // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).
-    const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
-    f.activation_fixed_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
-    for (std::size_t i = 2; i < buffers.size(); ++i) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
-    // Entry 0 is the block inputs (every block's and the final norm's), entry 1 one block's saved activations.
-    f.block_input_bytes = buffers[0] / (f.blocks + 1) * sizeof(R);
-    f.block_activation_bytes = buffers[1] * sizeof(R);
-    f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
-    return f;
+// "H2D 38.20 GiB (0.76 s at 50.1 GB/s), D2H ...": a streamed plan's per_step per link, with the
+// seconds the bandwidths give (bytes only where a bandwidth is unknown).
+inline std::string traffic_summary(const memory_plan& p) {
+    const link_bytes& per_step = p.per_step;
+    const link_bandwidths& links = p.links;
+    std::string out;
+    auto link = [&](const char* name, std::size_t bytes, double bandwidth) {
+        if (!out.empty()) out += ", ";
+        out += fmt::format("{} {}", name, detail::short_bytes(bytes));
+        if (bytes > 0 && bandwidth > 0)
+            out += fmt::format(" ({:.2f} s at {:.1f} GB/s)", static_cast<double>(bytes) / bandwidth, bandwidth / 1e9);
+    };
+    link("H2D", per_step.h2d, links.h2d);
+    link("D2H", per_step.d2h, links.d2h);
+    link("storage read", per_step.storage_read, links.storage_read);
+    link("storage write", per_step.storage_write, links.storage_write);
+    return out;
 }
+
+// The plan as a table: its placement, homes and activations in a few lines, then rows =
+// categories, columns = tiers, then the total, the budget and the share of it used.
+inline std::string plan_table(const memory_plan& p) {
+    std::string out = "memory plan: " + std::string(name_of(p.where)) + " placement";
+    if (p.where == placement::streamed)
+        out += ", " + std::to_string(p.slots) + " device slots (prefetch depth " + std::to_string(p.slots - 1) +
+               ") of the largest block " + detail::short_bytes(p.largest_block_bytes) + " each";
+    out += fmt::format(", {} parameters", detail::parameter_count(p.parameters));
+    if (p.trainable_parameters != p.parameters)
+        out += fmt::format(" ({} trainable, the rest frozen)", detail::parameter_count(p.trainable_parameters));
+    out += fmt::format(" in {} groups\n", p.group_count);
+    if (p.where == placement::resident)
+        out += "homes: every group on the device";
+    else
+        out += "homes: " + homes_summary(p);
+    out += fmt::format("\nactivations {}: {} of {} blocks keep theirs ({} each), {} recompute from their input",
+                       name_of(p.activations_home), p.kept_blocks, p.block_count, detail::short_bytes(p.block_activation_bytes),
+                       p.block_count - p.kept_blocks);
+    if (p.offloaded_inputs > 0)
+        out += fmt::format(" (their inputs in pinned host memory: {} x {})", p.offloaded_inputs,
+                           detail::short_bytes(p.block_input_bytes));
+    out += "\n";
+    if (p.where == placement::streamed) out += "per step: " + traffic_summary(p) + "\n";
+
+    auto row = [&](const std::string& label, auto cell) {
+        out += fmt::format("{:<14}", label);
+        for (tier_id t : all_tiers) out += fmt::format("{:>13}", cell(t));
+        out += "\n";
+    };
+    row("", [](tier_id t) { return std::string(name_of(t)); });
+    for (plan_category c : all_plan_categories)
+        row(std::string(name_of(c)), [&](tier_id t) { return detail::short_bytes(p.bytes_of(c, t)); });
+    row("total", [&](tier_id t) { return detail::short_bytes(p.total(t)); });
+    row("budget", [&](tier_id t) { return detail::short_bytes(p.budgets[t]); });
+    row("used", [&](tier_id t) { return detail::percent_of(p.total(t), p.budgets[t]); });
+    return out;
+}
+
+// The machine's budgets, as tier_resources would default them: host = 90 % of RAM, storage = the
+// free disk at `storage_dir` (empty: the temp directory, where tier_resources puts its files).
+// The device budget comes from the caller: only the backend knows its free memory.
+inline tier_bytes default_budgets(std::size_t device_bytes, const std::filesystem::path& storage_dir = {}) {
+    return {.device = device_bytes,
+            .host = physical_memory_bytes() / 10 * 9,
+            .storage = free_disk_bytes(storage_dir.empty() ? std::filesystem::temp_directory_path() : storage_dir)};
+}
+
+struct plan_request {
+    // The model and its micro-batch B x T: footprint_of<B>(model, batch, seq) (below).
+    model_footprint model;
+    std::size_t accum = 1;       // micro-batches per optimizer step
+    // keep: every block keeps its activations; recompute: none does; automatic: as many as the
+    // device budget holds once everything else is planned (memory_plan::kept_blocks).
+    activation_policy activations = activation_policy::automatic;
+    tier_bytes budgets;
+    placement where = placement::automatic;
+    bool moments_on_storage = false;  // a storage directory was given: AdamW m, v go to storage when streamed
+    std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
+    link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
+};
 
 namespace detail {
 
@@ -495,8 +557,8 @@ inline plan_advice plan_hint(const plan_request& r, const memory_plan& p) {
             if (std::find(a.settings.begin(), a.settings.end(), s) == a.settings.end()) a.settings.emplace_back(s);
     };
     if (p.total(tier_id::device) > p.budgets.device) {
-        add("lower the micro-batch (now " + std::to_string(r.batch) + ") or the sequence length (now " +
-                std::to_string(r.seq) + ")",
+        add("lower the micro-batch (now " + std::to_string(r.model.batch) + ") or the sequence length (now " +
+                std::to_string(r.model.seq) + ")",
             {"batch_size", "seq_len"});
         if (p.kept_blocks > 0) add("recompute the blocks' activations instead of keeping them", {"activations"});
         if (p.offloaded_inputs == 0 && p.kept_blocks < p.block_count)
@@ -519,15 +581,16 @@ inline plan_advice plan_hint(const plan_request& r, const memory_plan& p) {
                 std::move(advice.settings));
 }
 
-inline void validate(const plan_request& r, const model_footprint& model) {
+inline void validate(const plan_request& r) {
+    const model_footprint& model = r.model;
     auto positive = [](std::size_t v, const char* name) {
         if (v == 0) throw error(std::string("memory plan: ") + name + " must be positive");
     };
-    positive(r.batch, "the micro-batch");
-    positive(r.seq, "the sequence length");
+    positive(model.batch, "the micro-batch");
+    positive(model.seq, "the sequence length");
     positive(r.accum, "accum");
-    if (r.seq > model.max_seq)
-        throw error("memory plan: sequence length " + std::to_string(r.seq) + " exceeds the model's context " +
+    if (model.seq > model.max_seq)
+        throw error("memory plan: sequence length " + std::to_string(model.seq) + " exceeds the model's context " +
                         std::to_string(model.max_seq),
                     "lower the sequence length or build the model with a longer context", {"seq_len"});
     if (r.slots && *r.slots < 2)
@@ -561,7 +624,7 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
     return l;
 }
 
-// Chooses a placement for `request` on backend B, or throws a strata::error with every tier's
+// Chooses a placement for `request`, or throws a strata::error with every tier's
 // needed and available bytes. Nothing is allocated.
 //
 // auto: resident when everything fits the device budget; otherwise streamed, with m, v on the host
@@ -573,18 +636,10 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
 // Activations come last: the placement is chosen with the policy's fewest kept blocks (recompute
 // and auto: none; keep: all), then auto keeps as many blocks' activations as the device budget
 // still holds; the trainer takes memory_plan::kept() as train_options::activations.
-template <Backend B>
-memory_plan plan(const plan_request& request) {
+inline memory_plan plan(const plan_request& request) {
     detail::plan_inputs in;
-    if (request.footprint) {
-        in.model = *request.footprint;
-    } else {
-        request.model.validate();
-        in.model = detail::with_element_type(request.element_bytes, [&]<class R>(R) {
-            return footprint_of<B>(gpt_model<R, B>(request.model), request.batch, request.seq);
-        });
-    }
-    detail::validate(request, in.model);
+    in.model = request.model;
+    detail::validate(request);
     const auto& groups = in.model.group_bytes;
     const auto& trainable = in.model.trainable_bytes;
     if (groups.size() < 3 || trainable.size() != groups.size())
@@ -603,11 +658,11 @@ memory_plan plan(const plan_request& request) {
     in.pinned_grads = trainable.front() + trainable.back();
     // The trainers' staging: per micro-batch host copies of tokens, targets and losses; and the
     // grad-norm partial sums (one double per group) on the device and on the host.
-    const std::size_t BT = request.batch * request.seq;
+    const std::size_t BT = in.model.batch * in.model.seq;
     in.partials = detail::charged(groups.size() * sizeof(double));
     in.norm_workspace = in.model.norm_workspace_bytes;
     in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
-                                       detail::charged(BT * request.element_bytes));
+                                       detail::charged(BT * in.model.element_bytes));
 
     // The activations are planned last, on what the placement leaves of the device budget: the
     // policy's fewest kept blocks decide the placement, then as many blocks as fit keep theirs.
@@ -715,79 +770,6 @@ memory_plan plan(const plan_request& request) {
     }
     detail::refuse(request, p,
                    "streamed placement with " + std::to_string(p.slots) + " slots does not fit" + moments_note(p));
-}
-
-inline std::string memory_plan::homes_summary() const {
-    auto where_of = [](const group_home& h) -> std::string {
-        if (h.weights == tier_id::device) return "device";
-        return h.moments == tier_id::storage ? "host, AdamW m, v on storage" : "host";
-    };
-    const std::size_t G = homes.size();
-    if (G < 3) return "";
-    // Runs of blocks with one home: "blocks 0-23: device".
-    std::string blocks;
-    for (std::size_t g = 1; g + 1 < G;) {
-        std::size_t e = g;
-        while (e + 2 < G && homes[e + 1] == homes[g]) ++e;
-        const std::size_t first = g - 1, last = e - 1;
-        if (!blocks.empty()) blocks += "; ";
-        blocks += first == last ? "block " + std::to_string(first) : "blocks " + std::to_string(first) + "-" + std::to_string(last);
-        blocks += ": " + where_of(homes[g]);
-        g = e + 1;
-    }
-    return "embeddings: " + where_of(homes.front()) + "; " + blocks + "; final norm: " + where_of(homes.back());
-}
-
-inline std::string memory_plan::traffic_summary() const {
-    std::string out;
-    auto link = [&](const char* name, std::size_t bytes, double bandwidth) {
-        if (!out.empty()) out += ", ";
-        out += fmt::format("{} {}", name, detail::short_bytes(bytes));
-        if (bytes > 0 && bandwidth > 0)
-            out += fmt::format(" ({:.2f} s at {:.1f} GB/s)", static_cast<double>(bytes) / bandwidth, bandwidth / 1e9);
-    };
-    link("H2D", per_step.h2d, links.h2d);
-    link("D2H", per_step.d2h, links.d2h);
-    link("storage read", per_step.storage_read, links.storage_read);
-    link("storage write", per_step.storage_write, links.storage_write);
-    return out;
-}
-
-// Rows = categories, columns = tiers, then the total, the budget and the share of it used.
-inline std::string memory_plan::to_table() const {
-    std::string out = "memory plan: " + std::string(name_of(where)) + " placement";
-    if (where == placement::streamed)
-        out += ", " + std::to_string(slots) + " device slots (prefetch depth " + std::to_string(slots - 1) +
-               ") of the largest block " + detail::short_bytes(largest_block_bytes) + " each";
-    out += fmt::format(", {} parameters", detail::parameter_count(parameters));
-    if (trainable_parameters != parameters)
-        out += fmt::format(" ({} trainable, the rest frozen)", detail::parameter_count(trainable_parameters));
-    out += fmt::format(" in {} groups\n", group_count);
-    if (where == placement::resident)
-        out += "homes: every group on the device";
-    else
-        out += "homes: " + homes_summary();
-    out += fmt::format("\nactivations {}: {} of {} blocks keep theirs ({} each), {} recompute from their input",
-                       name_of(activations_home), kept_blocks, block_count, detail::short_bytes(block_activation_bytes),
-                       block_count - kept_blocks);
-    if (offloaded_inputs > 0)
-        out += fmt::format(" (their inputs in pinned host memory: {} x {})", offloaded_inputs,
-                           detail::short_bytes(block_input_bytes));
-    out += "\n";
-    if (where == placement::streamed) out += "per step: " + traffic_summary() + "\n";
-
-    auto row = [&](const std::string& label, auto cell) {
-        out += fmt::format("{:<14}", label);
-        for (tier_id t : all_tiers) out += fmt::format("{:>13}", cell(t));
-        out += "\n";
-    };
-    row("", [](tier_id t) { return std::string(name_of(t)); });
-    for (plan_category c : all_plan_categories)
-        row(std::string(name_of(c)), [&](tier_id t) { return detail::short_bytes(bytes_of(c, t)); });
-    row("total", [&](tier_id t) { return detail::short_bytes(total(t)); });
-    row("budget", [&](tier_id t) { return detail::short_bytes(budgets[t]); });
-    row("used", [&](tier_id t) { return detail::percent_of(total(t), budgets[t]); });
-    return out;
 }
 
 }  // namespace strata
