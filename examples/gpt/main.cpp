@@ -124,10 +124,10 @@ struct run_context {
     std::string tokenizer;                // "byte", "gpt2:DIR" or "hf:PATH", as used
 };
 
-// strata-gpt trains two models: the GPT (gpt_model) and, with --lora-rank, its LoRA model (a
-// decoder_model of gpt2_lora_blocks).
+// strata-gpt trains two models, both decoder_models: the GPT (gpt_model: of gpt2_blocks) and,
+// with --lora-rank, its LoRA model (of gpt2_lora_blocks).
 template <class Model>
-constexpr bool is_lora = requires { typename Model::block_type; };
+constexpr bool is_lora = !is_gpt_model<Model>::value;
 
 template <class Trainer, class B, class Model>
 int train_loop(B& backend, const Model& model, const train_options& o, run_context& ctx) {
@@ -313,12 +313,12 @@ int train_on(B& backend, const memory_plan& p, const gpt_config& config, const t
     return train_model(backend, p, gpt_model<float, B>(config), o, ctx);
 }
 
-// The plan request's model: the GPT itself, or (LoRA) the footprint of its LoRA model on B.
+// What the plan is for: the footprint on B of the GPT, or (LoRA) of its LoRA model.
 template <class B>
-void describe_model(plan_request& request, const train_args& a, const gpt_config& config) {
-    if (a.lora_rank == 0) return;
-    const auto model = lora::make_gpt2_lora_model<B>(config, lora_config_of(a));
-    request.footprint = footprint_of<B>(model, request.batch, request.seq);
+model_footprint footprint_for(const train_args& a, const gpt_config& config) {
+    if (a.lora_rank > 0)
+        return footprint_of<B>(lora::make_gpt2_lora_model<B>(config, lora_config_of(a)), a.batch, a.seq_len);
+    return footprint_of<B>(gpt_model<float, B>(config), a.batch, a.seq_len);
 }
 
 using examples::inputs_of;
@@ -413,23 +413,18 @@ int run_train(const train_args& a) {
     if (cuda) default_device = cuda_backend::default_device_budget();
 #endif
     const tier_bytes budgets = examples::budgets_of(a, default_device, storage_dir);
-    plan_request request{.model = config, .batch = a.batch, .seq = a.seq_len, .accum = a.accum,
-                         .activations = examples::activation_policy_of(a), .element_bytes = sizeof(float), .budgets = budgets,
+    plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
 #ifdef STRATA_WITH_CUDA
     if (cuda) {  // the links the plan's transfer estimate uses, measured (a moment, 256 MiB each way)
         cuda_backend probe(tier_options{});
         request.links = measure_links(probe);
     }
-    if (cuda)
-        describe_model<cuda_backend>(request, a, config);
-    else
-        describe_model<cpu_backend>(request, a, config);
-    const memory_plan p = cuda ? plan<cuda_backend>(request) : plan<cpu_backend>(request);
+    request.model = cuda ? footprint_for<cuda_backend>(a, config) : footprint_for<cpu_backend>(a, config);
 #else
-    describe_model<cpu_backend>(request, a, config);
-    const memory_plan p = plan<cpu_backend>(request);
+    request.model = footprint_for<cpu_backend>(a, config);
 #endif
+    const memory_plan p = plan(request);
     o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
     o.homes = p.trainer_homes();  // each group's tier (streamed plans)
     print_line(fmt_model(config, o, cuda ? "CUDA" : "CPU"));
@@ -439,7 +434,7 @@ int run_train(const train_args& a) {
                    "; every other weight frozen (base: " + a.init_from + ")");
     }
     if (cuda) print_line(std::string("GEMM math: ") + (a.tf32 ? "TF32 tensor cores (--tf32)" : "strict FP32"));
-    print_line(p.to_table());
+    print_line(plan_table(p));
     if (a.plan_only) return 0;
 
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,

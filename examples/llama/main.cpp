@@ -480,11 +480,11 @@ int run_train(const train_args& a) {
     return on_backend(cuda, tiers, [&]<class B>(B& backend) {
         // the Llama model, or (--lora-rank) its LoRA model: adapters on the frozen base
         auto plan_and_train = [&]<class Model>(const Model& model) {
-            plan_request request{.batch = a.batch, .seq = a.seq_len, .accum = a.accum, .activations = examples::activation_policy_of(a),
-                                 .element_bytes = sizeof(float), .budgets = budgets,
-                                 .where = placement_from_string(a.placement), .moments_on_storage = a.moments == "storage"};
-            request.footprint = footprint_of<B>(model, a.batch, a.seq_len);
-            const memory_plan p = plan<B>(request);
+            const plan_request request{.model = footprint_of<B>(model, a.batch, a.seq_len), .accum = a.accum,
+                                       .activations = examples::activation_policy_of(a), .budgets = budgets,
+                                       .where = placement_from_string(a.placement),
+                                       .moments_on_storage = a.moments == "storage"};
+            const memory_plan p = plan(request);
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)
             print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
@@ -497,7 +497,7 @@ int run_train(const train_args& a) {
                        " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
                        std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
             if constexpr (is_lora<Model>) print_line(lora_line(model, a));
-            print_line(p.to_table());
+            print_line(plan_table(p));
             if (a.plan_only) return 0;
             return train_on(backend, p, model, o, ctx);
         };

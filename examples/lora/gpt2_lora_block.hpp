@@ -1,4 +1,4 @@
-// gpt2_lora_block<R, Backend>: the GPT-2 block of strata's model (model/gpt.hpp: same math, same
+// gpt2_lora_block<R, Backend>: the GPT-2 block of strata's model (nn/gpt2_block.hpp: same math, same
 // parameter names as gpt_block_params) with LoRA adapters on a chosen set of its projections,
 // written as a strata Layer from outside the library:
 //
@@ -258,7 +258,7 @@ private:
         R* xa;  // (targets, B, T, r)
     };
 
-    // acts: the plain GPT-2 block's saved tensors (as gpt_model keeps them), then each adapter's xa.
+    // acts: the plain GPT-2 block's saved tensors (as gpt2_block keeps them), then each adapter's xa.
     saved carve(R* p, size B, size T) const {
         const size BT = B * T, C = m_c.n_embd;
         auto take = [&](size n) {

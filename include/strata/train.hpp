@@ -1,5 +1,6 @@
 // strata/train.hpp: what a program composes to train a model, in one include: the CPU backend
-// and its ops, the model templates (gpt_model, decoder_model with the GPT-2 block and layernorm),
+// and its ops, the model templates (decoder_model, and gpt_model: GPT-2, the decoder_model of the
+// GPT-2 block and layernorm),
 // prefetch_pipeline and offloaded_adamw, the trainer in every configuration (trainer_t: resident,
 // streamed, moments on storage), the planner, checkpoints, data loading and learning-rate
 // schedules. <strata/cuda.hpp> adds the CUDA backend and its ops.

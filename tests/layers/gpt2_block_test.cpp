@@ -21,6 +21,7 @@ using namespace strata;
 namespace {
 
 static_assert(check_layer<gpt2_block<float, cpu_backend>>());
+static_assert(overwrites_dinp_v<gpt2_block<float, cpu_backend>>);  // its residual gradient lives in dinp
 
 const gpt_config tiny{.vocab_size = 11, .max_seq = 8, .n_layer = 1, .n_head = 2, .n_embd = 6};
 

@@ -1,6 +1,6 @@
-// decoder_model: a model assembled from Layers, trained by the same trainers as gpt_model.
-// - GPT-2 from Layers (gpt2_block + layernorm_layer) trains bit for bit like gpt_model, resident
-//   and streamed: the generic path adds nothing to the numbers.
+// decoder_model: a model assembled from Layers (GPT-2's gpt_model is one), trained by the trainers.
+// - GPT-2 from its three Layer configs (gpt2_block + layernorm_layer) is gpt_model(gpt_config): the
+//   same names, and it trains bit for bit alike, resident and streamed.
 // - An untied LM head (tied_head = false): its own (V, C) tensor in group 0, named lm_head
 //   verbatim; equal to the embedding it computes the tied model's loss bit for bit, then the two
 //   move apart; streamed == resident.
@@ -164,7 +164,7 @@ train_options options() {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("GPT-2 assembled from Layers trains bit for bit like gpt_model, resident and streamed", B,
+TEST_CASE_TEMPLATE("GPT-2 assembled from its three configs trains bit for bit like gpt_model(gpt_config), resident and streamed", B,
                    STRATA_TEST_BACKENDS) {
     auto made = test::make_backend<B>(tiers());
     if (!made) return;
@@ -182,7 +182,7 @@ TEST_CASE_TEMPLATE("GPT-2 assembled from Layers trains bit for bit like gpt_mode
     CHECK(reference.losses.back() < reference.losses.front());
     const auto resident = run<trainer_t<float, B, resident_placement, moments_in<device_tier>, gpt2_from_layers<B>>>(
         backend, layers, o, 6);
-    CHECK(same_bits(reference.initial, resident.initial));  // gpt2_block::initialize draws as gpt_model does
+    CHECK(same_bits(reference.initial, resident.initial));  // the same draws
     check_equal(reference, resident);
     check_equal(reference, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, gpt2_from_layers<B>>>(
                                backend, layers, o, 6));

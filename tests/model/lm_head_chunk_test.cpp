@@ -2,7 +2,7 @@
 // - One chunk (B x T <= head_chunk_rows: today's benchmark shapes) makes exactly the calls the
 //   unchunked head made on the whole micro-batch: bitwise the same losses, logits and gradients.
 // - Several chunks (21 rows in chunks of 4, the last one a single row; and chunks of 1 row) agree
-//   with one chunk, for gpt_model and decoder_model, up to the order of the sums (tolerances below).
+//   with one chunk, for GPT-2 (gpt_model: a decoder_model), up to the order of the sums (tolerances below).
 // - A chunked run is deterministic, and bitwise the same whatever the activation policy and
 //   whether the blocks are resident or streamed.
 // - The activations hold one chunk of logits, and only the last chunk's logits can be read.
@@ -21,11 +21,8 @@
 // Losses are compared relatively with the same bounds.
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
 
-#include <strata/model/decoder.hpp>           // decoder_model, decoder_config
 #include <strata/model/lm_head.hpp>           // lm_head_loss_forward, lm_head_loss_backward
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend>
-#include <strata/nn/gpt2_block.hpp>           // gpt2_block
-#include <strata/nn/layernorm_layer.hpp>      // layernorm_layer
 #include <strata/strata.hpp>                  // gpt_model, cpu_backend
 #include <strata/testing/layer_harness.hpp>   // testing::detail::device_buffer
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks
@@ -237,24 +234,9 @@ constexpr std::size_t batch = 3, seq = 7;  // 21 rows: not a multiple of the chu
 gpt_config gpt_shape(std::size_t chunk_rows) {
     return {.vocab_size = 29, .max_seq = seq, .n_layer = 2, .n_head = 2, .n_embd = 16, .head_chunk_rows = chunk_rows};
 }
-decoder_config decoder_shape(std::size_t chunk_rows) {
-    return {.vocab_size = 29, .max_seq = seq, .n_layer = 2, .n_embd = 16, .head_chunk_rows = chunk_rows};
-}
-template <class R, class B>
-using gpt2_from_layers = decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>;
-
-template <class R, class B>
-gpt_model<R, B> make(const gpt_model<R, B>*, std::size_t chunk_rows) {
-    return gpt_model<R, B>(gpt_shape(chunk_rows));
-}
-template <class R, class B>
-gpt2_from_layers<R, B> make(const gpt2_from_layers<R, B>*, std::size_t chunk_rows) {
-    return gpt2_from_layers<R, B>(decoder_shape(chunk_rows), gpt_shape(chunk_rows),
-                                  layernorm_config{.channels = gpt_shape(chunk_rows).n_embd});
-}
 template <class Model>
 Model make_model(std::size_t chunk_rows) {
-    return make(static_cast<const Model*>(nullptr), chunk_rows);
+    return Model(gpt_shape(chunk_rows));
 }
 
 std::vector<data::batch> micro_batches(int step) {
@@ -362,22 +344,10 @@ TEST_CASE("gpt_model in FP64: chunked head == one chunk up to summation order (1
     chunked_against_one_chunk<double, cpu_backend, gpt_model<double, cpu_backend>>(backend);
 }
 
-TEST_CASE("decoder_model in FP64: chunked head == one chunk up to summation order (1e-12)") {
-    cpu_backend backend(tiers());
-    chunked_against_one_chunk<double, cpu_backend, gpt2_from_layers<double, cpu_backend>>(backend);
-}
-
 TEST_CASE_TEMPLATE("gpt_model in FP32: chunked head == one chunk up to summation order (1e-5)", B, STRATA_TEST_BACKENDS) {
     auto made = test::make_backend<B>(tiers());
     if (!made) return;
     chunked_against_one_chunk<float, B, gpt_model<float, B>>(*made);
-}
-
-TEST_CASE_TEMPLATE("decoder_model in FP32: chunked head == one chunk up to summation order (1e-5)", B,
-                   STRATA_TEST_BACKENDS) {
-    auto made = test::make_backend<B>(tiers());
-    if (!made) return;
-    chunked_against_one_chunk<float, B, gpt2_from_layers<float, B>>(*made);
 }
 
 TEST_CASE_TEMPLATE("gpt_model, chunked head: deterministic, and bitwise alike for every policy, resident and streamed",
@@ -387,23 +357,12 @@ TEST_CASE_TEMPLATE("gpt_model, chunked head: deterministic, and bitwise alike fo
     chunked_is_deterministic_for_every_policy_and_placement<B, gpt_model<float, B>>(*made);
 }
 
-TEST_CASE_TEMPLATE("decoder_model, chunked head: deterministic, and bitwise alike for every policy, resident and streamed",
-                   B, STRATA_TEST_BACKENDS) {
-    auto made = test::make_backend<B>(tiers());
-    if (!made) return;
-    chunked_is_deterministic_for_every_policy_and_placement<B, gpt2_from_layers<float, B>>(*made);
-}
-
 TEST_CASE("the activations hold one chunk of logits, and hand out only the last chunk's rows") {
     const auto model = make_model<gpt_model<float, cpu_backend>>(4);
     const std::size_t V = model.config().vocab_size;
     const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
-    CHECK(buffers[4] == 4 * V);  // logits
-    CHECK(buffers[7] == 4 * V);  // dlogits
-    const auto decoder = make_model<gpt2_from_layers<float, cpu_backend>>(4);
-    const auto decoder_buffers = decoder.activation_buffers(batch, seq, kept_activations::none());
-    CHECK(decoder_buffers[5] == 4 * V);
-    CHECK(decoder_buffers[8] == 4 * V);
+    CHECK(buffers[5] == 4 * V);  // logits
+    CHECK(buffers[8] == 4 * V);  // dlogits
 
     cpu_backend backend(tiers());
     gpt_model<float, cpu_backend>::activations act(backend, model, batch, seq, kept_activations::none());

@@ -44,10 +44,10 @@ std::vector<data::batch> micro_batches(std::size_t accum, std::size_t BT) {
 }
 
 memory_plan plan_for(const model_t& model, placement where) {
-    plan_request r{.batch = 2, .seq = shape.max_seq, .accum = 2, .activations = activation_policy::recompute, .where = where};
+    plan_request r{.model = footprint_of<cpu_backend>(model, 2, shape.max_seq), .accum = 2,
+                   .activations = activation_policy::recompute, .where = where};
     r.budgets = {.device = std::size_t(1) << 30, .host = std::size_t(1) << 30, .storage = 0};
-    r.footprint = footprint_of<cpu_backend>(model, r.batch, r.seq);
-    return plan<cpu_backend>(r);
+    return plan(r);
 }
 
 // Device (and host, streamed) budgets of exactly the plan's totals; the resident trainer's
@@ -90,7 +90,7 @@ TEST_CASE("freezing the embeddings and the final norm saves exactly their gradie
     CHECK(a.total(tier_id::host) - b.total(tier_id::host) == 3 * saved);       // grads, m, v on the host
     CHECK(a.total(tier_id::device) - b.total(tier_id::device) == saved);       // the pinned groups' grads
     CHECK(b.trainable_parameters < b.parameters);
-    CHECK(b.to_table().find("trainable") != std::string::npos);
+    CHECK(plan_table(b).find("trainable") != std::string::npos);
     const memory_plan c = plan_for(trained, placement::resident), d = plan_for(frozen, placement::resident);
     CHECK(c.total(tier_id::device) - d.total(tier_id::device) == 3 * saved);
 }

@@ -23,15 +23,20 @@ namespace {
 
 gpt_config small() { return {.vocab_size = 64, .max_seq = 16, .n_layer = 8, .n_head = 4, .n_embd = 64}; }
 
+// The GPT's footprint for B x T micro-batches: what the planner plans.
+model_footprint footprint(const gpt_config& c, std::size_t B, std::size_t T) {
+    return footprint_of<cpu_backend>(gpt_model<float, cpu_backend>(c), B, T);
+}
+
 plan_request request(const gpt_config& c, tier_bytes budgets) {
-    return {.model = c, .batch = 2, .seq = 16, .accum = 1, .activations = activation_policy::recompute, .budgets = budgets};
+    return {.model = footprint(c, 2, 16), .accum = 1, .activations = activation_policy::recompute, .budgets = budgets};
 }
 
 constexpr std::size_t big = std::size_t(1) << 40;
 
 std::string message_of(const plan_request& r) {
     try {
-        (void)plan<cpu_backend>(r);
+        (void)plan(r);
     } catch (const error& e) {
         return e.what();
     }
@@ -41,7 +46,7 @@ std::string message_of(const plan_request& r) {
 // The settings a refused plan's hint names (strata::error::settings()).
 std::vector<std::string> settings_of(const plan_request& r) {
     try {
-        (void)plan<cpu_backend>(r);
+        (void)plan(r);
     } catch (const error& e) {
         return e.settings();
     }
@@ -98,17 +103,27 @@ std::array<cell_value, 3> tier_cells(const std::vector<std::string>& row) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("group bytes are the model's page-padded blocks", R, float, double) {
+TEST_CASE_TEMPLATE("a footprint's group bytes are the model's page-padded blocks", R, float, double) {
     for (const gpt_config& c : {small(), gpt_config{.vocab_size = 11, .max_seq = 6, .n_layer = 2, .n_head = 2, .n_embd = 6},
                                 gpt_config{.vocab_size = 50257, .max_seq = 1024, .n_layer = 3, .n_head = 12, .n_embd = 768}}) {
         gpt_model<R, cpu_backend> model(c);
-        const auto bytes = gpt_group_bytes(c, sizeof(R));
-        REQUIRE(bytes.size() == model.group_count());
-        for (std::size_t g = 0; g < bytes.size(); ++g) CHECK(bytes[g] == model.groups()[g].bytes());
+        const model_footprint f = footprint_of<cpu_backend>(model, 2, 4);
+        CHECK(f.batch == 2);
+        CHECK(f.seq == 4);
+        CHECK(f.element_bytes == sizeof(R));
+        CHECK(f.max_seq == c.max_seq);
+        CHECK(f.blocks == c.n_layer);
+        CHECK(f.parameters == c.parameter_count());
+        REQUIRE(f.group_bytes.size() == model.group_count());
+        REQUIRE(f.trainable_bytes.size() == model.group_count());
+        for (std::size_t g = 0; g < f.group_bytes.size(); ++g) {
+            CHECK(f.group_bytes[g] == model.groups()[g].bytes());
+            CHECK(f.trainable_bytes[g] == model.groups()[g].bytes());  // nothing frozen
+        }
     }
 }
 
-TEST_CASE_TEMPLATE("activation bytes equal what gpt_model::activations allocates, for any number of kept blocks", R,
+TEST_CASE_TEMPLATE("activation bytes equal what the model's activations allocate, for any number of kept blocks", R,
                    float, double) {
     const gpt_config c{.vocab_size = 50, .max_seq = 32, .n_layer = 3, .n_head = 4, .n_embd = 32};
     for (kept_activations kept : {kept_activations::none(), kept_activations{1}, kept_activations{2},
@@ -150,37 +165,36 @@ TEST_CASE("activations grow linearly with T on the CPU: attention saves one valu
 TEST_CASE("activation policies: recompute keeps none, keep keeps every block, auto keeps as many as the device holds") {
     const gpt_config c = small();  // 8 blocks
     plan_request r = request(c, {.device = big, .host = big, .storage = 0});
-    const memory_plan none = plan<cpu_backend>(r);
+    const memory_plan none = plan(r);
     REQUIRE(none.where == placement::resident);
     CHECK(none.kept_blocks == 0);
     CHECK(none.block_count == 8);
     CHECK(none.kept() == kept_activations::none());
     r.activations = activation_policy::keep;
-    const memory_plan all = plan<cpu_backend>(r);
+    const memory_plan all = plan(r);
     CHECK(all.kept_blocks == 8);
     // the kept blocks have their own buffers; the shared recompute buffer goes when none recomputes
     CHECK(all.activation_bytes - none.activation_bytes + page_size >= 7 * none.block_activation_bytes);
-    CHECK(all.to_table().find("activations device: 8 of 8 blocks keep theirs") != std::string::npos);
-    CHECK(none.to_table().find("0 of 8 blocks keep theirs") != std::string::npos);
+    CHECK(plan_table(all).find("activations device: 8 of 8 blocks keep theirs") != std::string::npos);
+    CHECK(plan_table(none).find("0 of 8 blocks keep theirs") != std::string::npos);
     r.activations = activation_policy::automatic;
-    CHECK(plan<cpu_backend>(r).kept_blocks == 8);  // room for all
+    CHECK(plan(r).kept_blocks == 8);  // room for all
 
     // Room for exactly k more blocks than none: auto keeps k (the shared buffer stays while any
     // block recomputes); a page less, k - 1.
     for (std::size_t k : {1, 3, 6}) {
         CAPTURE(k);
-        const auto footprint = footprint_of<cpu_backend>(gpt_model<float, cpu_backend>(c), r.batch, r.seq);
         auto total_with = [&](std::size_t kept) {
-            return none.total(tier_id::device) - none.activation_bytes + footprint.activation_bytes({kept});
+            return none.total(tier_id::device) - none.activation_bytes + r.model.activation_bytes({kept});
         };
         r.activations = activation_policy::automatic;
         r.budgets.device = total_with(k);
-        const memory_plan p = plan<cpu_backend>(r);
+        const memory_plan p = plan(r);
         CHECK(p.where == placement::resident);
         CHECK(p.kept_blocks == k);
         CHECK(p.total(tier_id::device) == r.budgets.device);
         r.budgets.device -= 1;
-        CHECK(plan<cpu_backend>(r).kept_blocks == k - 1);
+        CHECK(plan(r).kept_blocks == k - 1);
     }
     // keep refuses what recompute would fit, and says what to do
     r.activations = activation_policy::keep;
@@ -195,43 +209,43 @@ TEST_CASE("offload: the recomputing blocks' inputs go to the host; auto offloads
     const gpt_config c = small();  // 8 blocks
     plan_request r = request(c, {.device = big, .host = big, .storage = 0});
     r.activations = activation_policy::recompute;
-    const memory_plan none = plan<cpu_backend>(r);
+    const memory_plan none = plan(r);
     REQUIRE(none.offloaded_inputs == 0);
     CHECK(none.bytes_of(plan_category::activations, tier_id::host) == 0);
     const std::size_t input = none.block_input_bytes;
-    CHECK(input == r.batch * r.seq * c.n_embd * sizeof(float));
+    CHECK(input == r.model.batch * r.model.seq * c.n_embd * sizeof(float));
 
     // offload with room for all: every block keeps its activations, nothing is offloaded
     r.activations = activation_policy::offload;
-    const memory_plan roomy = plan<cpu_backend>(r);
+    const memory_plan roomy = plan(r);
     CHECK(roomy.kept_blocks == 8);
     CHECK(roomy.offloaded_inputs == 0);
 
     // offload with the device of `none`: no block fits more, so all 8 recompute, their inputs on the
     // host; the device holds the final norm's input and two staging slots instead of 9 inputs
     r.budgets.device = none.total(tier_id::device);
-    const memory_plan offloaded = plan<cpu_backend>(r);
+    const memory_plan offloaded = plan(r);
     REQUIRE(offloaded.fits());
     CHECK(offloaded.offloaded_inputs == 8 - offloaded.kept_blocks);
     CHECK(offloaded.kept() == kept_activations{offloaded.kept_blocks, true});
     CHECK(offloaded.bytes_of(plan_category::activations, tier_id::host) ==
           round_up(offloaded.offloaded_inputs * input, page_size));
-    CHECK(offloaded.to_table().find("recompute from their input (their inputs in pinned host memory: " +
+    CHECK(plan_table(offloaded).find("recompute from their input (their inputs in pinned host memory: " +
                                     std::to_string(offloaded.offloaded_inputs) + " x ") != std::string::npos);
-    // the 6 inputs it frees are less than one block's activations (GPT-2 keeps ~18 x B x T x C)
+    // the 6 inputs it frees are less than one block's activations (GPT-2 keeps ~17 x B x T x C)
     REQUIRE(none.block_activation_bytes > 7 * input);
     CHECK(offloaded.kept_blocks == 0);
     CHECK(offloaded.total(tier_id::device) == none.total(tier_id::device) - 6 * input);
 
     // auto: the same budget fits without offloading, so nothing goes to the host
     r.activations = activation_policy::automatic;
-    const memory_plan automatic = plan<cpu_backend>(r);
+    const memory_plan automatic = plan(r);
     CHECK(automatic.offloaded_inputs == 0);
     CHECK(automatic.kept_blocks == 0);
     // ... and a device that holds only the offloaded plan: auto offloads, recompute is refused
     r.budgets.device = none.total(tier_id::device) - 4 * input;
     r.where = placement::resident;
-    const memory_plan forced = plan<cpu_backend>(r);
+    const memory_plan forced = plan(r);
     CHECK(forced.where == placement::resident);
     CHECK(forced.offloaded_inputs == 8);
     CHECK(forced.kept_blocks == 0);
@@ -241,11 +255,11 @@ TEST_CASE("offload: the recomputing blocks' inputs go to the host; auto offloads
     // the resident trainer allocates exactly the offloaded plan, on the device and the host
     r.activations = activation_policy::offload;
     r.budgets.device = none.total(tier_id::device);
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     gpt_model<float, cpu_backend> model(c);
     cpu_backend backend({.device_bytes = p.total(tier_id::device), .host_bytes = big});
     trainer<float, cpu_backend> t(backend, model,
-                                  {.batch = r.batch, .seq = r.seq, .accum = r.accum, .activations = p.kept()});
+                                  {.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .activations = p.kept()});
     CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
     CHECK(backend.budget(tier_id::host).used() == p.total(tier_id::host));
 }
@@ -253,15 +267,15 @@ TEST_CASE("offload: the recomputing blocks' inputs go to the host; auto offloads
 TEST_CASE("auto keeps what fits, and the resident trainer allocates exactly that plan") {
     const gpt_config c = small();
     plan_request r = request(c, {.device = big, .host = big, .storage = 0});
-    const memory_plan none = plan<cpu_backend>(r);
+    const memory_plan none = plan(r);
     r.activations = activation_policy::automatic;
     r.budgets.device = none.total(tier_id::device) + 3 * none.block_activation_bytes + 4096;
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     REQUIRE(p.kept_blocks == 3);
     gpt_model<float, cpu_backend> model(c);
     cpu_backend backend({.device_bytes = p.total(tier_id::device), .host_bytes = big});
     trainer<float, cpu_backend> t(backend, model,
-                                  {.batch = r.batch, .seq = r.seq, .accum = r.accum, .activations = p.kept()});
+                                  {.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .activations = p.kept()});
     CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
 }
 
@@ -269,7 +283,7 @@ TEST_CASE("a resident plan is what the resident trainer really allocates, on the
     const gpt_config c = small();
     plan_request r = request(c, {.device = 256 << 20, .host = 64 << 20, .storage = 0});
     r.accum = 3;
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     REQUIRE(p.where == placement::resident);
     CHECK(p.weights_home == tier_id::device);
     CHECK(p.grads_home == tier_id::device);
@@ -284,13 +298,13 @@ TEST_CASE("a resident plan is what the resident trainer really allocates, on the
 
     cpu_backend backend({.device_bytes = r.budgets.device, .host_bytes = r.budgets.host});
     gpt_model<float, cpu_backend> model(c);
-    trainer<float, cpu_backend> t(backend, model, {.batch = r.batch, .seq = r.seq, .accum = r.accum});
+    trainer<float, cpu_backend> t(backend, model, {.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum});
     CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
     t.initialize(1);
     backend.budget(tier_id::host).reset_peak();
     std::vector<data::batch> micro(r.accum);
     for (auto& b : micro)
-        for (std::size_t i = 0; i < r.batch * r.seq; ++i) {
+        for (std::size_t i = 0; i < r.model.batch * r.model.seq; ++i) {
             b.inputs.push_back(static_cast<token_id>(i % c.vocab_size));
             b.targets.push_back(static_cast<token_id>((i + 1) % c.vocab_size));
         }
@@ -301,13 +315,13 @@ TEST_CASE("a resident plan is what the resident trainer really allocates, on the
 
 TEST_CASE("a device budget of a third of the resident footprint streams, within the budget") {
     const gpt_config c = small();
-    const memory_plan resident = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const memory_plan resident = plan(request(c, {.device = big, .host = big, .storage = big}));
     REQUIRE(resident.where == placement::resident);
     const std::size_t third = resident.total(tier_id::device) / 3;
 
     plan_request forced = request(c, {.device = third, .host = big, .storage = 0});
     forced.where = placement::streamed;  // every group streams (auto would move some to the device)
-    const memory_plan p = plan<cpu_backend>(forced);
+    const memory_plan p = plan(forced);
     CHECK(p.where == placement::streamed);
     CHECK(p.total(tier_id::device) <= third);
     CHECK(p.weights_home == tier_id::host);
@@ -318,7 +332,7 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
     CHECK(p.slots == 3);  // three slots fit in a third here
     CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 2 * 3 * p.largest_block_bytes);
     // the embeddings and the final layernorm stay on the device, weights and grads
-    const auto groups = gpt_group_bytes(c, sizeof(float));
+    const auto& groups = forced.model.group_bytes;
     CHECK(p.pinned_group_bytes == groups.front() + groups.back());
     CHECK(p.bytes_of(plan_category::pinned, tier_id::device) == 2 * (groups.front() + groups.back()));
     CHECK(p.bytes_of(plan_category::pinned, tier_id::host) == 0);
@@ -345,12 +359,12 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
 TEST_CASE("slots are sized to the largest transformer block, not to larger embeddings") {
     // V = 512, C = 16: the embeddings ((512 + 8) x 16 floats) outweigh a block (12 C^2 + 13 C)
     const gpt_config c{.vocab_size = 512, .max_seq = 8, .n_layer = 3, .n_head = 2, .n_embd = 16};
-    plan_request r{.model = c, .batch = 2, .seq = 8, .activations = activation_policy::recompute,
+    plan_request r{.model = footprint(c, 2, 8), .activations = activation_policy::recompute,
                    .budgets = {.device = big, .host = big, .storage = big}};
     r.where = placement::streamed;
     r.slots = 2;
     r.moments_on_storage = true;
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     const std::size_t C = c.n_embd;
     const std::size_t block = round_up((12 * C * C + 13 * C) * 4, page_size);
     const std::size_t embeddings = round_up((c.vocab_size + c.max_seq) * C * 4, page_size);
@@ -365,23 +379,23 @@ TEST_CASE("slots are sized to the largest transformer block, not to larger embed
     // the optimizer's two pairs of m, v staging are a whole group each: the embeddings are the largest
     r.moments_on_storage = false;
     CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
-          plan<cpu_backend>(r).bytes_of(plan_category::staging, tier_id::host) + 4 * embeddings);
+          plan(r).bytes_of(plan_category::staging, tier_id::host) + 4 * embeddings);
 }
 
 TEST_CASE("two slots when three do not fit; the least device budget is exactly the stated minimum") {
     const gpt_config c = small();
-    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const memory_plan any = plan(request(c, {.device = big, .host = big, .storage = big}));
     const std::size_t minimum = any.min_streamed_device_bytes;
     CHECK(minimum ==
           4 * any.largest_block_bytes + 2 * any.pinned_group_bytes + any.activation_bytes + any.device_staging_bytes);
 
-    const memory_plan p = plan<cpu_backend>(request(c, {.device = minimum, .host = big, .storage = 0}));
+    const memory_plan p = plan(request(c, {.device = minimum, .host = big, .storage = 0}));
     CHECK(p.where == placement::streamed);
     CHECK(p.slots == 2);
     CHECK(p.total(tier_id::device) == minimum);
 
     const plan_request too_small = request(c, {.device = minimum - 1, .host = big, .storage = 0});
-    CHECK_THROWS_AS((void)plan<cpu_backend>(too_small), error);
+    CHECK_THROWS_AS((void)plan(too_small), error);
     const std::string message = message_of(too_small);
     CAPTURE(message);
     CHECK(message.find(std::to_string(minimum) + " B") != std::string::npos);      // needed
@@ -410,11 +424,11 @@ TEST_CASE("the hint asks to recompute activations only when the plan keeps some"
 
 TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold them") {
     const gpt_config c = small();
-    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const memory_plan any = plan(request(c, {.device = big, .host = big, .storage = big}));
     plan_request r = request(c, {.device = any.total(tier_id::device) / 3, .host = big, .storage = big});
     r.moments_on_storage = true;
     r.where = placement::streamed;
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     CHECK(p.where == placement::streamed);
     CHECK(p.m_home == tier_id::storage);
     CHECK(p.v_home == tier_id::storage);
@@ -424,7 +438,7 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
     CHECK(p.total(tier_id::storage) == 2 * any.state_bytes);
     // tokens, targets and losses of the step, the grad norm's partials, and the m and v of two
     // groups read back from storage (one updated while the next is read)
-    const std::size_t BT = r.batch * r.seq;
+    const std::size_t BT = r.model.batch * r.model.seq;
     CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
           r.accum * 3 * round_up(BT * 4, page_size) + p.norm_partials_bytes + 4 * any.largest_group_bytes);
 
@@ -439,13 +453,13 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
 
 TEST_CASE("moments go to storage when the host cannot hold them, and the error names both tiers otherwise") {
     const gpt_config c = small();
-    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const memory_plan any = plan(request(c, {.device = big, .host = big, .storage = big}));
     const std::size_t staging = any.bytes_of(plan_category::staging, tier_id::host);  // the norm's partials too
     // room for weights + grads + the step's staging + two groups' m and v, not for all of m and v
     const std::size_t host = 2 * any.state_bytes + staging + 4 * any.largest_group_bytes;
     plan_request r = request(c, {.device = any.min_streamed_device_bytes, .host = host, .storage = big});
     r.where = placement::streamed;
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     CHECK(p.m_home == tier_id::storage);
     CHECK(p.total(tier_id::host) <= host);
     // the last groups' moments went to storage, as few as the host needed
@@ -466,12 +480,12 @@ TEST_CASE("moments go to storage when the host cannot hold them, and the error n
 
 TEST_CASE("the table lists every tier and category, and its totals are the sums") {
     const gpt_config c = small();
-    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const memory_plan any = plan(request(c, {.device = big, .host = big, .storage = big}));
     plan_request r = request(c, {.device = any.total(tier_id::device) / 3, .host = 16 << 20, .storage = 64 << 20});
     r.moments_on_storage = true;
     r.where = placement::streamed;
-    const memory_plan p = plan<cpu_backend>(r);
-    const std::string table = p.to_table();
+    const memory_plan p = plan(r);
+    const std::string table = plan_table(p);
     CAPTURE(table);
     CHECK(table.find("streamed placement, 3 device slots") != std::string::npos);
     CHECK(table.find("homes: embeddings: host, AdamW m, v on storage; blocks 0-" + std::to_string(c.n_layer - 1) +
@@ -524,7 +538,7 @@ TEST_CASE("the table lists every tier and category, and its totals are the sums"
 
 TEST_CASE("resident requested but not fitting is refused with the numbers; streamed requested streams") {
     const gpt_config c = small();
-    const memory_plan any = plan<cpu_backend>(request(c, {.device = big, .host = big, .storage = big}));
+    const memory_plan any = plan(request(c, {.device = big, .host = big, .storage = big}));
     const std::size_t resident_bytes = any.total(tier_id::device);
 
     plan_request r = request(c, {.device = resident_bytes - 4096, .host = big, .storage = big});
@@ -537,10 +551,10 @@ TEST_CASE("resident requested but not fitting is refused with the numbers; strea
     CHECK(message.find("over by 4.00 KiB (4096 B)") != std::string::npos);
 
     r.budgets.device = resident_bytes;
-    CHECK(plan<cpu_backend>(r).where == placement::resident);
+    CHECK(plan(r).where == placement::resident);
 
     r.where = placement::streamed;
-    const memory_plan s = plan<cpu_backend>(r);
+    const memory_plan s = plan(r);
     CHECK(s.where == placement::streamed);
     CHECK(s.weights_home == tier_id::host);
     CHECK(s.slots == 3);
@@ -551,7 +565,7 @@ TEST_CASE("requested slots are kept, checked, and refused below two") {
     plan_request r = request(c, {.device = big, .host = big, .storage = 0});
     r.where = placement::streamed;
     r.slots = 5;
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     CHECK(p.slots == 5);
     CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 10 * p.largest_block_bytes);
 
@@ -564,20 +578,19 @@ TEST_CASE("requested slots are kept, checked, and refused below two") {
 
 TEST_CASE("bad requests are refused before planning") {
     plan_request r = request(small(), {.device = big, .host = big, .storage = big});
-    r.seq = 17;
+    r.model = footprint(small(), 2, 17);
     CHECK(message_of(r).find("exceeds the model's context 16") != std::string::npos);
-    r.seq = 16;
-    r.batch = 0;
+    CHECK(names(settings_of(r), "seq_len"));
+    r.model = footprint(small(), 0, 16);
     CHECK(message_of(r).find("micro-batch must be positive") != std::string::npos);
-    r.batch = 1;
-    r.element_bytes = 2;
-    CHECK(message_of(r).find("element size 2 bytes") != std::string::npos);
+    r.model = {};
+    CHECK(message_of(r).find("must be positive") != std::string::npos);  // no footprint: nothing to plan
 }
 
 TEST_CASE("GPT-2 124M: 16 bytes per parameter, and a 1.5B model on an H200-sized budget streams") {
     const gpt_config gpt2{.vocab_size = 50257, .max_seq = 1024, .n_layer = 12, .n_head = 12, .n_embd = 768};
-    plan_request r{.model = gpt2, .batch = 8, .seq = 1024, .budgets = {.device = 140'000'000'000, .host = big, .storage = 0}};
-    const memory_plan p = plan<cpu_backend>(r);
+    plan_request r{.model = footprint(gpt2, 8, 1024), .budgets = {.device = 140'000'000'000, .host = big, .storage = 0}};
+    const memory_plan p = plan(r);
     CHECK(p.where == placement::resident);
     CHECK(p.parameters == 124'439'808);
     const double per_param = 4.0 * static_cast<double>(p.state_bytes) / static_cast<double>(p.parameters);
@@ -585,8 +598,8 @@ TEST_CASE("GPT-2 124M: 16 bytes per parameter, and a 1.5B model on an H200-sized
     CHECK(per_param < 16.01);  // page and 64-byte padding cost little
 
     const gpt_config xl{.vocab_size = 50257, .max_seq = 1024, .n_layer = 48, .n_head = 25, .n_embd = 1600};
-    r = {.model = xl, .batch = 4, .seq = 1024, .budgets = {.device = 16'000'000'000, .host = 120'000'000'000, .storage = 0}};
-    const memory_plan s = plan<cpu_backend>(r);
+    r = {.model = footprint(xl, 4, 1024), .budgets = {.device = 16'000'000'000, .host = 120'000'000'000, .storage = 0}};
+    const memory_plan s = plan(r);
     CHECK(s.where == placement::streamed);
     CHECK(s.total(tier_id::device) <= r.budgets.device);
     CHECK(s.m_home == tier_id::host);
@@ -602,10 +615,10 @@ TEST_CASE("long context: the planned activations hold two chunks of logits, not 
     gpt_config one_token = gpt2;
     one_token.vocab_size = 1;
     const tier_bytes budgets{.device = std::size_t(1) << 52, .host = big, .storage = 0};
-    const memory_plan p = plan<cpu_backend>({.model = gpt2, .batch = 1, .seq = T, .activations = activation_policy::recompute,
-                                             .budgets = budgets});
-    const memory_plan q = plan<cpu_backend>({.model = one_token, .batch = 1, .seq = T,
-                                             .activations = activation_policy::recompute, .budgets = budgets});
+    const memory_plan p =
+        plan({.model = footprint(gpt2, 1, T), .activations = activation_policy::recompute, .budgets = budgets});
+    const memory_plan q =
+        plan({.model = footprint(one_token, 1, T), .activations = activation_policy::recompute, .budgets = budgets});
     REQUIRE(p.where == placement::resident);
     const std::size_t by_vocabulary = p.activation_bytes - q.activation_bytes;
     CHECK(by_vocabulary == 2 * (detail::charged(chunk * V * 4) - detail::charged(chunk * 1 * 4)));
@@ -618,8 +631,8 @@ TEST_CASE("long context: the planned activations hold two chunks of logits, not 
     const auto f = gpt_model<float, cpu_backend>(gpt_config{.vocab_size = V, .max_seq = 1024, .n_layer = 1, .n_head = 12,
                                                             .n_embd = 768})
                        .activation_buffers(8, 1024, kept_activations::none());
-    CHECK(f[4] == 8 * 1024 * V);
-    CHECK(f[7] == 8 * 1024 * V);
+    CHECK(f[5] == 8 * 1024 * V);  // logits
+    CHECK(f[8] == 8 * 1024 * V);  // dlogits
 }
 
 TEST_CASE("placement names round-trip and default budgets read the machine") {

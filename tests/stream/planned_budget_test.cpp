@@ -28,16 +28,16 @@ std::vector<data::batch> batch_of_pattern() {
 }  // namespace
 
 TEST_CASE("a device budget of a third of the resident footprint trains through the planner") {
-    plan_request request{.model = config, .batch = 1, .seq = 8, .accum = 1, .activations = activation_policy::recompute,
-                         .element_bytes = 4, .budgets = {std::size_t{1} << 40, std::size_t{1} << 30, 0}};
+    plan_request request{.model = footprint_of<cpu_backend>(gpt_model<float, cpu_backend>(config), 1, 8), .accum = 1,
+                         .activations = activation_policy::recompute, .budgets = {std::size_t{1} << 40, std::size_t{1} << 30, 0}};
     request.where = placement::resident;
-    const std::size_t resident_device = plan<cpu_backend>(request).total(tier_id::device);
+    const std::size_t resident_device = plan(request).total(tier_id::device);
 
     request.where = placement::automatic;
     request.budgets.device = resident_device / 3;
-    const memory_plan p = plan<cpu_backend>(request);
+    const memory_plan p = plan(request);
     MESSAGE("resident footprint " << format_bytes(resident_device) << "; streamed plan with a third of it:\n"
-                                  << p.to_table());
+                                  << plan_table(p));
     REQUIRE(p.where == placement::streamed);
     CHECK(p.total(tier_id::device) <= request.budgets.device);
 
@@ -62,15 +62,15 @@ TEST_CASE("a device budget of a third of the resident footprint trains through t
 }
 
 TEST_CASE("a device budget below the streaming minimum is refused with the numbers, before allocating") {
-    plan_request request{.model = config, .batch = 1, .seq = 8, .accum = 1, .activations = activation_policy::recompute,
-                         .element_bytes = 4, .budgets = {std::size_t{1} << 40, std::size_t{1} << 30, 0}};
+    plan_request request{.model = footprint_of<cpu_backend>(gpt_model<float, cpu_backend>(config), 1, 8), .accum = 1,
+                         .activations = activation_policy::recompute, .budgets = {std::size_t{1} << 40, std::size_t{1} << 30, 0}};
     request.where = placement::streamed;
     request.slots = 2;
-    const std::size_t minimum = plan<cpu_backend>(request).total(tier_id::device);
+    const std::size_t minimum = plan(request).total(tier_id::device);
     request.budgets.device = minimum - 1;
     request.where = placement::automatic;
     try {
-        plan<cpu_backend>(request);
+        plan(request);
         FAIL("a budget below the minimum was accepted");
     } catch (const strata::error& e) {
         const std::string what = e.what();

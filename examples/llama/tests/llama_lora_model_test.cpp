@@ -116,17 +116,17 @@ TEST_CASE_TEMPLATE("llama LoRA: only the adapters move, the loss on new text fal
 
 TEST_CASE("llama LoRA: the planner sees the frozen base (gradients and moments are the adapters' only)") {
     const auto model = llama::make_llama_lora_model<cpu_backend>(base_config, adapters);
-    plan_request r{.batch = 4, .seq = 8, .accum = 1, .activations = activation_policy::recompute, .where = placement::streamed};
+    plan_request r{.model = footprint_of<cpu_backend>(model, 4, 8), .accum = 1, .activations = activation_policy::recompute,
+                   .where = placement::streamed};
     r.budgets = {.device = std::size_t(1) << 30, .host = std::size_t(1) << 30, .storage = 0};
-    r.footprint = footprint_of<cpu_backend>(model, r.batch, r.seq);
-    const memory_plan p = plan<cpu_backend>(r);
+    const memory_plan p = plan(r);
     std::size_t trainable = 0;
     for (const auto& g : model.groups()) trainable += g.trainable_bytes();
     CHECK(p.bytes_of(plan_category::grads, tier_id::host) == trainable);
     // r (in + out) per adapter: qkv (16 + 32), o (16 + 16), gate and up (16 + 24), down (24 + 16)
     CHECK(p.trainable_parameters == base_config.n_layer * adapters.rank * ((16 + 32) + (16 + 16) + 2 * (16 + 24) + (24 + 16)));
     CHECK(p.trainable_parameters < p.parameters / 4);
-    MESSAGE(p.to_table());
+    MESSAGE(plan_table(p));
 }
 
 }  // namespace llama_lora_model_test

@@ -107,12 +107,12 @@ TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on
 TEST_CASE("the planner: a LoRA fine-tune needs the full fine-tune's host bytes minus the frozen tensors' state") {
     const auto model = lora::make_gpt2_lora_model<cpu_backend>(base_config, adapters);
     const gpt_model<float, cpu_backend> full(base_config);
-    plan_request r{.batch = 4, .seq = 8, .accum = 1, .activations = activation_policy::recompute, .where = placement::streamed};
+    plan_request r{.model = footprint_of<cpu_backend>(full, 4, 8), .accum = 1, .activations = activation_policy::recompute,
+                   .where = placement::streamed};
     r.budgets = {.device = std::size_t(1) << 30, .host = std::size_t(1) << 30, .storage = 0};
-    r.model = base_config;
-    const memory_plan full_plan = plan<cpu_backend>(r);
-    r.footprint = footprint_of<cpu_backend>(model, r.batch, r.seq);
-    const memory_plan lora_plan = plan<cpu_backend>(r);
+    const memory_plan full_plan = plan(r);
+    r.model = footprint_of<cpu_backend>(model, 4, 8);
+    const memory_plan lora_plan = plan(r);
     std::size_t W = 0, W_lora = 0, T_lora = 0;
     for (const auto& g : full.groups()) W += g.bytes();
     for (const auto& g : model.groups()) {
@@ -124,7 +124,7 @@ TEST_CASE("the planner: a LoRA fine-tune needs the full fine-tune's host bytes m
     CHECK(lora_plan.bytes_of(plan_category::grads, tier_id::host) == T_lora);
     CHECK(lora_plan.trainable_parameters < lora_plan.parameters / 4);
     MESSAGE("host: full fine-tune " << full_plan.total(tier_id::host) << " B, LoRA " << lora_plan.total(tier_id::host)
-                                    << " B\n" << lora_plan.to_table());
+                                    << " B\n" << plan_table(lora_plan));
 }
 
 }  // namespace lora_finetune_test

@@ -1,15 +1,18 @@
 // decoder_model<Block, Norm>: a decoder-only language model assembled from Layers
 // (nn/layer.hpp): token embedding (+ learned positions, optional), n_layer Blocks, a final Norm,
 // an LM head (tied to the token embedding, or its own (V, C) matrix), softmax cross-entropy. Both trainers (train/trainer.hpp,
-// train/streamed_trainer.hpp) train it resident or streamed exactly as they train gpt_model: it
-// has the same groups and binder protocol.
+// train/streamed_trainer.hpp) train it resident or streamed, through its groups and the binder
+// protocol. GPT-2 is one: gpt_model<R, B> = decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>
+// (model/gpt.hpp).
 //
 //   using llama = decoder_model<llama_block<float, B>, rmsnorm_layer<float, B>>;
 //   llama model({.vocab_size = 257, .max_seq = 256, .n_layer = 4, .n_embd = 128,
 //                .learned_positions = false}, block_config, norm_config);
+//   gpt_model<float, B> gpt(gpt_config{...});  // a whole-model config that names the three (below)
 //
 // Groups: 0 = embeddings ("wte.weight" (V, C), "wpe.weight" (max_seq, C) if learned_positions),
-// + "lm_head.weight" (V, C) when the head is untied, 1..L = the blocks (Block::params), L+1 = the final norm (Norm::params). Both Layers map
+// + "lm_head.weight" (V, C) when the head is untied, 1..L = the blocks (Block::params), L+1 = the
+// final norm (Norm::params, each name after final_prefix: "ln_f.weight"). Both Layers map
 // (B, T, C) -> (B, T, C), C = n_embd. A frozen group (every tensor trainable = false) has no
 // gradients and no moments; with freeze_embeddings, the embeddings (and so the tied head) are
 // frozen: the LoRA setting, where only adapters inside the blocks train.
@@ -17,7 +20,8 @@
 // Activations (model/activations.hpp): forward keeps each block's input and the activations of the
 // first `kept` blocks; any other block's backward recomputes its forward from the saved input
 // first (the Layer contract makes that bitwise exact). The LM head and cross-entropy run over
-// chunks of positions (model/lm_head.hpp), as in gpt_model.
+// chunks of positions (model/lm_head.hpp). The activations' buffers are one list,
+// activation_buffers(), which the planner reads (footprint_of).
 //
 // Initialization: a Layer may declare
 //   static void initialize(const config_type&, const param_layout&, std::span<R> block, rng&);
@@ -37,11 +41,13 @@
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
 
 #include <algorithm>    // std::fill, std::max
+#include <concepts>     // std::convertible_to
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::int32_t
 #include <span>         // std::span
 #include <string>       // std::string
 #include <type_traits>  // std::is_same_v
+#include <utility>      // std::move
 #include <vector>       // std::vector
 
 namespace strata {
@@ -57,7 +63,8 @@ struct decoder_config {
     // hold this many rows of V, whatever B x T is. Changes no number while B x T fits in one chunk.
     std::size_t head_chunk_rows = lm_head_chunk_rows;
     // Parameter names in checkpoints: root + "wte.weight", root + block_prefix + "<l>." + name,
-    // root + final_prefix + name. GPT-2 (Hugging Face) by default.
+    // root + final_prefix + name. GPT-2 (Hugging Face) by default. The final group's layout names
+    // its tensors final_prefix + name ("ln_f.weight"), as the embeddings' are named below root.
     std::string root = "transformer.";
     std::string block_prefix = "h.";
     std::string final_prefix = "ln_f.";
@@ -74,7 +81,22 @@ struct decoder_config {
     }
 };
 
+// A decoder_model's three configs as one value. A whole-model config (gpt_config) builds its model
+// when a function decoder_configs_of(config), found by argument-dependent lookup, returns them:
+// then decoder_model(config) is the model (model/gpt.hpp does this for GPT-2).
+template <class BlockConfig, class NormConfig>
+struct decoder_configs {
+    decoder_config model;
+    BlockConfig block;
+    NormConfig norm;
+};
+
 namespace detail {
+template <class Config, class BlockConfig, class NormConfig>
+concept names_decoder_configs = requires(const Config& c) {
+    { decoder_configs_of(c) } -> std::convertible_to<decoder_configs<BlockConfig, NormConfig>>;
+};
+
 template <class L>
 concept initializes_itself = requires(const typename L::config_type& c, const param_layout& layout,
                                       std::span<typename L::value_type> block, rng& gen) {
@@ -130,8 +152,16 @@ public:
         if (!m_config.tied_head) embeddings.push_back({m_config.lm_head, {m_config.vocab_size, C}, true, train});
         m_groups.push_back(param_layout::of<R>(std::move(embeddings)));
         for (std::size_t l = 0; l < m_config.n_layer; ++l) m_groups.push_back(param_layout::of<R>(Block::params(block)));
-        m_groups.push_back(param_layout::of<R>(Norm::params(norm)));
+        std::vector<param_spec> final_norm = Norm::params(norm);
+        for (param_spec& spec : final_norm) spec.name = m_config.final_prefix + spec.name;
+        m_groups.push_back(param_layout::of<R>(std::move(final_norm)));
     }
+    explicit decoder_model(decoder_configs<block_config, norm_config> c)
+        : decoder_model(std::move(c.model), std::move(c.block), std::move(c.norm)) {}
+    // From a whole-model config that names the three configs (decoder_configs_of, found by ADL).
+    template <class Config>
+        requires detail::names_decoder_configs<Config, block_config, norm_config>
+    explicit decoder_model(const Config& config) : decoder_model(decoder_configs_of(config)) {}
 
     const decoder_config& config() const { return m_config; }
     const block_config& block_layer_config() const { return m_block_config; }
@@ -148,7 +178,7 @@ public:
     std::string hf_name(std::size_t group, const param_slot& slot) const {
         if (group == 0) return !m_config.tied_head && slot.spec.name == m_config.lm_head ? m_config.lm_head
                                                                                         : m_config.root + slot.spec.name;
-        if (group == final_group()) return m_config.root + m_config.final_prefix + slot.spec.name;
+        if (group == final_group()) return m_config.root + slot.spec.name;  // final_prefix + the norm's name
         return m_config.root + m_config.block_prefix + std::to_string(group - 1) + "." + slot.spec.name;
     }
 
@@ -219,7 +249,7 @@ public:
             const std::size_t BT = batch * seq;
             m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
             m_tokens.emplace_back(backend, shape{BT}, "act.targets");
-            m_block_floats = Block::activation_floats(m.m_block_config, batch, seq);
+            m_block_elements = Block::activation_floats(m.m_block_config, batch, seq);
             static constexpr const char* names[] = {"block_inputs", "block",  "workspace", "norm_out",
                                                     "norm",         "logits", "losses",    "lse",
                                                     "dlogits",      "dnorm_out", "dx"};
@@ -256,7 +286,7 @@ public:
         void restore_input(std::size_t layer, std::size_t BTC, stream& s) {
             m_offloaded.restore(layer, block_input(layer, BTC), BTC, s);
         }
-        R* block(std::size_t layer) { return data(1) + std::min(layer, m_kept) * m_block_floats; }
+        R* block(std::size_t layer) { return data(1) + std::min(layer, m_kept) * m_block_elements; }
         R* workspace() { return data(2); }
         R* norm_out() { return data(3); }
         R* norm() { return data(4); }
@@ -272,7 +302,7 @@ public:
         std::size_t m_batch, m_seq, m_kept, m_blocks;
         bool m_offload_inputs;
         offloaded_inputs<R, backend_type> m_offloaded;
-        std::size_t m_vocab, m_head_chunk_rows, m_block_floats = 0;
+        std::size_t m_vocab, m_head_chunk_rows, m_block_elements = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, backend_type>> m_tokens;
         std::vector<tiered_tensor<R, device_tier, backend_type>> m_buffers;
     };
@@ -333,11 +363,12 @@ public:
                 block_forward(s, p, act, l, batch, seq);
             }
             // the block's output gradient is dx((l + 1) % 2); its input gradient goes to dx(l % 2),
-            // except for the first block when nothing upstream trains
+            // except for the first block when nothing upstream trains; zeroed unless the block
+            // writes it (overwrites_dinp)
             R* dinp = nullptr;
             if (l > 0 || embeddings_train) {
                 dinp = act.dx(l % 2, BTC);
-                op::zero(s, dinp, BTC);
+                if constexpr (!overwrites_dinp_v<Block>) op::zero(s, dinp, BTC);
             }
             m_block.backward(s, p, grad, dinp, act.dx((l + 1) % 2, BTC), act.block(l), act.block_input(l, BTC),
                              act.workspace(), batch, seq);

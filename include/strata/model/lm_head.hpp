@@ -1,5 +1,5 @@
 // The tied LM head and softmax cross-entropy, a chunk of positions at a time: the end of both
-// models' forward (gpt_model, decoder_model) and the start of their backward.
+// decoder_model's forward (gpt_model's too: it is one) and the start of its backward.
 //
 // Glossary: B batch, T time, C channels, V vocab; a row is one position of the B x T micro-batch.
 //

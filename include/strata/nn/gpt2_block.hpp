@@ -1,9 +1,10 @@
 // gpt2_block<R, B>: the GPT-2 transformer block as a Layer (nn/layer.hpp): pre-LayerNorm causal
-// self-attention and a GELU MLP, each with a residual connection. Same parameter table
-// (gpt_block_params, Hugging Face names), same ops in the same order as gpt_model's block, so
-//   decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>
-// is GPT-2 assembled from Layers: it trains bit for bit like gpt_model (tests/model/decoder_test.cpp)
-// and is the base to copy for a variant of the block.
+// self-attention and a GELU MLP, each with a residual connection; parameters gpt_block_params
+// (Hugging Face names). The one definition of GPT-2's block:
+//   gpt_model<R, B> = decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>   (model/gpt.hpp)
+// Its backward runs llm.c's ops in llm.c's order and keeps the residual stream's gradient in the
+// caller's dinp (overwrites_dinp, nn/layer.hpp): no zero-fill of dinp, no add into it. It is the
+// base to copy for a variant of the block.
 #pragma once
 
 #include <strata/backend/backend.hpp>      // Backend
@@ -38,10 +39,14 @@ public:
         const size BT = B * T, C = c.n_embd;
         return 6 * BT * C + 4 * BT + BT * 3 * C + 2 * BT * 4 * C + op::attention_saved(B, T, c.n_head);
     }
+    // Backward's gradients below the output: dfch_gelu, dfch (4C each), dqkv (3C), dln, datty (C).
     static size workspace_floats(const gpt_config& c, size B, size T) {
         const size BT = B * T, C = c.n_embd;
-        return 2 * BT * 4 * C + BT * 3 * C + 4 * BT * C;
+        return 2 * BT * 4 * C + BT * 3 * C + 2 * BT * C;
     }
+    // backward writes dinp (nn/layer.hpp): dinp is the residual stream's gradient, as in llm.c, so
+    // the caller does not zero it and nothing is added to it afterwards.
+    static constexpr bool overwrites_dinp = true;
     static double flops(const gpt_config& c, size B, size T) {
         const double BT = double(B) * double(T), C = double(c.n_embd);
         return 2.0 * BT * 12.0 * C * C + 4.0 * double(B) * double(T) * double(T) * C;
@@ -49,8 +54,9 @@ public:
 
     explicit gpt2_block(const gpt_config& c) : m_c(c), m_layout(param_layout::of<R>(params(c))) { c.validate(); }
 
-    // GPT-2's initialization (gpt_model::initialize's, draw for draw): N(0, 0.02) weights, the
-    // residual projections scaled by 1 / sqrt(2 n_layer), zero biases, unit layernorm gains.
+    // GPT-2's initialization (draw for draw the hand-written model's that this block replaced;
+    // tests/train/initialize_test.cpp): N(0, 0.02) weights, the residual projections scaled by
+    // 1 / sqrt(2 n_layer), zero biases, unit layernorm gains.
     static void initialize(const gpt_config& c, const param_layout& layout, std::span<R> block, rng& gen) {
         for (const auto& slot : layout.slots()) {
             R* p = block.data() + slot.offset;
@@ -91,13 +97,14 @@ public:
         auto P = [&](int i) { return p + m_layout.slots()[i].offset; };
         auto G = [&](int i) { return g + m_layout.slots()[i].offset; };
         const saved a = carve(const_cast<R*>(acts), B, T);  // read only below
-        R* dfch_gelu = w;
-        R* dfch = dfch_gelu + BT * 4 * C;
-        R* dqkv = dfch + BT * 4 * C;
-        R* dln = dqkv + BT * 3 * C;  // dln2, then dln1
-        R* datty = dln + BT * C;
-        R* dres2 = datty + BT * C;
-        R* dx = dres2 + BT * C;  // the input gradient when the caller does not want it
+        R* dfch_gelu = w;                  // (B, T, 4C)
+        R* dfch = dfch_gelu + BT * 4 * C;  // (B, T, 4C)
+        R* dqkv = dfch + BT * 4 * C;       // (B, T, 3C)
+        R* dln = dqkv + BT * 3 * C;        // (B, T, C): dln2, then dln1
+        R* datty = dln + BT * C;           // (B, T, C)
+        // The residual stream's gradient (B, T, C), dres2 and then the input's: dinp itself, or when
+        // the caller wants no input gradient, scratch where dfch_gelu was (dead by then).
+        R* dres = dinp != nullptr ? dinp : dfch_gelu;
 
         op::zero(s, dfch_gelu, BT * 4 * C);
         op::matmul_backward(s, dfch_gelu, G(10), G(11), dout, a.fch_gelu, P(10), B, T, 4 * C, C);
@@ -105,22 +112,18 @@ public:
         op::gelu_backward(s, dfch, dfch_gelu, a.fch, BT * 4 * C);
         op::zero(s, dln, BT * C);
         op::matmul_backward(s, dln, G(8), G(9), dfch, a.ln2, P(8), B, T, C, 4 * C);
-        op::copy(s, dres2, dout, BT * C);
-        op::layernorm_backward(s, dres2, G(6), G(7), a.ln2_stats, a.ln2_stats + BT, dln, a.res2, P(6), B, T, C);
+        // out = res2 + fcproj: dres2 = dout + layernorm_2's input gradient
+        op::copy(s, dres, dout, BT * C);
+        op::layernorm_backward(s, dres, G(6), G(7), a.ln2_stats, a.ln2_stats + BT, dln, a.res2, P(6), B, T, C);
+        // res2 = x + attproj: dres2 flows to both
         op::zero(s, datty, BT * C);
-        op::matmul_backward(s, datty, G(4), G(5), dres2, a.atty, P(4), B, T, C, C);
+        op::matmul_backward(s, datty, G(4), G(5), dres, a.atty, P(4), B, T, C, C);
         op::zero(s, dqkv, BT * 3 * C);
         op::attention_backward(s, dqkv, a.att_saved, datty, a.atty, a.qkv, B, T, C, NH);
         op::zero(s, dln, BT * C);
         op::matmul_backward(s, dln, G(2), G(3), dqkv, a.ln1, P(2), B, T, C, 3 * C);
-        R* into = dinp;
-        if (into == nullptr) {
-            into = dx;
-            op::zero(s, dx, BT * C);
-        } else {
-            op::add_inplace(s, dinp, dres2, BT * C);
-        }
-        op::layernorm_backward(s, into, G(0), G(1), a.ln1_stats, a.ln1_stats + BT, dln, x, P(0), B, T, C);
+        // dx = dres2 + layernorm_1's input gradient
+        op::layernorm_backward(s, dres, G(0), G(1), a.ln1_stats, a.ln1_stats + BT, dln, x, P(0), B, T, C);
     }
 
 private:

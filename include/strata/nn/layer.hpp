@@ -39,6 +39,10 @@
 //   same bits, so checkpointed and plain backward agree bitwise.
 // - backward ACCUMULATES: dparams += d loss / d params, dinp += d loss / d inp. dinp may be null
 //   (the first layer's input gradient is not wanted); the parameter gradients must not change.
+//   Optional: a layer that declares `static constexpr bool overwrites_dinp = true;` WRITES dinp
+//   (dinp = d loss / d inp, whatever it held) instead of adding to it. Its caller then skips
+//   zeroing dinp, and a residual block can use dinp as its own residual-stream gradient: the
+//   GPT-2 block's backward does the ops of llm.c's, with no zero-fill and no add of dinp.
 // - Trainable and frozen parameters (param_spec::trainable): dparams holds only the layout's
 //   trainable prefix (param_layout::trainable_numel() elements; the trainable tensors are laid
 //   out first, so `dparams + slot.offset` addresses a trainable slot's gradient). A layer never
@@ -160,6 +164,16 @@ consteval bool check_layer() {
     }
     return Layer<L>;
 }
+
+// Whether L's backward writes dinp rather than adding to it (the optional `overwrites_dinp`
+// above); false for a layer that does not say.
+template <class L>
+inline constexpr bool overwrites_dinp_v = [] {
+    if constexpr (requires { L::overwrites_dinp; })
+        return bool(L::overwrites_dinp);
+    else
+        return false;
+}();
 
 // The sizes a caller allocates for one layer and a B x T micro-batch, in elements of R.
 struct layer_sizes {

@@ -1,14 +1,9 @@
-// The memory planner: given a model (a GPT config, or the footprint of any decoder_model), the
-// micro-batch, and each tier's byte budget, decide
+// The memory planner: given a model's footprint for one micro-batch (plan/footprint.hpp: any
+// decoder_model, GPT-2 included, read from the model itself) and each tier's byte budget, decide
 // where the training state lives (resident on the device, or streamed through device slots from
-// the host and storage), account for every byte per tier, print it as a table, and refuse with
-// the numbers BEFORE anything is allocated when nothing fits.
-//
-// The arithmetic is the model's own, not an estimate: parameter blocks come from the same
-// param_layout (page-padded groups), activations from the model's list of device tensors
-// (gpt_model::activations, decoder_model::activation_buffers) with each allocation padded to whole
-// pages, as every backend charges its budget. Frozen tensors (param_spec::trainable = false) count
-// as weights only: no gradients, no AdamW moments, no gradient slots (model_footprint).
+// the host and storage), account for every byte per tier (plan/memory_plan.hpp; printed by
+// plan/plan_table.hpp), and refuse with the numbers BEFORE anything is allocated when nothing fits.
+// This header brings all four.
 //
 // Placements:
 // - resident: weights, grads, AdamW m and v of every group, the activations and the step's
@@ -30,72 +25,32 @@
 // Every staging buffer (tokens, targets, losses per micro-batch, the partials' host copy, the
 // optimizer's m, v buffers) is allocated with the trainer and kept: a pinned allocation inside a
 // step would be an implicit synchronization on CUDA.
-//
-// plan<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
-// (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before plan<B> is used.
 #pragma once
 
 #include <strata/backend/backend.hpp>       // Backend
-#include <strata/core/bytes.hpp>            // format_bytes, page_size, round_up
+#include <strata/core/bytes.hpp>            // format_bytes
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/model/activations.hpp>     // activation_policy, kept_activations
-#include <strata/model/gpt.hpp>             // gpt_model (activations' block sizes), gpt_*_params
-#include <strata/nn/gpt2_config.hpp>        // gpt_config
-#include <strata/nn/ops.hpp>                // detail::norm_workspace_doubles
-#include <strata/tensor/param_layout.hpp>   // param_layout
+#include <strata/plan/footprint.hpp>        // model_footprint, footprint_of, detail::charged
+#include <strata/plan/memory_plan.hpp>      // memory_plan, placement, tier_bytes, plan_category
+#include <strata/plan/plan_table.hpp>       // plan_table, homes_summary, traffic_summary
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
 #include <strata/tier/group_home.hpp>       // group_home
 #include <strata/tier/resources.hpp>        // physical_memory_bytes, free_disk_bytes
 #include <strata/tier/tier.hpp>             // tier_id, name_of
 
-#include <strata/core/format.hpp>  // fmt::format (host only)
-
-#include <algorithm>    // std::max, std::find
+#include <algorithm>         // std::max, std::min, std::find
+#include <chrono>            // std::chrono::steady_clock
+#include <cstddef>           // std::size_t, std::byte
+#include <cstdint>           // std::int32_t
+#include <filesystem>        // std::filesystem::path, temp_directory_path
 #include <initializer_list>  // std::initializer_list
-#include <array>        // std::array
-#include <chrono>       // std::chrono::steady_clock
-#include <cstddef>      // std::size_t
-#include <cstdint>      // std::int32_t
-#include <filesystem>   // std::filesystem::path, temp_directory_path
-#include <optional>     // std::optional
-#include <string>       // std::string, std::to_string
-#include <string_view>  // std::string_view
-#include <vector>       // std::vector
+#include <optional>          // std::optional
+#include <string>            // std::string, std::to_string
+#include <utility>           // std::move
+#include <vector>            // std::vector
 
 namespace strata {
-
-// Where the training state lives. `automatic` is only a request: a plan is resident or streamed.
-enum class placement { automatic, resident, streamed };
-
-constexpr std::string_view name_of(placement p) {
-    switch (p) {
-        case placement::automatic: return "auto";
-        case placement::resident: return "resident";
-        case placement::streamed: return "streamed";
-    }
-    return "unknown";
-}
-
-// "auto" | "resident" | "streamed", as a command line writes it.
-inline placement placement_from_string(std::string_view text) {
-    for (placement p : {placement::automatic, placement::resident, placement::streamed})
-        if (text == name_of(p)) return p;
-    throw error("unknown placement '" + std::string(text) + "'", "use auto, resident or streamed");
-}
-
-// Bytes per tier (a budget, or what one category takes in each tier).
-struct tier_bytes {
-    std::size_t device = 0;
-    std::size_t host = 0;
-    std::size_t storage = 0;
-
-    std::size_t& operator[](tier_id t) { return t == tier_id::device ? device : t == tier_id::host ? host : storage; }
-    std::size_t operator[](tier_id t) const {
-        return t == tier_id::device ? device : t == tier_id::host ? host : storage;
-    }
-};
-
-inline constexpr std::array<tier_id, 3> all_tiers{tier_id::device, tier_id::host, tier_id::storage};
 
 // The machine's budgets, as tier_resources would default them: host = 90 % of RAM, storage = the
 // free disk at `storage_dir` (empty: the temp directory, where tier_resources puts its files).
@@ -106,227 +61,19 @@ inline tier_bytes default_budgets(std::size_t device_bytes, const std::filesyste
             .storage = free_disk_bytes(storage_dir.empty() ? std::filesystem::temp_directory_path() : storage_dir)};
 }
 
-// What the planner needs to know of a model: the bytes of its groups and of its activations. Made
-// by footprint_of<B>(model, batch, seq) from the model itself.
-struct model_footprint {
-    std::size_t max_seq = 0;
-    std::size_t parameters = 0, trainable_parameters = 0;
-    std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
-    std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
-    // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
-    // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
-    // shared recompute buffer are one allocation of kept_activations::buffers blocks).
-    // The block inputs are apart: one input (B x T x C) in bytes, times kept_activations::input_slots.
-    std::size_t activation_fixed_bytes = 0;
-    std::size_t block_activation_bytes = 0;
-    std::size_t block_input_bytes = 0;
-    std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
-    std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
-
-    // Device bytes of the activations when `kept` blocks keep theirs (block inputs included).
-    std::size_t activation_bytes(kept_activations kept) const {
-        return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.input_slots(blocks) * block_input_bytes, 1),
-                                                 page_size) +
-               round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1), page_size);
-    }
-    // Pinned host bytes of the offloaded block inputs.
-    std::size_t offloaded_input_bytes(kept_activations kept) const {
-        const std::size_t n = kept.offloaded(blocks);
-        return n == 0 ? 0 : round_up(n * block_input_bytes, page_size);
-    }
-    // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
-};
-
-// Bytes per second of each link the training state crosses; 0: unknown.
-struct link_bandwidths {
-    double h2d = 0, d2h = 0, storage_read = 0, storage_write = 0;
-};
-
-// Bytes one optimizer step moves over each link (what transfer_counters count in a step).
-struct link_bytes {
-    std::size_t h2d = 0, d2h = 0, storage_read = 0, storage_write = 0;
-};
-
 struct plan_request {
-    gpt_config model;                          // the GPT to plan, unless `footprint` is set
-    std::optional<model_footprint> footprint;  // any other model (decoder_model): footprint_of<B>
-    std::size_t batch = 4;       // micro-batch B
-    std::size_t seq = 128;       // T
+    // The model and its micro-batch B x T: footprint_of<B>(model, batch, seq) (plan/footprint.hpp).
+    model_footprint model;
     std::size_t accum = 1;       // micro-batches per optimizer step
     // keep: every block keeps its activations; recompute: none does; automatic: as many as the
     // device budget holds once everything else is planned (memory_plan::kept_blocks).
     activation_policy activations = activation_policy::automatic;
-    std::size_t element_bytes = 4;  // 4: float, 8: double (the model's R)
     tier_bytes budgets;
     placement where = placement::automatic;
-    bool moments_on_storage = false;  // the user gave --storage-dir: AdamW m, v go to storage when streamed
+    bool moments_on_storage = false;  // a storage directory was given: AdamW m, v go to storage when streamed
     std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
     link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
 };
-
-// What the bytes are for: the rows of the plan's table. `slots` and `pinned` are the device copies
-// of streamed and pinned groups (weights + grads) whose homes are on the host.
-enum class plan_category { weights, grads, moments, activations, slots, pinned, staging };
-inline constexpr std::array<plan_category, 7> all_plan_categories{
-    plan_category::weights, plan_category::grads,  plan_category::moments, plan_category::activations,
-    plan_category::slots,   plan_category::pinned, plan_category::staging};
-
-constexpr std::string_view name_of(plan_category c) {
-    switch (c) {
-        case plan_category::weights: return "weights";
-        case plan_category::grads: return "grads";
-        case plan_category::moments: return "AdamW m, v";
-        case plan_category::activations: return "activations";
-        case plan_category::slots: return "device slots";
-        case plan_category::pinned: return "pinned groups";
-        case plan_category::staging: return "staging";
-    }
-    return "unknown";
-}
-
-struct memory_plan {
-    placement where = placement::resident;
-    tier_id weights_home = tier_id::device;
-    tier_id grads_home = tier_id::device;
-    tier_id m_home = tier_id::device;
-    tier_id v_home = tier_id::device;
-    tier_id activations_home = tier_id::device;  // block inputs and kept activations
-    std::size_t block_count = 0;   // transformer blocks
-    std::size_t kept_blocks = 0;   // of them, those that keep their activations (the first ones)
-    std::size_t offloaded_inputs = 0;  // of the others, those whose inputs wait in pinned host memory
-    std::size_t block_input_bytes = 0;  // one block's input (B x T x C)
-    std::size_t block_activation_bytes = 0;  // one block's saved activations
-    // streamed: device buffers for block weights, and as many for their gradients (prefetch depth
-    // + 1); resident: 0
-    std::size_t slots = 0;
-    // Each group's home (streamed plans; the trainer's train_options::homes): a prefix of groups
-    // on the device (embeddings and final norm first, then blocks 0, 1, ...), the rest streamed
-    // from the host, the last ones' AdamW moments on storage when the host cannot hold them.
-    // weights_home / m_home above are the slowest tier any group's weights / moments use.
-    std::vector<group_home> homes;
-    // Streamed plans: the bytes a step moves per link, and the bandwidths the estimate uses.
-    link_bytes per_step;
-    link_bandwidths links;
-
-    std::size_t parameters = 0;           // real parameters of the model
-    std::size_t trainable_parameters = 0; // of them, the trainable ones (the rest is frozen)
-    std::size_t trainable_state_bytes = 0;  // one kind of gradient/moment blocks (the trainable prefixes)
-    std::size_t group_count = 0;          // layer groups (embeddings, blocks, final layernorm)
-    std::size_t state_bytes = 0;          // one kind (e.g. the weights) of every group, page-padded
-    std::size_t largest_group_bytes = 0;  // the largest trainable prefix of any group (m, v staging)
-    std::size_t largest_block_bytes = 0;  // weights of the largest transformer block: one weight slot
-    std::size_t largest_block_grad_bytes = 0;  // its largest trainable prefix: one gradient slot
-    std::size_t pinned_group_bytes = 0;   // weights of the pinned groups (embeddings + final norm)
-    std::size_t pinned_grad_bytes = 0;    // their gradients (0 when frozen)
-    std::size_t activation_bytes = 0;     // the model's activations on the device (kept_blocks kept)
-    std::size_t fewest_activation_bytes = 0;  // ... with every block recomputing
-    std::size_t device_staging_bytes = 0;  // the grad-norm partial sums and workspace (both placements)
-    std::size_t norm_partials_bytes = 0;   // the grad-norm partial sums (on the device and the host)
-    // The least device memory any streamed plan needs: 2 slots x (the largest block's weights +
-    // gradients) + the pinned groups (weights + grads) + activations (every block recomputing) +
-    // the grad norm's staging.
-    std::size_t min_streamed_device_bytes = 0;
-
-    tier_bytes budgets;
-    std::array<tier_bytes, all_plan_categories.size()> bytes{};  // by plan_category
-
-    tier_bytes& of(plan_category c) { return bytes[static_cast<std::size_t>(c)]; }
-    const tier_bytes& of(plan_category c) const { return bytes[static_cast<std::size_t>(c)]; }
-    std::size_t bytes_of(plan_category c, tier_id t) const { return of(c)[t]; }
-
-    std::size_t total(tier_id t) const {
-        std::size_t sum = 0;
-        for (const auto& row : bytes) sum += row[t];
-        return sum;
-    }
-    bool fits() const {
-        for (tier_id t : all_tiers)
-            if (total(t) > budgets[t]) return false;
-        return true;
-    }
-
-    // What the trainers' train_options::activations must be for this plan.
-    kept_activations kept() const { return {kept_blocks, offloaded_inputs > 0}; }
-    // What train_options::homes must be: the streamed plans' homes; resident: none (all device).
-    std::vector<group_home> trainer_homes() const { return where == placement::resident ? std::vector<group_home>{} : homes; }
-    // "embeddings, final norm, blocks 0-23: device; blocks 24-31: host; blocks 32-39: host, AdamW
-    // m, v on storage": the homes as runs of groups.
-    std::string homes_summary() const;
-    // "H2D 38.20 GiB (0.76 s at 50.1 GB/s), D2H ...": per_step per link, with the seconds the
-    // bandwidths give (bytes only where a bandwidth is unknown).
-    std::string traffic_summary() const;
-
-    std::string to_table() const;
-};
-
-namespace detail {
-
-// Calls f(R{}) with the element type of `element_bytes`.
-template <class F>
-decltype(auto) with_element_type(std::size_t element_bytes, F&& f) {
-    if (element_bytes == sizeof(float)) return f(float{});
-    if (element_bytes == sizeof(double)) return f(double{});
-    throw error("memory plan: element size " + std::to_string(element_bytes) + " bytes is not supported",
-                "use 4 (float) or 8 (double)");
-}
-
-// What a backend charges its budget for one allocation of `bytes`.
-constexpr std::size_t charged(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
-
-// "12.00 MiB": short enough for a table column ("-" for nothing).
-inline std::string short_bytes(std::size_t bytes) { return bytes == 0 ? "-" : format_bytes_short(bytes); }
-
-inline std::string percent_of(std::size_t part, std::size_t whole) {
-    if (whole == 0) return part == 0 ? "-" : "over";
-    return fmt::format("{:.1f} %", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
-}
-
-// "124.44 M", "1.77 B" parameters.
-inline std::string parameter_count(std::size_t n) {
-    const double x = static_cast<double>(n);
-    return x >= 1e9 ? fmt::format("{:.2f} B", x / 1e9) : fmt::format("{:.2f} M", x / 1e6);
-}
-
-}  // namespace detail
-
-// Page-padded bytes of one kind (weights, or grads, or m, or v) of each layer group, in group
-// order: the same blocks gpt_model<R, B>(config).groups()[g].bytes() allocates.
-inline std::vector<std::size_t> gpt_group_bytes(const gpt_config& config, std::size_t element_bytes) {
-    config.validate();
-    return detail::with_element_type(element_bytes, [&]<class R>(R) {
-        std::vector<std::size_t> out;
-        out.push_back(param_layout::of<R>(gpt_embedding_params(config)).bytes());
-        const std::size_t block = param_layout::of<R>(gpt_block_params(config)).bytes();
-        for (std::size_t l = 0; l < config.n_layer; ++l) out.push_back(block);
-        out.push_back(param_layout::of<R>(gpt_final_params(config)).bytes());
-        return out;
-    });
-}
-
-// The footprint of a model for B x T micro-batches: Model is gpt_model or a decoder_model (any
-// model with groups() and activation_buffers(batch, seq, kept_activations)).
-template <Backend B, class Model>
-model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq) {
-    using R = typename Model::value_type;
-    model_footprint f;
-    f.max_seq = model.max_seq();
-    for (const auto& g : model.groups()) {
-        f.parameters += g.parameter_count();
-        f.trainable_parameters += g.trainable_parameter_count();
-        f.group_bytes.push_back(g.bytes());
-        f.trainable_bytes.push_back(g.trainable_bytes());
-    }
-    f.blocks = model.block_count();
-    // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).
-    const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
-    f.activation_fixed_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
-    for (std::size_t i = 2; i < buffers.size(); ++i) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
-    // Entry 0 is the block inputs (every block's and the final norm's), entry 1 one block's saved activations.
-    f.block_input_bytes = buffers[0] / (f.blocks + 1) * sizeof(R);
-    f.block_activation_bytes = buffers[1] * sizeof(R);
-    f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
-    return f;
-}
 
 namespace detail {
 
@@ -495,8 +242,8 @@ inline plan_advice plan_hint(const plan_request& r, const memory_plan& p) {
             if (std::find(a.settings.begin(), a.settings.end(), s) == a.settings.end()) a.settings.emplace_back(s);
     };
     if (p.total(tier_id::device) > p.budgets.device) {
-        add("lower the micro-batch (now " + std::to_string(r.batch) + ") or the sequence length (now " +
-                std::to_string(r.seq) + ")",
+        add("lower the micro-batch (now " + std::to_string(r.model.batch) + ") or the sequence length (now " +
+                std::to_string(r.model.seq) + ")",
             {"batch_size", "seq_len"});
         if (p.kept_blocks > 0) add("recompute the blocks' activations instead of keeping them", {"activations"});
         if (p.offloaded_inputs == 0 && p.kept_blocks < p.block_count)
@@ -519,15 +266,16 @@ inline plan_advice plan_hint(const plan_request& r, const memory_plan& p) {
                 std::move(advice.settings));
 }
 
-inline void validate(const plan_request& r, const model_footprint& model) {
+inline void validate(const plan_request& r) {
+    const model_footprint& model = r.model;
     auto positive = [](std::size_t v, const char* name) {
         if (v == 0) throw error(std::string("memory plan: ") + name + " must be positive");
     };
-    positive(r.batch, "the micro-batch");
-    positive(r.seq, "the sequence length");
+    positive(model.batch, "the micro-batch");
+    positive(model.seq, "the sequence length");
     positive(r.accum, "accum");
-    if (r.seq > model.max_seq)
-        throw error("memory plan: sequence length " + std::to_string(r.seq) + " exceeds the model's context " +
+    if (model.seq > model.max_seq)
+        throw error("memory plan: sequence length " + std::to_string(model.seq) + " exceeds the model's context " +
                         std::to_string(model.max_seq),
                     "lower the sequence length or build the model with a longer context", {"seq_len"});
     if (r.slots && *r.slots < 2)
@@ -561,7 +309,7 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
     return l;
 }
 
-// Chooses a placement for `request` on backend B, or throws a strata::error with every tier's
+// Chooses a placement for `request`, or throws a strata::error with every tier's
 // needed and available bytes. Nothing is allocated.
 //
 // auto: resident when everything fits the device budget; otherwise streamed, with m, v on the host
@@ -573,18 +321,10 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
 // Activations come last: the placement is chosen with the policy's fewest kept blocks (recompute
 // and auto: none; keep: all), then auto keeps as many blocks' activations as the device budget
 // still holds; the trainer takes memory_plan::kept() as train_options::activations.
-template <Backend B>
-memory_plan plan(const plan_request& request) {
+inline memory_plan plan(const plan_request& request) {
     detail::plan_inputs in;
-    if (request.footprint) {
-        in.model = *request.footprint;
-    } else {
-        request.model.validate();
-        in.model = detail::with_element_type(request.element_bytes, [&]<class R>(R) {
-            return footprint_of<B>(gpt_model<R, B>(request.model), request.batch, request.seq);
-        });
-    }
-    detail::validate(request, in.model);
+    in.model = request.model;
+    detail::validate(request);
     const auto& groups = in.model.group_bytes;
     const auto& trainable = in.model.trainable_bytes;
     if (groups.size() < 3 || trainable.size() != groups.size())
@@ -603,11 +343,11 @@ memory_plan plan(const plan_request& request) {
     in.pinned_grads = trainable.front() + trainable.back();
     // The trainers' staging: per micro-batch host copies of tokens, targets and losses; and the
     // grad-norm partial sums (one double per group) on the device and on the host.
-    const std::size_t BT = request.batch * request.seq;
+    const std::size_t BT = in.model.batch * in.model.seq;
     in.partials = detail::charged(groups.size() * sizeof(double));
     in.norm_workspace = in.model.norm_workspace_bytes;
     in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
-                                       detail::charged(BT * request.element_bytes));
+                                       detail::charged(BT * in.model.element_bytes));
 
     // The activations are planned last, on what the placement leaves of the device budget: the
     // policy's fewest kept blocks decide the placement, then as many blocks as fit keep theirs.
@@ -715,79 +455,6 @@ memory_plan plan(const plan_request& request) {
     }
     detail::refuse(request, p,
                    "streamed placement with " + std::to_string(p.slots) + " slots does not fit" + moments_note(p));
-}
-
-inline std::string memory_plan::homes_summary() const {
-    auto where_of = [](const group_home& h) -> std::string {
-        if (h.weights == tier_id::device) return "device";
-        return h.moments == tier_id::storage ? "host, AdamW m, v on storage" : "host";
-    };
-    const std::size_t G = homes.size();
-    if (G < 3) return "";
-    // Runs of blocks with one home: "blocks 0-23: device".
-    std::string blocks;
-    for (std::size_t g = 1; g + 1 < G;) {
-        std::size_t e = g;
-        while (e + 2 < G && homes[e + 1] == homes[g]) ++e;
-        const std::size_t first = g - 1, last = e - 1;
-        if (!blocks.empty()) blocks += "; ";
-        blocks += first == last ? "block " + std::to_string(first) : "blocks " + std::to_string(first) + "-" + std::to_string(last);
-        blocks += ": " + where_of(homes[g]);
-        g = e + 1;
-    }
-    return "embeddings: " + where_of(homes.front()) + "; " + blocks + "; final norm: " + where_of(homes.back());
-}
-
-inline std::string memory_plan::traffic_summary() const {
-    std::string out;
-    auto link = [&](const char* name, std::size_t bytes, double bandwidth) {
-        if (!out.empty()) out += ", ";
-        out += fmt::format("{} {}", name, detail::short_bytes(bytes));
-        if (bytes > 0 && bandwidth > 0)
-            out += fmt::format(" ({:.2f} s at {:.1f} GB/s)", static_cast<double>(bytes) / bandwidth, bandwidth / 1e9);
-    };
-    link("H2D", per_step.h2d, links.h2d);
-    link("D2H", per_step.d2h, links.d2h);
-    link("storage read", per_step.storage_read, links.storage_read);
-    link("storage write", per_step.storage_write, links.storage_write);
-    return out;
-}
-
-// Rows = categories, columns = tiers, then the total, the budget and the share of it used.
-inline std::string memory_plan::to_table() const {
-    std::string out = "memory plan: " + std::string(name_of(where)) + " placement";
-    if (where == placement::streamed)
-        out += ", " + std::to_string(slots) + " device slots (prefetch depth " + std::to_string(slots - 1) +
-               ") of the largest block " + detail::short_bytes(largest_block_bytes) + " each";
-    out += fmt::format(", {} parameters", detail::parameter_count(parameters));
-    if (trainable_parameters != parameters)
-        out += fmt::format(" ({} trainable, the rest frozen)", detail::parameter_count(trainable_parameters));
-    out += fmt::format(" in {} groups\n", group_count);
-    if (where == placement::resident)
-        out += "homes: every group on the device";
-    else
-        out += "homes: " + homes_summary();
-    out += fmt::format("\nactivations {}: {} of {} blocks keep theirs ({} each), {} recompute from their input",
-                       name_of(activations_home), kept_blocks, block_count, detail::short_bytes(block_activation_bytes),
-                       block_count - kept_blocks);
-    if (offloaded_inputs > 0)
-        out += fmt::format(" (their inputs in pinned host memory: {} x {})", offloaded_inputs,
-                           detail::short_bytes(block_input_bytes));
-    out += "\n";
-    if (where == placement::streamed) out += "per step: " + traffic_summary() + "\n";
-
-    auto row = [&](const std::string& label, auto cell) {
-        out += fmt::format("{:<14}", label);
-        for (tier_id t : all_tiers) out += fmt::format("{:>13}", cell(t));
-        out += "\n";
-    };
-    row("", [](tier_id t) { return std::string(name_of(t)); });
-    for (plan_category c : all_plan_categories)
-        row(std::string(name_of(c)), [&](tier_id t) { return detail::short_bytes(bytes_of(c, t)); });
-    row("total", [&](tier_id t) { return detail::short_bytes(total(t)); });
-    row("budget", [&](tier_id t) { return detail::short_bytes(budgets[t]); });
-    row("used", [&](tier_id t) { return detail::percent_of(total(t), budgets[t]); });
-    return out;
 }
 
 }  // namespace strata

@@ -8,7 +8,8 @@
 // - check_gradients: FP64 central finite differences of loss = sum(out * w) (w random, so every
 //   output counts) against backward, for every trainable parameter tensor and the input, on
 //   cpu_backend with R = double. Gradient buffers start random, so a backward that overwrites
-//   instead of accumulating fails. Frozen tensors (param_spec::trainable = false) have no gradient:
+//   instead of accumulating fails (dinp of a layer that declares overwrites_dinp excepted: it
+//   must hold the gradient itself, whatever it held before). Frozen tensors (param_spec::trainable = false) have no gradient:
 //   they are listed as skipped.
 // - check_checkpointing: recomputing forward from the saved input (activations and workspace
 //   overwritten with NaN in between) and then running backward gives bitwise the gradients of the
@@ -350,7 +351,8 @@ layer_report check_gradients(const typename LayerT<double, cpu_backend>::config_
     std::vector<double> dparams = rig.grads.download(rig.s), dinp = rig.dinp.download(rig.s);
     report.invariants.push_back(detail::untouched_outside_trainable("backward", rig.layout, dparams, p.grads0));
     for (std::size_t i = 0; i < dparams.size(); ++i) dparams[i] -= p.grads0[i];
-    for (std::size_t i = 0; i < dinp.size(); ++i) dinp[i] -= p.dinp0[i];
+    if constexpr (!overwrites_dinp_v<L>)  // a layer that writes dinp owes it the gradient itself
+        for (std::size_t i = 0; i < dinp.size(); ++i) dinp[i] -= p.dinp0[i];
 
     // Numeric: loss = sum(out * dout) as a function of one tensor's sampled elements.
     std::vector<double> params = p.params, inp = p.inp;

@@ -23,7 +23,7 @@
 #include <strata/io/atomic_write.hpp>  // commit_directory_atomically
 #include <strata/io/json_file.hpp>     // read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>   // safetensors_writer, safetensors_file
-#include <strata/model/gpt.hpp>        // gpt_model
+#include <strata/model/gpt.hpp>        // gpt_model, gpt_config_of, is_gpt_model
 #include <strata/nn/gpt2_config.hpp>   // gpt_config
 #include <strata/train/trainer.hpp>    // trainer
 
@@ -38,7 +38,6 @@
 #include <set>          // std::set
 #include <span>         // std::span
 #include <string>       // std::string
-#include <type_traits>  // std::false_type, std::true_type
 #include <utility>      // std::pair
 #include <vector>       // std::vector
 
@@ -78,11 +77,6 @@ inline std::string hf_key(const safetensors_file& f, const std::string& name) {
 }
 }  // namespace detail
 
-template <class Model>
-struct is_gpt_model : std::false_type {};
-template <class R, Backend B>
-struct is_gpt_model<gpt_model<R, B>> : std::true_type {};
-
 // model.safetensors of a GPT-2 model, declared: Hugging Face's names, the group layouts' shapes.
 template <class R, Backend B>
 safetensors_writer declared_model_tensors(const gpt_model<R, B>& model) {
@@ -96,7 +90,7 @@ safetensors_writer declared_model_tensors(const gpt_model<R, B>& model) {
 // The bytes of model.safetensors + config.json of a GPT-2 model, exactly.
 template <class R, Backend B>
 std::uint64_t model_files_bytes(const gpt_model<R, B>& model) {
-    return declared_model_tensors(model).file_size() + json_file_text(model.config().to_hf_json()).size();
+    return declared_model_tensors(model).file_size() + json_file_text(gpt_config_of(model).to_hf_json()).size();
 }
 
 namespace detail {
@@ -111,7 +105,7 @@ void write_model_files_by_group(const gpt_model<R, B>& model, ForEachBlock&& for
                 out.write(model.hf_name(g, slot), block.subspan(slot.offset, slot.spec.shape.numel()));
         });
     });
-    write_json_file(dir / "config.json", model.config().to_hf_json());
+    write_json_file(dir / "config.json", gpt_config_of(model).to_hf_json());
 }
 }  // namespace detail
 
@@ -412,7 +406,7 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
     using R = typename Trainer::model_type::value_type;
     return load_checkpoint(t, dir, [&](const std::filesystem::path& from) {
         auto loaded = load_model_files<R>(from);
-        const auto& c = t.model().config();
+        const gpt_config c = gpt_config_of(t.model());
         if (loaded.config.n_layer != c.n_layer || loaded.config.n_embd != c.n_embd || loaded.config.n_head != c.n_head ||
             loaded.config.vocab_size != c.vocab_size || loaded.config.max_seq != c.max_seq)
             throw error("checkpoint '" + from.string() + "' holds a different model shape than the one being trained",

@@ -13,8 +13,8 @@
 //            read while the current one is updated).
 // Without homes, every group is homed by MomentsTier: device_tier puts every group on the device
 // (the resident plan: trainer<R, B, Model>), host_tier or storage_tier streams every group from
-// the host with its moments in that tier (the plain streamed plan). Model: gpt_model (default) or
-// a decoder_model of Layers; frozen tensors have no gradients and no moments, and a frozen
+// the host with its moments in that tier (the plain streamed plan). Model: gpt_model (default: GPT-2)
+// or another decoder_model of Layers; frozen tensors have no gradients and no moments, and a frozen
 // block's weights stream to the device but nothing comes back.
 //
 // The global gradient norm is computed on the device, where the gradients are anyway: right after

@@ -144,7 +144,7 @@ struct select_trainer {
                   "or prefetch_pipeline<N> with moments_in<host_tier> or moments_in<storage_tier>");
 };
 
-// Model: gpt_model<R, B> (default) or a decoder_model of Layers.
+// Model: gpt_model<R, B> (default: GPT-2) or another decoder_model of Layers.
 template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>,
           class Model = gpt_model<R, B>>
 using trainer_t = typename select_trainer<R, B, Placement, Moments, Model>::type;

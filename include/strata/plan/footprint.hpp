@@ -1,0 +1,93 @@
+// The footprint of a model: what the memory planner (plan/planner.hpp) needs to know of it for
+// one micro-batch shape, read from the model itself (footprint_of), not known per model type.
+//
+// The arithmetic is the model's own, not an estimate: parameter blocks come from its param_layouts
+// (page-padded groups), activations from its one list of device buffers
+// (decoder_model::activation_buffers) with each allocation padded to whole pages, as every backend
+// charges its budget. Frozen tensors (param_spec::trainable = false) count as weights only: no
+// gradients, no AdamW moments, no gradient slots.
+//
+// footprint_of<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
+// (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before it is used.
+#pragma once
+
+#include <strata/backend/backend.hpp>    // Backend
+#include <strata/core/bytes.hpp>         // page_size, round_up
+#include <strata/model/activations.hpp>  // kept_activations
+#include <strata/nn/ops.hpp>             // detail::norm_workspace_doubles
+
+#include <algorithm>  // std::max
+#include <cstddef>    // std::size_t
+#include <cstdint>    // std::int32_t
+#include <vector>     // std::vector
+
+namespace strata {
+
+namespace detail {
+// What a backend charges its budget for one allocation of `bytes`.
+constexpr std::size_t charged(std::size_t bytes) { return round_up(bytes == 0 ? 1 : bytes, page_size); }
+}  // namespace detail
+
+// What the planner needs to know of a model and its micro-batch: the bytes of its groups and of
+// its activations. Made by footprint_of<B>(model, batch, seq) from the model itself.
+struct model_footprint {
+    std::size_t batch = 0, seq = 0;  // the micro-batch B x T the activations are for
+    std::size_t element_bytes = 0;   // sizeof the model's R
+    std::size_t max_seq = 0;
+    std::size_t parameters = 0, trainable_parameters = 0;
+    std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
+    std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
+    // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
+    // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
+    // shared recompute buffer are one allocation of kept_activations::buffers blocks).
+    // The block inputs are apart: one input (B x T x C) in bytes, times kept_activations::input_slots.
+    std::size_t activation_fixed_bytes = 0;
+    std::size_t block_activation_bytes = 0;
+    std::size_t block_input_bytes = 0;
+    std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
+    std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
+
+    // Device bytes of the activations when `kept` blocks keep theirs (block inputs included).
+    std::size_t activation_bytes(kept_activations kept) const {
+        return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.input_slots(blocks) * block_input_bytes, 1),
+                                                 page_size) +
+               round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1), page_size);
+    }
+    // Pinned host bytes of the offloaded block inputs.
+    std::size_t offloaded_input_bytes(kept_activations kept) const {
+        const std::size_t n = kept.offloaded(blocks);
+        return n == 0 ? 0 : round_up(n * block_input_bytes, page_size);
+    }
+    // Groups 1 .. n-2 are the streamed blocks; 0 (embeddings) and n-1 (final norm) are pinned.
+};
+
+// The footprint of a model on backend B for B x T micro-batches: any model with groups(),
+// block_count(), max_seq() and activation_buffers(batch, seq, kept_activations) (decoder_model,
+// and so gpt_model).
+template <Backend B, class Model>
+model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq) {
+    using R = typename Model::value_type;
+    model_footprint f;
+    f.batch = batch;
+    f.seq = seq;
+    f.element_bytes = sizeof(R);
+    f.max_seq = model.max_seq();
+    for (const auto& g : model.groups()) {
+        f.parameters += g.parameter_count();
+        f.trainable_parameters += g.trainable_parameter_count();
+        f.group_bytes.push_back(g.bytes());
+        f.trainable_bytes.push_back(g.trainable_bytes());
+    }
+    f.blocks = model.block_count();
+    // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).
+    const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
+    f.activation_fixed_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
+    for (std::size_t i = 2; i < buffers.size(); ++i) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
+    // Entry 0 is the block inputs (every block's and the final norm's), entry 1 one block's saved activations.
+    f.block_input_bytes = buffers[0] / (f.blocks + 1) * sizeof(R);
+    f.block_activation_bytes = buffers[1] * sizeof(R);
+    f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
+    return f;
+}
+
+}  // namespace strata
