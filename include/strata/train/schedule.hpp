@@ -66,7 +66,7 @@ inline lr_kind parse_lr_kind(std::string_view name) {
 
 // Throws on the first inconsistent field, naming it and its value.
 inline void validate(const lr_schedule& s) {
-    const auto bad = [](const std::string& what, const std::string& hint, std::vector<std::string> settings) {
+    const auto bad = [](const std::string& what, const std::string& hint, std::vector<std::string> settings = {}) {
         throw error("lr schedule: " + what, hint, std::move(settings));
     };
     const auto rate = [](double x) { return fmt::format("{:g}", x); };  // 3e-08, not std::to_string's 0.000000
