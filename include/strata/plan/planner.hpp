@@ -8,15 +8,19 @@
 // param_layout (page-padded groups), activations from the model's list of device tensors
 // (gpt_model::activations, decoder_model::activation_buffers) with each allocation padded to whole
 // pages, as every backend charges its budget. Frozen tensors (param_spec::trainable = false) count
-// as weights only: no gradients, no AdamW moments, no gradient slots (model_footprint).
+// as weights only: no gradients, no optimizer state, no gradient slots (model_footprint).
+//
+// The optimizer's state is one block per state tensor it names (optim/optimizers.hpp:
+// state_names_of; AdamW m, v; SGD momentum), each the size of the gradients: the table's optimizer
+// row ("AdamW m, v", "SGD momentum") counts them all.
 //
 // Placements:
-// - resident: weights, grads, AdamW m and v of every group, the activations and the step's
+// - resident: weights, grads, the optimizer's state of every group, the activations and the step's
 //   staging live in the device tier (trainer<R, B>: tiered_trainer with every group on the device).
 // - streamed: what tiered_trainer<R, B, Depth, MomentsTier> (train/streamed_trainer.hpp)
 //   allocates, chosen as trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<host_tier or
-//   storage_tier>>. Weights and grads of every group live in the host tier (pinned), m and v in
-//   the host or the storage tier. The transformer blocks stream through the device: `slots`
+//   storage_tier>>. Weights and grads of every group live in the host tier (pinned), the
+//   optimizer's state in the host or the storage tier. The transformer blocks stream through the device: `slots`
 //   weight buffers and as many gradient buffers, each the size of the largest transformer block
 //   (not of the largest group: the embeddings never stream). A slot is filled host -> device while
 //   the one before it computes, and its gradients drain device -> host, so slots = prefetch depth
@@ -24,11 +28,11 @@
 //   The groups used at both ends of a pass (group 0: wte + wpe; the final layernorm) are pinned:
 //   their weights and grads are on the device for the whole step. Activations as resident. The
 //   grad norm's per-group partial sums and the sum_of_squares workspace are on the device as in
-//   the resident trainer, and the partials' host copy is staging. With m, v on storage the host
-//   optimizer reads one group's m and v into two host buffers the size of the largest group,
-//   updates, and writes them back before the next group.
+//   the resident trainer, and the partials' host copy is staging. With the state on storage the
+//   host optimizer reads one group's state tensors into host buffers the size of the largest
+//   group (two sets: the next group's are read during the update), and writes them back.
 // Every staging buffer (tokens, targets, losses per micro-batch, the partials' host copy, the
-// optimizer's m, v buffers) is allocated with the trainer and kept: a pinned allocation inside a
+// optimizer's state buffers) is allocated with the trainer and kept: a pinned allocation inside a
 // step would be an implicit synchronization on CUDA.
 //
 // plan<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
@@ -42,6 +46,7 @@
 #include <strata/model/gpt.hpp>             // gpt_model (activations' block sizes), gpt_*_params
 #include <strata/nn/gpt2_config.hpp>        // gpt_config
 #include <strata/nn/ops.hpp>                // detail::norm_workspace_doubles
+#include <strata/optim/optimizers.hpp>      // optimizer_kind, state_names_of, display_name_of
 #include <strata/tensor/param_layout.hpp>   // param_layout
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
 #include <strata/tier/group_home.hpp>       // group_home
@@ -112,7 +117,7 @@ struct model_footprint {
     std::size_t max_seq = 0;
     std::size_t parameters = 0, trainable_parameters = 0;
     std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
-    std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
+    std::vector<std::size_t> trainable_bytes;  // its gradients (= each optimizer state tensor): the trainable prefix; 0: frozen
     // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
     // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
     // shared recompute buffer are one allocation of kept_activations::buffers blocks).
@@ -159,13 +164,15 @@ struct plan_request {
     std::size_t element_bytes = 4;  // 4: float, 8: double (the model's R)
     tier_bytes budgets;
     placement where = placement::automatic;
-    bool moments_on_storage = false;  // the user gave --storage-dir: AdamW m, v go to storage when streamed
+    bool moments_on_storage = false;  // the user gave a storage directory: the optimizer's state goes to storage when streamed
     std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
     link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
+    optimizer_kind optimizer = optimizer_kind::adamw;  // whose state tensors to count (train_options::optimizer)
 };
 
-// What the bytes are for: the rows of the plan's table. `slots` and `pinned` are the device copies
-// of streamed and pinned groups (weights + grads) whose homes are on the host.
+// What the bytes are for: the rows of the plan's table. `moments` is the optimizer's state (every
+// state tensor; the table labels it with their names: memory_plan::label_of). `slots` and `pinned`
+// are the device copies of streamed and pinned groups (weights + grads) whose homes are on the host.
 enum class plan_category { weights, grads, moments, activations, slots, pinned, staging };
 inline constexpr std::array<plan_category, 7> all_plan_categories{
     plan_category::weights, plan_category::grads,  plan_category::moments, plan_category::activations,
@@ -175,7 +182,7 @@ constexpr std::string_view name_of(plan_category c) {
     switch (c) {
         case plan_category::weights: return "weights";
         case plan_category::grads: return "grads";
-        case plan_category::moments: return "AdamW m, v";
+        case plan_category::moments: return "optimizer state";
         case plan_category::activations: return "activations";
         case plan_category::slots: return "device slots";
         case plan_category::pinned: return "pinned groups";
@@ -188,6 +195,9 @@ struct memory_plan {
     placement where = placement::resident;
     tier_id weights_home = tier_id::device;
     tier_id grads_home = tier_id::device;
+    // The optimizer's state: the slowest tier any group's state uses. m_home and v_home are
+    // AdamW's names for it, kept for callers that name them (both equal state_home).
+    tier_id state_home = tier_id::device;
     tier_id m_home = tier_id::device;
     tier_id v_home = tier_id::device;
     tier_id activations_home = tier_id::device;  // block inputs and kept activations
@@ -201,8 +211,8 @@ struct memory_plan {
     std::size_t slots = 0;
     // Each group's home (streamed plans; the trainer's train_options::homes): a prefix of groups
     // on the device (embeddings and final norm first, then blocks 0, 1, ...), the rest streamed
-    // from the host, the last ones' AdamW moments on storage when the host cannot hold them.
-    // weights_home / m_home above are the slowest tier any group's weights / moments use.
+    // from the host, the last ones' optimizer state on storage when the host cannot hold them.
+    // weights_home / state_home above are the slowest tier any group's weights / state use.
     std::vector<group_home> homes;
     // Streamed plans: the bytes a step moves per link, and the bandwidths the estimate uses.
     link_bytes per_step;
@@ -210,10 +220,12 @@ struct memory_plan {
 
     std::size_t parameters = 0;           // real parameters of the model
     std::size_t trainable_parameters = 0; // of them, the trainable ones (the rest is frozen)
-    std::size_t trainable_state_bytes = 0;  // one kind of gradient/moment blocks (the trainable prefixes)
+    std::size_t trainable_state_bytes = 0;  // one kind of gradient/state blocks (the trainable prefixes)
+    optimizer_kind optimizer = optimizer_kind::adamw;  // whose state the moments row counts
+    std::size_t optimizer_states = 2;       // its state tensors per trainable parameter
     std::size_t group_count = 0;          // layer groups (embeddings, blocks, final layernorm)
     std::size_t state_bytes = 0;          // one kind (e.g. the weights) of every group, page-padded
-    std::size_t largest_group_bytes = 0;  // the largest trainable prefix of any group (m, v staging)
+    std::size_t largest_group_bytes = 0;  // the largest trainable prefix of any group (state staging)
     std::size_t largest_block_bytes = 0;  // weights of the largest transformer block: one weight slot
     std::size_t largest_block_grad_bytes = 0;  // its largest trainable prefix: one gradient slot
     std::size_t pinned_group_bytes = 0;   // weights of the pinned groups (embeddings + final norm)
@@ -252,6 +264,14 @@ struct memory_plan {
     // "embeddings, final norm, blocks 0-23: device; blocks 24-31: host; blocks 32-39: host, AdamW
     // m, v on storage": the homes as runs of groups.
     std::string homes_summary() const;
+    // "AdamW m, v", "SGD momentum": the optimizer's state, as the table and messages name it.
+    std::string state_label() const {
+        return strata::state_label(display_name_of(optimizer), state_names_of(optimizer));
+    }
+    // A table row's label: the category's name, the optimizer's state for `moments`.
+    std::string label_of(plan_category c) const {
+        return c == plan_category::moments ? state_label() : std::string(name_of(c));
+    }
     // "H2D 38.20 GiB (0.76 s at 50.1 GB/s), D2H ...": per_step per link, with the seconds the
     // bandwidths give (bytes only where a bandwidth is unknown).
     std::string traffic_summary() const;
@@ -341,6 +361,8 @@ struct plan_inputs {
     std::size_t partials = 0;
     // Both trainers' device workspace of sum_of_squares (the backend's, for the largest group).
     std::size_t norm_workspace = 0;
+    // The optimizer's state tensors per trainable parameter (AdamW: m, v).
+    std::size_t states = 2;
 };
 
 inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_activations kept) {
@@ -356,6 +378,8 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_
     p.group_count = in.model.group_bytes.size();
     p.state_bytes = in.state;
     p.trainable_state_bytes = in.trainable_state;
+    p.optimizer = r.optimizer;
+    p.optimizer_states = in.states;
     p.largest_group_bytes = in.largest;
     p.largest_block_bytes = in.largest_block;
     p.largest_block_grad_bytes = in.largest_block_grads;
@@ -383,7 +407,7 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, k
     p.where = placement::resident;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.trainable_state;
-    p.of(plan_category::moments).device = 2 * in.trainable_state;
+    p.of(plan_category::moments).device = in.states * in.trainable_state;
     return p;
 }
 
@@ -395,7 +419,7 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     p.where = placement::streamed;
     p.slots = slots;
     p.homes = homes;
-    p.weights_home = p.grads_home = p.m_home = p.v_home = tier_id::device;
+    p.weights_home = p.grads_home = p.state_home = tier_id::device;
     const auto& groups = in.model.group_bytes;
     const auto& trainable = in.model.trainable_bytes;
     std::size_t largest_block = 0, largest_block_grads = 0, largest_stored = 0;
@@ -405,14 +429,14 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
         const std::size_t w = groups[g], t = trainable[g];
         p.of(plan_category::weights)[h.weights] += w;
         p.of(plan_category::grads)[h.weights] += t;
-        p.of(plan_category::moments)[h.moments] += 2 * t;
+        p.of(plan_category::moments)[h.moments] += in.states * t;
         if (h.weights == tier_id::device) continue;
         p.weights_home = p.grads_home = tier_id::host;
         if (h.moments == tier_id::storage) {
-            p.m_home = p.v_home = tier_id::storage;
+            p.state_home = tier_id::storage;
             largest_stored = std::max(largest_stored, t);
-        } else if (p.m_home == tier_id::device) {
-            p.m_home = p.v_home = tier_id::host;
+        } else if (p.state_home == tier_id::device) {
+            p.state_home = tier_id::host;
         }
         if (g == 0 || g + 1 == groups.size()) {  // pinned: a device copy for the step
             p.pinned_group_bytes += w;
@@ -425,7 +449,7 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     // A step's traffic: per micro-batch, each streamed block's weights go up for its forward and
     // again for its backward, its gradients come down after the backward and (after the first
     // micro-batch) go up again to accumulate; the pinned groups' weights go up and their gradients
-    // come down once per step; each storage group's m and v are read and written back once.
+    // come down once per step; each storage group's state tensors are read and written back once.
     const std::size_t A = r.accum;
     for (std::size_t g = 0; g < groups.size(); ++g) {
         const group_home h = homes[g];
@@ -439,21 +463,22 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
             p.per_step.d2h += A * t;
         }
         if (h.moments == tier_id::storage) {
-            p.per_step.storage_read += 2 * t;
-            p.per_step.storage_write += 2 * t;
+            p.per_step.storage_read += in.states * t;
+            p.per_step.storage_write += in.states * t;
         }
     }
     p.links = r.links;
     // No block streams: no slots (the trainer's pipeline allocates none).
     p.of(plan_category::slots).device = largest_block == 0 ? 0 : slots * (largest_block + largest_block_grads);
     p.of(plan_category::pinned).device = p.pinned_group_bytes + p.pinned_grad_bytes;
-    // Moments on storage: the host optimizer reads a group's m and v into host buffers (two pairs
-    // of the largest storage group's size: the next group is read while one is updated).
-    p.of(plan_category::staging).host += 4 * largest_stored;
+    // State on storage: the host optimizer reads a group's state tensors into host buffers (two
+    // sets of the largest storage group's size: the next group is read while one is updated).
+    p.of(plan_category::staging).host += 2 * in.states * largest_stored;
+    p.m_home = p.v_home = p.state_home;
     return p;
 }
 
-// Every group streamed from the host, the moments on `moments` (host or storage).
+// Every group streamed from the host, the optimizer's state on `moments` (host or storage).
 inline std::vector<group_home> uniform_homes(std::size_t groups, tier_id moments) {
     return std::vector<group_home>(groups, {tier_id::host, moments});
 }
@@ -505,7 +530,8 @@ inline plan_advice plan_hint(const plan_request& r, const memory_plan& p) {
     }
     if (p.total(tier_id::host) > p.budgets.host) {
         add("raise the host budget", {"host_budget"});
-        if (p.m_home != tier_id::storage) add("keep the AdamW moments on storage (a storage directory)", {"storage_dir"});
+        if (p.state_home != tier_id::storage)
+            add("keep the " + p.state_label() + " on storage (a storage directory)", {"storage_dir"});
     }
     if (p.total(tier_id::storage) > p.budgets.storage)
         add("choose a storage directory on a disk with more free space, or raise the storage budget",
@@ -564,11 +590,12 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
 // Chooses a placement for `request` on backend B, or throws a strata::error with every tier's
 // needed and available bytes. Nothing is allocated.
 //
-// auto: resident when everything fits the device budget; otherwise streamed, with m, v on the host
-// unless moments_on_storage asks for storage or the host cannot hold them (then storage must).
+// auto: resident when everything fits the device budget; otherwise streamed, with the optimizer's
+// state on the host unless moments_on_storage asks for storage or the host cannot hold it (then
+// storage must).
 // Streamed takes the requested slots, else 3 when they fit the device, else 2; the trainer that
 // allocates exactly this plan is trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<T>>,
-// T = host_tier or storage_tier as m_home says.
+// T = host_tier or storage_tier as state_home says.
 // moments_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
 // Activations come last: the placement is chosen with the policy's fewest kept blocks (recompute
 // and auto: none; keep: all), then auto keeps as many blocks' activations as the device budget
@@ -606,6 +633,7 @@ memory_plan plan(const plan_request& request) {
     const std::size_t BT = request.batch * request.seq;
     in.partials = detail::charged(groups.size() * sizeof(double));
     in.norm_workspace = in.model.norm_workspace_bytes;
+    in.states = state_names_of(request.optimizer).size();
     in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
                                        detail::charged(BT * request.element_bytes));
 
@@ -644,14 +672,16 @@ memory_plan plan(const plan_request& request) {
     if (request.where != placement::streamed) {
         memory_plan resident = most_kept([&](kept_activations k) { return detail::resident_plan(request, in, k); });
         if (resident.fits()) return resident;
-        if (request.where == placement::resident)
-            detail::refuse(request, resident, "resident placement does not fit (weights, grads, m, v: " +
-                                                  format_bytes(in.state + 3 * in.trainable_state) + ", activations " +
-                                                  format_bytes(resident.activation_bytes) + ")");
+        if (request.where == placement::resident) {
+            const std::string states = state_label("", state_names_of(request.optimizer));  // " m, v"
+            detail::refuse(request, resident, "resident placement does not fit (weights, grads," + states + ": " +
+                                                  format_bytes(in.state + (1 + in.states) * in.trainable_state) +
+                                                  ", activations " + format_bytes(resident.activation_bytes) + ")");
+        }
     }
 
     const std::size_t G = groups.size();
-    // The plan for `homes` with the AdamW moments of host groups on storage where the host cannot
+    // The plan for `homes` with the optimizer state of host groups on storage where the host cannot
     // hold them: the last groups' first (they are updated last, so their reads have the most time),
     // or every host group's when the user asked for storage.
     auto spill = [&](std::vector<group_home> homes, std::size_t slots, kept_activations k) {
@@ -672,8 +702,8 @@ memory_plan plan(const plan_request& request) {
     // then, unless the placement is forced to streamed, groups move to the device while it holds
     // them: the embeddings and the final norm (whose device copies exist anyway), then blocks 0,
     // 1, ... (the first blocks: the next step's forward uses them while the host still updates
-    // the rest). What the device does not take stays on the host, and the moments the host
-    // cannot hold go to storage.
+    // the rest). What the device does not take stays on the host, and the optimizer state the
+    // host cannot hold goes to storage.
     auto placed = [&](std::size_t slots, kept_activations kept) {
         auto homes = detail::uniform_homes(G, tier_id::host);
         memory_plan p = spill(homes, slots, kept);
@@ -698,12 +728,12 @@ memory_plan plan(const plan_request& request) {
     auto streamed = [&](std::size_t slots) {
         return most_kept([&](kept_activations k) { return placed(slots, k); });
     };
-    // Why m, v are on storage when nobody asked: the host alone cannot hold them.
+    // Why the optimizer's state is on storage when nobody asked: the host alone cannot hold it.
     auto moments_note = [&](const memory_plan& p) -> std::string {
-        if (request.moments_on_storage || p.m_home != tier_id::storage) return "";
+        if (request.moments_on_storage || p.state_home != tier_id::storage) return "";
         const memory_plan on_host =
             detail::streamed_plan(request, in, p.slots, detail::uniform_homes(G, tier_id::host), p.kept());
-        return " (AdamW m, v went to storage: with them the host would need " +
+        return " (" + p.state_label() + " went to storage: with them the host would need " +
                format_bytes(on_host.total(tier_id::host)) + ")";
     };
     const std::size_t slots = request.slots.value_or(3);
@@ -718,9 +748,9 @@ memory_plan plan(const plan_request& request) {
 }
 
 inline std::string memory_plan::homes_summary() const {
-    auto where_of = [](const group_home& h) -> std::string {
+    auto where_of = [&](const group_home& h) -> std::string {
         if (h.weights == tier_id::device) return "device";
-        return h.moments == tier_id::storage ? "host, AdamW m, v on storage" : "host";
+        return h.moments == tier_id::storage ? "host, " + state_label() + " on storage" : "host";
     };
     const std::size_t G = homes.size();
     if (G < 3) return "";
@@ -783,7 +813,7 @@ inline std::string memory_plan::to_table() const {
     };
     row("", [](tier_id t) { return std::string(name_of(t)); });
     for (plan_category c : all_plan_categories)
-        row(std::string(name_of(c)), [&](tier_id t) { return detail::short_bytes(bytes_of(c, t)); });
+        row(label_of(c), [&](tier_id t) { return detail::short_bytes(bytes_of(c, t)); });
     row("total", [&](tier_id t) { return detail::short_bytes(total(t)); });
     row("budget", [&](tier_id t) { return detail::short_bytes(budgets[t]); });
     row("used", [&](tier_id t) { return detail::percent_of(total(t), budgets[t]); });
