@@ -7,11 +7,10 @@
 // products that the reference rounds on their own (b * mu, g * grad_scale) out of FMAs.
 #pragma once
 
-#include <strata/optim/adamw_simd.hpp>        // adamw_path, resolve, detail::scoped_fenv, adamw_parallel_min_chunk
-#include <strata/optim/host_thread_pool.hpp>  // host_thread_pool, chunking
+#include <strata/optim/adamw_simd.hpp>        // adamw_path, resolve, detail::for_each_cache_line_chunk
+#include <strata/optim/host_thread_pool.hpp>  // host_thread_pool
 #include <strata/optim/sgd.hpp>               // sgd_hparams, sgd_constants, sgd_apply (the reference)
 
-#include <cfenv>        // std::fenv_t, std::fegetenv
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uintptr_t
 #include <span>         // std::span
@@ -201,18 +200,9 @@ inline void sgd_update_parallel(host_thread_pool& pool, std::span<float> p, std:
     const auto s =
         detail::prepare_sgd_step("sgd_update_parallel", p.size(), g.size(), b.size(), h, lr, decay, grad_scale);
     const adamw_path use = resolve(path);
-    std::fenv_t caller_env;
-    std::fegetenv(&caller_env);
-    const chunking on_cache_lines{.multiple = 64 / sizeof(float),
-                                  .phase = reinterpret_cast<std::uintptr_t>(p.data()) % 64 / sizeof(float),
-                                  .min_chunk = adamw_parallel_min_chunk};
-    pool.parallel_for(
-        p.size(),
-        [&](std::size_t begin, std::size_t end) {
-            const detail::scoped_fenv same_rounding_as_caller(caller_env);
-            detail::sgd_range(use, s, p.data() + begin, g.data() + begin, b.data() + begin, end - begin, grad_scale);
-        },
-        on_cache_lines);
+    detail::for_each_cache_line_chunk(pool, p, [&](std::size_t begin, std::size_t end) {
+        detail::sgd_range(use, s, p.data() + begin, g.data() + begin, b.data() + begin, end - begin, grad_scale);
+    });
 }
 
 }  // namespace strata
