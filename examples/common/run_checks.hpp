@@ -121,7 +121,7 @@ inline constexpr std::uint64_t state_bytes_per_step = 2 * 80;
 // trained before a save. Rounded up, so that count x mean covers them all.
 inline std::uint64_t mean_checkpoint_bytes(std::uint64_t fixed, const nlohmann::json& now, long from, long stop,
                                            long save_every, const std::string& save) {
-    constexpr std::uint64_t fields_added_by_save = 256;  // step, format, moments_saved
+    constexpr std::uint64_t fields_added_by_save = 512;  // step, format, moments_saved, optimizer
     const long count = planned_checkpoints(from, stop, save_every, save);
     if (count == 0) return 0;
     // the steps trained before each save, summed: saves at every multiple of save_every in
@@ -175,9 +175,14 @@ inline std::string fresh_optimizer_note(const std::string& checkpoint, long step
 // resume by check_resume_options): both programs' train_args have these fields.
 template <class Args>
 nlohmann::json run_options(const Args& a, long warmup) {
-    return {{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
-            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
-            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
+    nlohmann::json options{{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
+                           {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
+                           {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
+    if constexpr (requires { a.optimizer; a.momentum; }) {  // a CLI with --optimizer (checkpoints before it: AdamW)
+        options["optimizer"] = a.optimizer;
+        if (a.optimizer == "sgd") options["momentum"] = a.momentum;
+    }
+    return options;
 }
 
 // --warmup -1 (the default): a tenth of the run, at most 20 steps.
@@ -231,6 +236,7 @@ inline std::string flag_of_setting(const std::string& setting) {
         {"chat_template", "--chat-template"}, {"format", "--format"},
         {"host_budget", "--host-budget"}, {"device_budget", "--device-budget"},
         {"storage_dir", "--storage-dir"}, {"storage_budget", "--storage-budget"},
+        {"optimizer", "--optimizer"},
         {"device", "--device"},         {"metrics", "--metrics"},
         {"init_from", "--init-from"},   {"n_layer", "--n-layer"},
         {"n_head", "--n-head"},         {"n_embd", "--n-embd"},

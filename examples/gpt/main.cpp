@@ -60,6 +60,8 @@ struct train_args {
     std::size_t batch = 8, accum = 1;
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8;
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
+    std::string optimizer = "adamw";  // adamw or sgd (with momentum)
+    double momentum = 0.9;            // SGD's
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
     std::string out = "runs/gpt", resume, metrics, device = "auto";
@@ -403,6 +405,8 @@ int run_train(const train_args& a) {
                   .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
     o.adamw.weight_decay = a.weight_decay;
+    o.optimizer = optimizer_kind_from_string(a.optimizer);
+    o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
     o.clip = a.clip;
 
     // The plan: placement and bytes per tier, refused before anything is allocated.
@@ -415,6 +419,7 @@ int run_train(const train_args& a) {
     const tier_bytes budgets = examples::budgets_of(a, default_device, storage_dir);
     plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
+    request.optimizer = o.optimizer;
 #ifdef STRATA_WITH_CUDA
     if (cuda) {  // the links the plan's transfer estimate uses, measured (a moment, 256 MiB each way)
         cuda_backend probe(tier_options{});
@@ -566,7 +571,9 @@ int main(int argc, char** argv) {
     train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));
     train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)")->check(count_in(0, max_count));
     train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
-    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str()->check(real_in(0, 1e6));
+    train->add_option("--optimizer", t.optimizer, "adamw, or sgd (with --momentum; torch.optim.SGD's step)")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
+    train->add_option("--momentum", t.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
+    train->add_option("--weight-decay", t.weight_decay, "weight decay of 2-D weights and embeddings: AdamW's decoupled, SGD's coupled (added to the gradient)")->capture_default_str()->check(real_in(0, 1e6));
     train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str()->check(real_in(0, 1e30));
     train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str()->check(real_in(0, 0.9));
     train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));

@@ -1,7 +1,7 @@
 // strata/train.hpp: what a program composes to train a model, in one include: the CPU backend
 // and its ops, the model templates (decoder_model, and gpt_model: GPT-2, the decoder_model of the
-// GPT-2 block and layernorm),
-// prefetch_pipeline and offloaded_adamw, the trainer in every configuration (trainer_t: resident,
+// GPT-2 block and layernorm), prefetch_pipeline, the optimizers (AdamW, SGD with momentum) and
+// offloaded_adamw, the trainer in every configuration (trainer_t: resident,
 // streamed, moments on storage), the planner, checkpoints, data loading and learning-rate
 // schedules. <strata/cuda.hpp> adds the CUDA backend and its ops.
 #pragma once
@@ -14,6 +14,7 @@
 #include <strata/nn/gpt2_block.hpp>             // gpt2_block
 #include <strata/nn/layernorm_layer.hpp>        // layernorm_layer
 #include <strata/optim/offloaded_adamw.hpp>     // offloaded_adamw
+#include <strata/optim/optimizers.hpp>          // adamw_optimizer, sgd_optimizer, any_optimizer
 #include <strata/plan/planner.hpp>              // plan, memory_plan
 #include <strata/stream/prefetch_pipeline.hpp>  // prefetch_pipeline
 #include <strata/strata.hpp>                    // backends, tiers, tensors

@@ -59,6 +59,26 @@ done
 [[ "$(grep -o '"loss":[^,}]*' "$work/streamed-half.jsonl")" == "$full_losses" ]] || fail "streamed resume differs"
 cmp -s "$work/full/step-000004/model.safetensors" "$work/streamed-half/step-000004/model.safetensors" ||
   fail "the streamed, resumed run's weights differ from the resident run's"
+# --optimizer sgd: SGD with momentum, whose plan names its one state tensor; streamed with the
+# momentum on storage, stopped and resumed, it gives the resident SGD run's losses bit for bit; a
+# resume of it with AdamW is refused
+sgd=(--optimizer sgd --momentum 0.8 --lr 0.05)
+"$gpt" train "${common[@]}" "${sgd[@]}" --steps 4 --out "$work/sgd" --metrics "$work/sgd.jsonl" > "$work/sgd.log"
+grep -q "^SGD momentum" "$work/sgd.log" || fail "--optimizer sgd: no SGD row in the plan: $(head -12 "$work/sgd.log")"
+sgd_losses=$(grep -o '"loss":[^,}]*' "$work/sgd.jsonl")
+[[ "$sgd_losses" != "$full_losses" ]] || fail "--optimizer sgd trained as AdamW did"
+"$gpt" train "${common[@]}" "${sgd[@]}" "${streamed[@]}" --steps 4 --stop-at 2 --out "$work/sgd-half" \
+  --metrics "$work/sgd-half.jsonl" > "$work/sgd-half.log"
+grep -q "host, SGD momentum on storage" "$work/sgd-half.log" || fail "SGD momentum not on storage: $(head -8 "$work/sgd-half.log")"
+"$gpt" train "${common[@]}" "${sgd[@]}" "${streamed[@]}" --steps 4 --out "$work/sgd-half" --metrics "$work/sgd-half.jsonl" \
+  --resume "$work/sgd-half" > /dev/null
+[[ "$(grep -o '"loss":[^,}]*' "$work/sgd-half.jsonl")" == "$sgd_losses" ]] || fail "streamed, resumed SGD differs from resident"
+if "$gpt" train "${common[@]}" --lr 0.05 --steps 4 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
+  2> "$work/sgd-adamw.err" > /dev/null; then
+  fail "an SGD run resumed with AdamW"
+fi
+grep -q -- '--optimizer "sgd" -> "adamw"' "$work/sgd-adamw.err" || fail "SGD resumed as AdamW: $(cat "$work/sgd-adamw.err")"
+
 if "$gpt" train "${common[@]}" --steps 1 --device-budget 64K --out "$work/nofit" 2> "$work/nofit.err"; then
   fail "a device budget too small for any plan was accepted"
 fi

@@ -6,6 +6,7 @@
 #include <strata/kernels/cpu/kernels.hpp>  // kernels::cpu::*
 #include <strata/nn/ops.hpp>               // ops
 #include <strata/optim/adamw.hpp>          // adamw_hparams, adamw_update
+#include <strata/optim/sgd.hpp>            // sgd_hparams, sgd_update
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t
@@ -136,6 +137,13 @@ struct ops<cpu_backend> {
             adamw_update<R>(std::span<R>(p, n), std::span<const R>(g, n), std::span<R>(m, n), std::span<R>(v, n), h, lr,
                             step, decay);
         }, "adamw");
+    }
+    // SGD with momentum on one parameter tensor (b: its momentum buffer).
+    template <class R>
+    static void sgd(stream& s, R* p, const R* g, R* b, size n, sgd_hparams h, double lr, bool decay) {
+        s.enqueue([=] {
+            sgd_update<R>(std::span<R>(p, n), std::span<const R>(g, n), std::span<R>(b, n), h, lr, decay);
+        }, "sgd");
     }
 };
 

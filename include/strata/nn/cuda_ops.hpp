@@ -13,6 +13,7 @@
 #include <strata/backend/cuda_backend.hpp>  // cuda_backend
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/optim/adamw.hpp>           // adamw_hparams
+#include <strata/optim/sgd.hpp>             // sgd_hparams
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t
@@ -76,6 +77,9 @@ struct ops<cuda_backend> {
     // AdamW on one parameter tensor in device memory, bitwise equal to adamw_update on the host.
     static void adamw(stream& s, float* p, const float* g, float* m, float* v, size n, adamw_hparams h, double lr,
                       long step, bool decay);
+    // SGD with momentum on one parameter tensor in device memory (b: its momentum buffer),
+    // bitwise equal to sgd_update on the host.
+    static void sgd(stream& s, float* p, const float* g, float* b, size n, sgd_hparams h, double lr, bool decay);
 };
 
 }  // namespace strata

@@ -13,6 +13,7 @@
 #include <strata/kernels/cuda/embedding.cuh>     // embedding_forward, embedding_backward
 #include <strata/kernels/cuda/gelu.cuh>          // gelu_forward, gelu_backward
 #include <strata/kernels/cuda/launch.cuh>        // check_launch, ceil_div
+#include <strata/kernels/cuda/sgd.cuh>           // sgd
 #include <strata/kernels/cuda/layernorm.cuh>     // layernorm_forward, layernorm_backward
 #include <strata/nn/cuda_ops.hpp>                // ops<cuda_backend>
 
@@ -209,6 +210,12 @@ void ops<cuda_backend>::adamw(stream& s, float* p, const float* g, float* m, flo
                               double lr, long step, bool decay) {
     cuda::trace_span span(s, "adamw");
     kernels::cuda::adamw(p, g, m, v, n, adamw_constants_for<float>(h, lr, step, decay), s.native());
+}
+
+void ops<cuda_backend>::sgd(stream& s, float* p, const float* g, float* b, size n, sgd_hparams h, double lr,
+                            bool decay) {
+    cuda::trace_span span(s, "sgd");
+    kernels::cuda::sgd(p, g, b, n, sgd_constants_for<float>(h, lr, decay), s.native());
 }
 
 }  // namespace strata

@@ -356,14 +356,12 @@ inline void adamw_update_fast(std::span<float> p, std::span<const float> g, std:
 // Blocks shorter than this run on the calling thread alone: waking the workers costs more.
 inline constexpr std::size_t adamw_parallel_min_chunk = std::size_t{1} << 15;
 
-// adamw_update_fast split over the pool's threads in contiguous chunks whose boundaries fall on
-// 64-byte lines of p. Bitwise equal to adamw_update<float> (same grad_scale) for every thread count.
-inline void adamw_update_parallel(host_thread_pool& pool, std::span<float> p, std::span<const float> g,
-                                  std::span<float> m, std::span<float> v, const adamw_hparams& h, double lr, long step,
-                                  bool decay, adamw_path path = adamw_path::automatic, float grad_scale = 1.0f) {
-    const auto s = detail::prepare_adamw_step("adamw_update_parallel", p.size(), g.size(), m.size(), v.size(), h, lr,
-                                              step, decay, grad_scale);
-    const adamw_path use = resolve(path);
+namespace detail {
+// Runs chunk(begin, end) over [0, p.size()) on the pool's threads in contiguous chunks whose
+// boundaries fall on 64-byte lines of p (no two threads write one line), each under the caller's
+// floating-point environment: the element-wise optimizers' parallel loop.
+template <class Chunk>
+void for_each_cache_line_chunk(host_thread_pool& pool, std::span<const float> p, Chunk&& chunk) {
     std::fenv_t caller_env;
     std::fegetenv(&caller_env);
     const chunking on_cache_lines{.multiple = 64 / sizeof(float),
@@ -372,11 +370,25 @@ inline void adamw_update_parallel(host_thread_pool& pool, std::span<float> p, st
     pool.parallel_for(
         p.size(),
         [&](std::size_t begin, std::size_t end) {
-            const detail::scoped_fenv same_rounding_as_caller(caller_env);
-            detail::adamw_range(use, s, p.data() + begin, g.data() + begin, m.data() + begin, v.data() + begin,
-                                end - begin, grad_scale);
+            const scoped_fenv same_rounding_as_caller(caller_env);
+            chunk(begin, end);
         },
         on_cache_lines);
+}
+}  // namespace detail
+
+// adamw_update_fast split over the pool's threads in contiguous chunks whose boundaries fall on
+// 64-byte lines of p. Bitwise equal to adamw_update<float> (same grad_scale) for every thread count.
+inline void adamw_update_parallel(host_thread_pool& pool, std::span<float> p, std::span<const float> g,
+                                  std::span<float> m, std::span<float> v, const adamw_hparams& h, double lr, long step,
+                                  bool decay, adamw_path path = adamw_path::automatic, float grad_scale = 1.0f) {
+    const auto s = detail::prepare_adamw_step("adamw_update_parallel", p.size(), g.size(), m.size(), v.size(), h, lr,
+                                              step, decay, grad_scale);
+    const adamw_path use = resolve(path);
+    detail::for_each_cache_line_chunk(pool, p, [&](std::size_t begin, std::size_t end) {
+        detail::adamw_range(use, s, p.data() + begin, g.data() + begin, m.data() + begin, v.data() + begin,
+                            end - begin, grad_scale);
+    });
 }
 
 }  // namespace strata

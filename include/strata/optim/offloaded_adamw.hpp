@@ -1,51 +1,42 @@
-// offloaded_adamw: the host-side optimizer of streamed training. It owns the AdamW hyperparameters
-// and a pool of host threads; the streaming trainer calls step_block once per parameter tensor as
-// soon as that tensor's gradients have landed in host memory, while the GPU runs the backward
-// pass of earlier layers. Each call is bitwise equal to adamw_update<float> on the same block, so
-// a streamed run reproduces the resident one bit for bit.
+// offloaded_adamw: the offloaded optimizer (optim/offloaded_optimizer.hpp) running AdamW, with
+// AdamW's own step_block (m and v by name). Each call is bitwise equal to adamw_update<float> on
+// the same block.
 #pragma once
 
-#include <strata/optim/adamw.hpp>             // adamw_hparams, validate
-#include <strata/optim/adamw_simd.hpp>        // adamw_update_parallel, adamw_path, resolve
-#include <strata/optim/host_thread_pool.hpp>  // host_thread_pool
+#include <strata/optim/adamw.hpp>                // adamw_hparams
+#include <strata/optim/adamw_simd.hpp>           // adamw_path
+#include <strata/optim/host_thread_pool.hpp>     // host_thread_pool
+#include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer
+#include <strata/optim/optimizers.hpp>           // adamw_optimizer
 
+#include <array>    // std::array
 #include <cstddef>  // std::size_t
 #include <span>     // std::span
 
 namespace strata {
 
-class offloaded_adamw {
+class offloaded_adamw : public offloaded_optimizer<adamw_optimizer> {
 public:
     // `threads` counts the calling thread too; `path` forces an implementation (tests, benchmarks).
     // Throws at construction for invalid hyperparameters or a forced path this CPU lacks.
     explicit offloaded_adamw(const adamw_hparams& hparams = {},
                              std::size_t threads = host_thread_pool::default_threads(),
                              adamw_path path = adamw_path::automatic)
-        : m_hparams(checked(hparams)), m_path(resolve(path)), m_pool(threads) {}
+        : offloaded_optimizer(adamw_optimizer(hparams, path), threads) {}
 
+    using offloaded_optimizer::step_block;
     // One AdamW step of one parameter tensor: p, m, v updated in place from g. `step` is 1-based;
     // `decay` false skips weight decay (biases, layernorm gains). `grad_scale` (1: none) is a
     // gradient clip folded into the update: bitwise what scaling g in place first would give, but
-    // without that pass over g (g is not written). Calls from several threads are safe and run one
-    // after another.
+    // without that pass over g (g is not written).
     void step_block(std::span<float> p, std::span<const float> g, std::span<float> m, std::span<float> v, double lr,
                     long step, bool decay, float grad_scale = 1.0f) {
-        adamw_update_parallel(m_pool, p, g, m, v, m_hparams, lr, step, decay, m_path, grad_scale);
+        const std::array<std::span<float>, 2> state{m, v};
+        step_block(p, g, optimizer_state<float>(state), {.lr = lr, .step = step, .decay = decay}, grad_scale);
     }
 
-    const adamw_hparams& hparams() const noexcept { return m_hparams; }
-    adamw_path path() const noexcept { return m_path; }  // the concrete path, never automatic
-    std::size_t threads() const noexcept { return m_pool.size(); }
-
-private:
-    static const adamw_hparams& checked(const adamw_hparams& h) {
-        validate(h);
-        return h;
-    }
-
-    adamw_hparams m_hparams;
-    adamw_path m_path;
-    host_thread_pool m_pool;
+    const adamw_hparams& hparams() const noexcept { return optimizer().hparams(); }
+    adamw_path path() const noexcept { return optimizer().path(); }  // the concrete path, never automatic
 };
 
 }  // namespace strata

@@ -5,7 +5,7 @@
 // (page-padded groups), activations from its one list of device buffers
 // (decoder_model::activation_buffers) with each allocation padded to whole pages, as every backend
 // charges its budget. Frozen tensors (param_spec::trainable = false) count as weights only: no
-// gradients, no AdamW moments, no gradient slots.
+// gradients, no optimizer state, no gradient slots.
 //
 // footprint_of<B> sizes the activations with ops<B>::attention_saved, so the backend's ops header
 // (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before it is used.
@@ -36,7 +36,7 @@ struct model_footprint {
     std::size_t max_seq = 0;
     std::size_t parameters = 0, trainable_parameters = 0;
     std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
-    std::vector<std::size_t> trainable_bytes;  // its gradients (= m = v): the trainable prefix; 0: frozen
+    std::vector<std::size_t> trainable_bytes;  // its gradients (= each optimizer state tensor): the trainable prefix; 0: frozen
     // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
     // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
     // shared recompute buffer are one allocation of kept_activations::buffers blocks).

@@ -5,6 +5,7 @@
 
 #include <strata/core/error.hpp>         // strata::error
 #include <strata/model/activations.hpp>  // kept_activations
+#include <strata/optim/optimizers.hpp>    // optimizer_kind, state_names_of, display_name_of, state_label
 #include <strata/tier/group_home.hpp>    // group_home
 #include <strata/tier/tier.hpp>          // tier_id, name_of
 
@@ -59,8 +60,9 @@ struct link_bytes {
     std::size_t h2d = 0, d2h = 0, storage_read = 0, storage_write = 0;
 };
 
-// What the bytes are for: the rows of the plan's table. `slots` and `pinned` are the device copies
-// of streamed and pinned groups (weights + grads) whose homes are on the host.
+// What the bytes are for: the rows of the plan's table. `moments` is the optimizer's state (every
+// state tensor; the table labels it with their names: memory_plan::label_of). `slots` and `pinned`
+// are the device copies of streamed and pinned groups (weights + grads) whose homes are on the host.
 enum class plan_category { weights, grads, moments, activations, slots, pinned, staging };
 inline constexpr std::array<plan_category, 7> all_plan_categories{
     plan_category::weights, plan_category::grads,  plan_category::moments, plan_category::activations,
@@ -70,7 +72,7 @@ constexpr std::string_view name_of(plan_category c) {
     switch (c) {
         case plan_category::weights: return "weights";
         case plan_category::grads: return "grads";
-        case plan_category::moments: return "AdamW m, v";
+        case plan_category::moments: return "optimizer state";
         case plan_category::activations: return "activations";
         case plan_category::slots: return "device slots";
         case plan_category::pinned: return "pinned groups";
@@ -83,6 +85,9 @@ struct memory_plan {
     placement where = placement::resident;
     tier_id weights_home = tier_id::device;
     tier_id grads_home = tier_id::device;
+    // The optimizer's state: the slowest tier any group's state uses. m_home and v_home are
+    // AdamW's names for it, kept for callers that name them (both equal state_home).
+    tier_id state_home = tier_id::device;
     tier_id m_home = tier_id::device;
     tier_id v_home = tier_id::device;
     tier_id activations_home = tier_id::device;  // block inputs and kept activations
@@ -96,8 +101,8 @@ struct memory_plan {
     std::size_t slots = 0;
     // Each group's home (streamed plans; the trainer's train_options::homes): a prefix of groups
     // on the device (embeddings and final norm first, then blocks 0, 1, ...), the rest streamed
-    // from the host, the last ones' AdamW moments on storage when the host cannot hold them.
-    // weights_home / m_home above are the slowest tier any group's weights / moments use.
+    // from the host, the last ones' optimizer state on storage when the host cannot hold them.
+    // weights_home / state_home above are the slowest tier any group's weights / state use.
     std::vector<group_home> homes;
     // Streamed plans: the bytes a step moves per link, and the bandwidths the estimate uses.
     link_bytes per_step;
@@ -105,10 +110,12 @@ struct memory_plan {
 
     std::size_t parameters = 0;           // real parameters of the model
     std::size_t trainable_parameters = 0; // of them, the trainable ones (the rest is frozen)
-    std::size_t trainable_state_bytes = 0;  // one kind of gradient/moment blocks (the trainable prefixes)
+    std::size_t trainable_state_bytes = 0;  // one kind of gradient/state blocks (the trainable prefixes)
+    optimizer_kind optimizer = optimizer_kind::adamw;  // whose state the moments row counts
+    std::size_t optimizer_states = 2;       // its state tensors per trainable parameter
     std::size_t group_count = 0;          // layer groups (embeddings, blocks, final layernorm)
     std::size_t state_bytes = 0;          // one kind (e.g. the weights) of every group, page-padded
-    std::size_t largest_group_bytes = 0;  // the largest trainable prefix of any group (m, v staging)
+    std::size_t largest_group_bytes = 0;  // the largest trainable prefix of any group (state staging)
     std::size_t largest_block_bytes = 0;  // weights of the largest transformer block: one weight slot
     std::size_t largest_block_grad_bytes = 0;  // its largest trainable prefix: one gradient slot
     std::size_t pinned_group_bytes = 0;   // weights of the pinned groups (embeddings + final norm)
@@ -128,6 +135,14 @@ struct memory_plan {
     tier_bytes& of(plan_category c) { return bytes[static_cast<std::size_t>(c)]; }
     const tier_bytes& of(plan_category c) const { return bytes[static_cast<std::size_t>(c)]; }
     std::size_t bytes_of(plan_category c, tier_id t) const { return of(c)[t]; }
+    // "AdamW m, v", "SGD momentum": the optimizer's state, as the table and messages name it.
+    std::string state_label() const {
+        return strata::state_label(display_name_of(optimizer), state_names_of(optimizer));
+    }
+    // A table row's label: the category's name, the optimizer's state for `moments`.
+    std::string label_of(plan_category c) const {
+        return c == plan_category::moments ? state_label() : std::string(name_of(c));
+    }
 
     std::size_t total(tier_id t) const {
         std::size_t sum = 0;

@@ -35,9 +35,9 @@ inline std::string parameter_count(std::size_t n) {
 // storage; final norm: device": a streamed plan's homes as runs of groups.
 inline std::string homes_summary(const memory_plan& p) {
     const auto& homes = p.homes;
-    auto where_of = [](const group_home& h) -> std::string {
+    auto where_of = [&](const group_home& h) -> std::string {
         if (h.weights == tier_id::device) return "device";
-        return h.moments == tier_id::storage ? "host, AdamW m, v on storage" : "host";
+        return h.moments == tier_id::storage ? "host, " + p.state_label() + " on storage" : "host";
     };
     const std::size_t G = homes.size();
     if (G < 3) return "";
@@ -105,7 +105,7 @@ inline std::string plan_table(const memory_plan& p) {
     };
     row("", [](tier_id t) { return std::string(name_of(t)); });
     for (plan_category c : all_plan_categories)
-        row(std::string(name_of(c)), [&](tier_id t) { return detail::short_bytes(p.bytes_of(c, t)); });
+        row(p.label_of(c), [&](tier_id t) { return detail::short_bytes(p.bytes_of(c, t)); });
     row("total", [&](tier_id t) { return detail::short_bytes(p.total(t)); });
     row("budget", [&](tier_id t) { return detail::short_bytes(p.budgets[t]); });
     row("used", [&](tier_id t) { return detail::percent_of(p.total(t), p.budgets[t]); });

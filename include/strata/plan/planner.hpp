@@ -5,13 +5,17 @@
 // plan/plan_table.hpp), and refuse with the numbers BEFORE anything is allocated when nothing fits.
 // This header brings all four.
 //
+// The optimizer's state is one block per state tensor it names (optim/optimizers.hpp:
+// state_names_of; AdamW m, v; SGD momentum), each the size of the gradients: the table's optimizer
+// row ("AdamW m, v", "SGD momentum") counts them all.
+//
 // Placements:
-// - resident: weights, grads, AdamW m and v of every group, the activations and the step's
+// - resident: weights, grads, the optimizer's state of every group, the activations and the step's
 //   staging live in the device tier (trainer<R, B>: tiered_trainer with every group on the device).
 // - streamed: what tiered_trainer<R, B, Depth, MomentsTier> (train/streamed_trainer.hpp)
 //   allocates, chosen as trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<host_tier or
-//   storage_tier>>. Weights and grads of every group live in the host tier (pinned), m and v in
-//   the host or the storage tier. The transformer blocks stream through the device: `slots`
+//   storage_tier>>. Weights and grads of every group live in the host tier (pinned), the
+//   optimizer's state in the host or the storage tier. The transformer blocks stream through the device: `slots`
 //   weight buffers and as many gradient buffers, each the size of the largest transformer block
 //   (not of the largest group: the embeddings never stream). A slot is filled host -> device while
 //   the one before it computes, and its gradients drain device -> host, so slots = prefetch depth
@@ -19,11 +23,11 @@
 //   The groups used at both ends of a pass (group 0: wte + wpe; the final layernorm) are pinned:
 //   their weights and grads are on the device for the whole step. Activations as resident. The
 //   grad norm's per-group partial sums and the sum_of_squares workspace are on the device as in
-//   the resident trainer, and the partials' host copy is staging. With m, v on storage the host
-//   optimizer reads one group's m and v into two host buffers the size of the largest group,
-//   updates, and writes them back before the next group.
+//   the resident trainer, and the partials' host copy is staging. With the state on storage the
+//   host optimizer reads one group's state tensors into host buffers the size of the largest
+//   group (two sets: the next group's are read during the update), and writes them back.
 // Every staging buffer (tokens, targets, losses per micro-batch, the partials' host copy, the
-// optimizer's m, v buffers) is allocated with the trainer and kept: a pinned allocation inside a
+// optimizer's state buffers) is allocated with the trainer and kept: a pinned allocation inside a
 // step would be an implicit synchronization on CUDA.
 #pragma once
 
@@ -33,6 +37,7 @@
 #include <strata/model/activations.hpp>     // activation_policy, kept_activations
 #include <strata/plan/footprint.hpp>        // model_footprint, footprint_of, detail::charged
 #include <strata/plan/memory_plan.hpp>      // memory_plan, placement, tier_bytes, plan_category
+#include <strata/optim/optimizers.hpp>      // optimizer_kind, state_names_of, state_label
 #include <strata/plan/plan_table.hpp>       // plan_table, homes_summary, traffic_summary
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
 #include <strata/tier/group_home.hpp>       // group_home
@@ -70,9 +75,10 @@ struct plan_request {
     activation_policy activations = activation_policy::automatic;
     tier_bytes budgets;
     placement where = placement::automatic;
-    bool moments_on_storage = false;  // a storage directory was given: AdamW m, v go to storage when streamed
+    bool moments_on_storage = false;  // a storage directory was given: the optimizer's state goes to storage when streamed
     std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
     link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
+    optimizer_kind optimizer = optimizer_kind::adamw;  // whose state tensors to count (train_options::optimizer)
 };
 
 namespace detail {
@@ -88,6 +94,8 @@ struct plan_inputs {
     std::size_t partials = 0;
     // Both trainers' device workspace of sum_of_squares (the backend's, for the largest group).
     std::size_t norm_workspace = 0;
+    // The optimizer's state tensors per trainable parameter (AdamW: m, v).
+    std::size_t states = 2;
 };
 
 inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_activations kept) {
@@ -103,6 +111,8 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_
     p.group_count = in.model.group_bytes.size();
     p.state_bytes = in.state;
     p.trainable_state_bytes = in.trainable_state;
+    p.optimizer = r.optimizer;
+    p.optimizer_states = in.states;
     p.largest_group_bytes = in.largest;
     p.largest_block_bytes = in.largest_block;
     p.largest_block_grad_bytes = in.largest_block_grads;
@@ -130,7 +140,7 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, k
     p.where = placement::resident;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.trainable_state;
-    p.of(plan_category::moments).device = 2 * in.trainable_state;
+    p.of(plan_category::moments).device = in.states * in.trainable_state;
     return p;
 }
 
@@ -142,7 +152,7 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     p.where = placement::streamed;
     p.slots = slots;
     p.homes = homes;
-    p.weights_home = p.grads_home = p.m_home = p.v_home = tier_id::device;
+    p.weights_home = p.grads_home = p.state_home = tier_id::device;
     const auto& groups = in.model.group_bytes;
     const auto& trainable = in.model.trainable_bytes;
     std::size_t largest_block = 0, largest_block_grads = 0, largest_stored = 0;
@@ -152,14 +162,14 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
         const std::size_t w = groups[g], t = trainable[g];
         p.of(plan_category::weights)[h.weights] += w;
         p.of(plan_category::grads)[h.weights] += t;
-        p.of(plan_category::moments)[h.moments] += 2 * t;
+        p.of(plan_category::moments)[h.moments] += in.states * t;
         if (h.weights == tier_id::device) continue;
         p.weights_home = p.grads_home = tier_id::host;
         if (h.moments == tier_id::storage) {
-            p.m_home = p.v_home = tier_id::storage;
+            p.state_home = tier_id::storage;
             largest_stored = std::max(largest_stored, t);
-        } else if (p.m_home == tier_id::device) {
-            p.m_home = p.v_home = tier_id::host;
+        } else if (p.state_home == tier_id::device) {
+            p.state_home = tier_id::host;
         }
         if (g == 0 || g + 1 == groups.size()) {  // pinned: a device copy for the step
             p.pinned_group_bytes += w;
@@ -172,7 +182,7 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     // A step's traffic: per micro-batch, each streamed block's weights go up for its forward and
     // again for its backward, its gradients come down after the backward and (after the first
     // micro-batch) go up again to accumulate; the pinned groups' weights go up and their gradients
-    // come down once per step; each storage group's m and v are read and written back once.
+    // come down once per step; each storage group's state tensors are read and written back once.
     const std::size_t A = r.accum;
     for (std::size_t g = 0; g < groups.size(); ++g) {
         const group_home h = homes[g];
@@ -186,21 +196,22 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
             p.per_step.d2h += A * t;
         }
         if (h.moments == tier_id::storage) {
-            p.per_step.storage_read += 2 * t;
-            p.per_step.storage_write += 2 * t;
+            p.per_step.storage_read += in.states * t;
+            p.per_step.storage_write += in.states * t;
         }
     }
     p.links = r.links;
     // No block streams: no slots (the trainer's pipeline allocates none).
     p.of(plan_category::slots).device = largest_block == 0 ? 0 : slots * (largest_block + largest_block_grads);
     p.of(plan_category::pinned).device = p.pinned_group_bytes + p.pinned_grad_bytes;
-    // Moments on storage: the host optimizer reads a group's m and v into host buffers (two pairs
-    // of the largest storage group's size: the next group is read while one is updated).
-    p.of(plan_category::staging).host += 4 * largest_stored;
+    // State on storage: the host optimizer reads a group's state tensors into host buffers (two
+    // sets of the largest storage group's size: the next group is read while one is updated).
+    p.of(plan_category::staging).host += 2 * in.states * largest_stored;
+    p.m_home = p.v_home = p.state_home;
     return p;
 }
 
-// Every group streamed from the host, the moments on `moments` (host or storage).
+// Every group streamed from the host, the optimizer's state on `moments` (host or storage).
 inline std::vector<group_home> uniform_homes(std::size_t groups, tier_id moments) {
     return std::vector<group_home>(groups, {tier_id::host, moments});
 }
@@ -252,7 +263,8 @@ inline plan_advice plan_hint(const plan_request& r, const memory_plan& p) {
     }
     if (p.total(tier_id::host) > p.budgets.host) {
         add("raise the host budget", {"host_budget"});
-        if (p.m_home != tier_id::storage) add("keep the AdamW moments on storage (a storage directory)", {"storage_dir"});
+        if (p.state_home != tier_id::storage)
+            add("keep the " + p.state_label() + " on storage (a storage directory)", {"storage_dir"});
     }
     if (p.total(tier_id::storage) > p.budgets.storage)
         add("choose a storage directory on a disk with more free space, or raise the storage budget",
@@ -312,11 +324,12 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
 // Chooses a placement for `request`, or throws a strata::error with every tier's
 // needed and available bytes. Nothing is allocated.
 //
-// auto: resident when everything fits the device budget; otherwise streamed, with m, v on the host
-// unless moments_on_storage asks for storage or the host cannot hold them (then storage must).
+// auto: resident when everything fits the device budget; otherwise streamed, with the optimizer's
+// state on the host unless moments_on_storage asks for storage or the host cannot hold it (then
+// storage must).
 // Streamed takes the requested slots, else 3 when they fit the device, else 2; the trainer that
 // allocates exactly this plan is trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<T>>,
-// T = host_tier or storage_tier as m_home says.
+// T = host_tier or storage_tier as state_home says.
 // moments_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
 // Activations come last: the placement is chosen with the policy's fewest kept blocks (recompute
 // and auto: none; keep: all), then auto keeps as many blocks' activations as the device budget
@@ -346,6 +359,7 @@ inline memory_plan plan(const plan_request& request) {
     const std::size_t BT = in.model.batch * in.model.seq;
     in.partials = detail::charged(groups.size() * sizeof(double));
     in.norm_workspace = in.model.norm_workspace_bytes;
+    in.states = state_names_of(request.optimizer).size();
     in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
                                        detail::charged(BT * in.model.element_bytes));
 
@@ -384,14 +398,16 @@ inline memory_plan plan(const plan_request& request) {
     if (request.where != placement::streamed) {
         memory_plan resident = most_kept([&](kept_activations k) { return detail::resident_plan(request, in, k); });
         if (resident.fits()) return resident;
-        if (request.where == placement::resident)
-            detail::refuse(request, resident, "resident placement does not fit (weights, grads, m, v: " +
-                                                  format_bytes(in.state + 3 * in.trainable_state) + ", activations " +
-                                                  format_bytes(resident.activation_bytes) + ")");
+        if (request.where == placement::resident) {
+            const std::string states = state_label("", state_names_of(request.optimizer));  // " m, v"
+            detail::refuse(request, resident, "resident placement does not fit (weights, grads," + states + ": " +
+                                                  format_bytes(in.state + (1 + in.states) * in.trainable_state) +
+                                                  ", activations " + format_bytes(resident.activation_bytes) + ")");
+        }
     }
 
     const std::size_t G = groups.size();
-    // The plan for `homes` with the AdamW moments of host groups on storage where the host cannot
+    // The plan for `homes` with the optimizer state of host groups on storage where the host cannot
     // hold them: the last groups' first (they are updated last, so their reads have the most time),
     // or every host group's when the user asked for storage.
     auto spill = [&](std::vector<group_home> homes, std::size_t slots, kept_activations k) {
@@ -412,8 +428,8 @@ inline memory_plan plan(const plan_request& request) {
     // then, unless the placement is forced to streamed, groups move to the device while it holds
     // them: the embeddings and the final norm (whose device copies exist anyway), then blocks 0,
     // 1, ... (the first blocks: the next step's forward uses them while the host still updates
-    // the rest). What the device does not take stays on the host, and the moments the host
-    // cannot hold go to storage.
+    // the rest). What the device does not take stays on the host, and the optimizer state the
+    // host cannot hold goes to storage.
     auto placed = [&](std::size_t slots, kept_activations kept) {
         auto homes = detail::uniform_homes(G, tier_id::host);
         memory_plan p = spill(homes, slots, kept);
@@ -438,12 +454,12 @@ inline memory_plan plan(const plan_request& request) {
     auto streamed = [&](std::size_t slots) {
         return most_kept([&](kept_activations k) { return placed(slots, k); });
     };
-    // Why m, v are on storage when nobody asked: the host alone cannot hold them.
+    // Why the optimizer's state is on storage when nobody asked: the host alone cannot hold it.
     auto moments_note = [&](const memory_plan& p) -> std::string {
-        if (request.moments_on_storage || p.m_home != tier_id::storage) return "";
+        if (request.moments_on_storage || p.state_home != tier_id::storage) return "";
         const memory_plan on_host =
             detail::streamed_plan(request, in, p.slots, detail::uniform_homes(G, tier_id::host), p.kept());
-        return " (AdamW m, v went to storage: with them the host would need " +
+        return " (" + p.state_label() + " went to storage: with them the host would need " +
                format_bytes(on_host.total(tier_id::host)) + ")";
     };
     const std::size_t slots = request.slots.value_or(3);

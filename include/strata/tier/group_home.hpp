@@ -1,6 +1,7 @@
 // group_home: where one layer group's training state lives, the planner's answer per group.
 //
-//   weights  device: weights, gradients and AdamW moments all on the device; the group never
+//   weights  device: weights, gradients and the optimizer's state (AdamW's moments m and v, or
+//                    another optimizer's state tensors) all on the device; the group never
 //                    moves and its update runs on the device (as in the resident trainer).
 //            host:   weights and gradients in pinned host memory; the group streams to the device
 //                    for each use (or, for the groups used at both ends of a pass, once per step)
@@ -19,7 +20,7 @@ namespace strata {
 
 struct group_home {
     tier_id weights = tier_id::host;  // and the gradients
-    tier_id moments = tier_id::host;  // AdamW m and v
+    tier_id moments = tier_id::host;  // the optimizer's state (AdamW m and v)
 
     static constexpr group_home device() { return {tier_id::device, tier_id::device}; }
     static constexpr group_home host() { return {tier_id::host, tier_id::host}; }
@@ -34,9 +35,9 @@ inline void validate(const group_home& h, std::size_t g) {
                                                  : h.weights == tier_id::host && h.moments != tier_id::device;
     if (!ok)
         throw error("group " + std::to_string(g) + ": weights in the " + std::string(name_of(h.weights)) +
-                        " tier with AdamW moments in the " + std::string(name_of(h.moments)) +
+                        " tier with the optimizer's state in the " + std::string(name_of(h.moments)) +
                         " tier is not a home any trainer implements",
-                    "device weights keep their moments on the device; host weights keep them on the host or storage");
+                    "device weights keep their optimizer state on the device; host weights keep it on the host or storage");
 }
 
 }  // namespace strata

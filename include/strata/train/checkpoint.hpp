@@ -2,11 +2,13 @@
 //   model.safetensors     the weights under Hugging Face GPT-2 names and layouts (Conv1D [in, out]),
 //                         loadable by transformers.GPT2LMHeadModel.from_pretrained
 //   config.json           Hugging Face's GPT2 config
-//   optimizer.safetensors AdamW's m and v under the same names, prefixed "m." / "v." (group by
-//                         group: the group's m tensors, then its v tensors); absent when the
-//                         checkpoint holds the weights only (checkpoint_contents::weights)
-//   trainer_state.json    step, data cursor, seeds, tokenizer, options, whether the moments were
-//                         saved ("moments_saved"): what a resume needs
+//   optimizer.safetensors the optimizer's state tensors under the same names, prefixed by the
+//                         state's name (AdamW: "m." / "v."; SGD: "momentum."), group by group
+//                         (the group's tensors of its first state, then of the next); absent
+//                         when the checkpoint holds the weights only (checkpoint_contents::weights)
+//   trainer_state.json    step, data cursor, seeds, tokenizer, options, the optimizer and its
+//                         hyperparameters ("optimizer"), whether its state was saved
+//                         ("moments_saved"): what a resume needs
 //   + any extra files (the GPT-2 tokenizer's vocab.json and merges.txt)
 // The directory is written as OUT/step-<N>.tmp-<pid>/ and renamed into place once complete and
 // fsynced, so a crash never leaves a half-written checkpoint where a resume would look.
@@ -25,6 +27,7 @@
 #include <strata/io/safetensors.hpp>   // safetensors_writer, safetensors_file
 #include <strata/model/gpt.hpp>        // gpt_model, gpt_config_of, is_gpt_model
 #include <strata/nn/gpt2_config.hpp>   // gpt_config
+#include <strata/optim/optimizers.hpp> // adamw_optimizer (the default optimizer's state names)
 #include <strata/train/trainer.hpp>    // trainer
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -38,7 +41,9 @@
 #include <set>          // std::set
 #include <span>         // std::span
 #include <string>       // std::string
-#include <utility>      // std::pair
+#include <string_view>  // std::string_view
+#include <type_traits>  // std::false_type, std::true_type
+#include <utility>      // std::move, std::pair
 #include <vector>       // std::vector
 
 namespace strata {
@@ -51,9 +56,10 @@ inline std::string checkpoint_dir_name(long step) {
 template <class R>
 using host_blocks = std::vector<std::vector<R>>;
 
-// What a checkpoint holds besides the trainer state: everything a bitwise resume needs (FP32: 12
-// bytes per trained parameter, weights, m and v), or the weights without AdamW's moments (4 bytes
-// per parameter; a resume from it starts the moments from zero).
+// What a checkpoint holds besides the trainer state: everything a bitwise resume needs (FP32, per
+// trained parameter: 4 bytes of weights and 4 per optimizer state tensor, 12 with AdamW's m and
+// v), or the weights without the optimizer's state (4 bytes per parameter; a resume from it
+// starts that state from zero).
 enum class checkpoint_contents { full, weights };
 
 // The weights of a GPT-2 directory (strata's or Hugging Face's) in strata's group layout.
@@ -120,7 +126,7 @@ std::size_t largest_block(const Model& model, bool whole) {
 
 // Hands one kind of the trainer's state to visit(g, block) group by group, in group order, through
 // one host buffer of the largest block (block is valid until visit returns): the weights' whole
-// blocks, or for gradients and moments the trainable prefixes (frozen groups are skipped).
+// blocks, or for gradients and optimizer state the trainable prefixes (frozen groups are skipped).
 template <class Trainer, class Visit>
 void for_each_block(Trainer& t, typename Trainer::state_kind kind, Visit&& visit) {
     using R = typename Trainer::model_type::value_type;
@@ -224,7 +230,7 @@ loaded_model<R> load_model_files(const std::filesystem::path& dir) {
     return out;
 }
 
-// One host block per group: the weights' whole blocks, or for gradients and moments the
+// One host block per group: the weights' whole blocks, or for gradients and optimizer state the
 // trainable prefixes (empty for a frozen group). The whole state in memory at once: for tests and
 // small models; checkpoints go through for_each_block instead.
 template <class Trainer, class R = typename Trainer::model_type::value_type>
@@ -239,37 +245,42 @@ host_blocks<R> download_blocks(Trainer& t, typename Trainer::state_kind kind) {
     return blocks;
 }
 
-// optimizer.safetensors of a model, declared: for each group with trainable tensors, "m." + the
-// hf_name of each trainable tensor, then "v." + each (the order one group's block of m, then of
-// v, reaches the file in).
+// optimizer.safetensors of a model, declared: for each group with trainable tensors, for each
+// state the optimizer names (`states`: AdamW's m, v by default), "<state>." + the hf_name of each
+// trainable tensor (the order one group's block of each state reaches the file in).
 template <class Model>
-safetensors_writer declared_optimizer_tensors(const Model& model) {
+safetensors_writer declared_optimizer_tensors(const Model& model,
+                                              std::span<const std::string_view> states = adamw_optimizer::state_names()) {
     using R = typename Model::value_type;
     safetensors_writer w;
     w.set_metadata("format", "pt");
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const char* moment : {"m.", "v."})
+        for (const std::string_view state : states)
             for (const auto& slot : model.groups()[g].slots())
-                if (slot.spec.trainable) w.declare<R>(moment + model.hf_name(g, slot), slot.spec.shape.extents());
+                if (slot.spec.trainable)
+                    w.declare<R>(std::string(state) + "." + model.hf_name(g, slot), slot.spec.shape.extents());
     return w;
 }
 
-// The bytes of optimizer.safetensors, exactly.
+// The bytes of optimizer.safetensors, exactly (for the optimizer whose state tensors are `states`).
 template <class Model>
-std::uint64_t optimizer_file_bytes(const Model& model) {
-    return declared_optimizer_tensors(model).file_size();
+std::uint64_t optimizer_file_bytes(const Model& model,
+                                   std::span<const std::string_view> states = adamw_optimizer::state_names()) {
+    return declared_optimizer_tensors(model, states).file_size();
 }
 
 // The bytes one checkpoint of `model` writes: the weights' files (weights_bytes: model_files_bytes
 // for a GPT-2, or what a model's own weights writer writes), optimizer.safetensors when `contents`
-// is full, trainer_state.json (state_bytes: the caller's bound, since the loss curve it holds grows
-// with the run) and the extra files as they are now. File-system blocks (a few KiB per file) are
-// not counted.
+// is full (with the state tensors `states`: AdamW's by default; a trainer's are
+// t.optimizer().state_names()), trainer_state.json (state_bytes: the caller's bound, since the
+// loss curve it holds grows with the run) and the extra files as they are now. File-system blocks
+// (a few KiB per file) are not counted.
 template <class Model>
 std::uint64_t checkpoint_bytes(const Model& model, checkpoint_contents contents, std::uint64_t weights_bytes,
-                               std::uint64_t state_bytes, const std::vector<std::filesystem::path>& extra_files = {}) {
+                               std::uint64_t state_bytes, const std::vector<std::filesystem::path>& extra_files = {},
+                               std::span<const std::string_view> states = adamw_optimizer::state_names()) {
     std::uint64_t bytes = weights_bytes + state_bytes;
-    if (contents == checkpoint_contents::full) bytes += optimizer_file_bytes(model);
+    if (contents == checkpoint_contents::full) bytes += optimizer_file_bytes(model, states);
     for (const auto& f : extra_files) bytes += std::filesystem::file_size(f);
     return bytes;
 }
@@ -293,18 +304,28 @@ inline void check_checkpoint_fits(std::uint64_t bytes, std::uint64_t free, long 
                 hint);
 }
 
-// Whether a checkpoint's trainer_state.json says AdamW's moments were saved (checkpoints written
-// before this field existed always saved them).
+// Whether a checkpoint's trainer_state.json says the optimizer's state was saved (checkpoints
+// written before this field existed always saved it).
 inline bool moments_saved(const nlohmann::json& trainer_state) {
     return !trainer_state.is_object() || trainer_state.value("moments_saved", true);
+}
+
+// The optimizer a checkpoint's trainer_state.json names ("optimizer": {"name": ..., its
+// hyperparameters}); checkpoints written before this field existed were AdamW's.
+inline std::string checkpoint_optimizer(const nlohmann::json& trainer_state) {
+    if (!trainer_state.is_object() || !trainer_state.contains("optimizer")) return std::string(adamw_optimizer::name());
+    const auto& o = trainer_state.at("optimizer");
+    return o.is_object() ? o.value("name", std::string()) : std::string();
 }
 
 // Saves what a resume needs into OUT/step-<N>/ atomically; returns that directory.
 // write_weights(dir) writes the weights' files into the directory being assembled; the default
 // (the overload below) writes a GPT-2 model.safetensors + config.json. A model whose weights are
-// saved otherwise (LoRA: only the adapters) passes its own. With checkpoint_contents::full, AdamW's
-// m and v of every trainable tensor go to optimizer.safetensors, named "m." / "v." + the model's
-// hf_name; with ::weights there is no such file and trainer_state.json says "moments_saved": false.
+// saved otherwise (LoRA: only the adapters) passes its own. With checkpoint_contents::full, every
+// state tensor of the optimizer (AdamW: m and v) of every trainable tensor goes to
+// optimizer.safetensors, named "<state>." + the model's hf_name; with ::weights there is no such
+// file and trainer_state.json says "moments_saved": false. trainer_state.json's "optimizer" names
+// the optimizer and its hyperparameters.
 template <class Trainer, class WriteWeights>
 std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
                                       const std::vector<std::filesystem::path>& extra_files,
@@ -319,20 +340,21 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
     try {
         write_weights(tmp_dir);
         const bool with_moments = contents == checkpoint_contents::full;
+        const auto states = t.optimizer().state_names();
         if (with_moments) {
             const auto& model = t.model();
-            // One host buffer of the largest trainable prefix, refilled per group: m's block, then v's.
+            // One host buffer of the largest trainable prefix, refilled per group and state.
             std::vector<R> buffer(largest_block(model, /*whole=*/false));
-            declared_optimizer_tensors(model).write_streamed(
+            declared_optimizer_tensors(model, states).write_streamed(
                 tmp_dir / "optimizer.safetensors", [&](safetensors_writer::stream& out) {
                     for (std::size_t g = 0; g < model.group_count(); ++g) {
                         const std::span<R> block(buffer.data(), model.groups()[g].trainable_numel());
-                        if (block.empty()) continue;  // frozen: no moments
-                        for (const auto& [moment, k] : {std::pair{"m.", kind::adam_m}, std::pair{"v.", kind::adam_v}}) {
-                            t.download(k, g, block);
+                        if (block.empty()) continue;  // frozen: no optimizer state
+                        for (std::size_t i = 0; i < states.size(); ++i) {
+                            t.download(kind::optimizer_state(i), g, block);
                             for (const auto& slot : model.groups()[g].slots())
                                 if (slot.spec.trainable)
-                                    out.write(moment + model.hf_name(g, slot),
+                                    out.write(std::string(states[i]) + "." + model.hf_name(g, slot),
                                               std::span<const R>(block.subspan(slot.offset, slot.spec.shape.numel())));
                         }
                     }
@@ -341,6 +363,9 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
         trainer_state["step"] = t.step_count();
         trainer_state["format"] = "strata-gpt checkpoint 1";
         trainer_state["moments_saved"] = with_moments;
+        nlohmann::json optimizer = t.optimizer().hparams_json();
+        optimizer["name"] = std::string(t.optimizer().name());
+        trainer_state["optimizer"] = std::move(optimizer);
         write_json_file(tmp_dir / "trainer_state.json", trainer_state);
         for (const auto& f : extra_files) std::filesystem::copy_file(f, tmp_dir / f.filename());
         commit_directory_atomically(tmp_dir, final_dir, {.replace_existing = true});
@@ -361,11 +386,14 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
         [&](const std::filesystem::path& dir) { write_trainer_model_files(t, dir); }, contents);
 }
 
-// Restores weights, AdamW moments and the step count; returns trainer_state.json. read_weights(dir)
-// puts the weights into the trainer (the default, below: a GPT-2 model.safetensors of the same
-// shape); the moments come from optimizer.safetensors. A checkpoint saved without the moments
-// (moments_saved(state) is false) sets them to zero: the optimizer starts afresh, and the run no
-// longer equals one never interrupted (the caller says so).
+// Restores weights, the optimizer's state and the step count; returns trainer_state.json.
+// read_weights(dir) puts the weights into the trainer (the default, below: a GPT-2
+// model.safetensors of the same shape); the state comes from optimizer.safetensors, by the names
+// of the trainer's optimizer's state tensors. The checkpoint's optimizer must be the trainer's
+// (checkpoint_optimizer: AdamW for checkpoints that do not say); its hyperparameters are the
+// caller's to compare. A checkpoint saved without the optimizer's state (moments_saved(state) is
+// false) sets it to zero: the optimizer starts afresh, and the run no longer equals one never
+// interrupted (the caller says so).
 template <class Trainer, class ReadWeights>
 nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, ReadWeights&& read_weights) {
     using kind = typename Trainer::state_kind;
@@ -375,26 +403,31 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, Rea
         throw error("'" + dir.string() + "' cannot be resumed: trainer_state.json is missing",
                     "resume from a checkpoint directory a trainer saved (its trainer_state.json and optimizer.safetensors beside the weights); to start from the weights only, load them as initial weights", {"init_from"});
     auto state = read_json_file(state_path);
+    if (const std::string saved_with = checkpoint_optimizer(state); saved_with != t.optimizer().name())
+        throw error("'" + dir.string() + "' was trained with the optimizer '" + saved_with + "', this trainer runs '" +
+                        std::string(t.optimizer().name()) + "'",
+                    "resume with the checkpoint's optimizer (its trainer_state.json names it)", {"optimizer"});
     const bool with_moments = moments_saved(state);
     if (with_moments && !std::filesystem::exists(dir / "optimizer.safetensors"))
         throw error("'" + dir.string() + "' cannot be resumed: optimizer.safetensors is missing",
                     "resume from a checkpoint directory a trainer saved (its trainer_state.json and optimizer.safetensors beside the weights); to start from the weights only, load them as initial weights", {"init_from"});
     read_weights(dir);
-    std::optional<safetensors_file> opt;  // none: the moments start from zero
+    std::optional<safetensors_file> opt;  // none: the state starts from zero
     if (with_moments) opt.emplace(safetensors_file::open(dir / "optimizer.safetensors"));
+    const auto states = t.optimizer().state_names();
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         if (t.model().groups()[g].frozen()) continue;
-        std::vector<R> m(t.model().groups()[g].trainable_numel(), R(0)), v(m.size(), R(0));
-        for (const auto& slot : t.model().groups()[g].slots()) {
-            if (!slot.spec.trainable || !opt) continue;
-            const std::size_t n = slot.spec.shape.numel();
-            opt->copy_to<R>("m." + t.model().hf_name(g, slot), std::span<R>(m.data() + slot.offset, n),
-                            slot.spec.shape.extents());
-            opt->copy_to<R>("v." + t.model().hf_name(g, slot), std::span<R>(v.data() + slot.offset, n),
-                            slot.spec.shape.extents());
+        std::vector<R> block(t.model().groups()[g].trainable_numel());
+        for (std::size_t i = 0; i < states.size(); ++i) {
+            std::fill(block.begin(), block.end(), R(0));
+            for (const auto& slot : t.model().groups()[g].slots()) {
+                if (!slot.spec.trainable || !opt) continue;
+                const std::size_t n = slot.spec.shape.numel();
+                opt->copy_to<R>(std::string(states[i]) + "." + t.model().hf_name(g, slot),
+                                std::span<R>(block.data() + slot.offset, n), slot.spec.shape.extents());
+            }
+            t.upload(kind::optimizer_state(i), g, block);
         }
-        t.upload(kind::adam_m, g, m);
-        t.upload(kind::adam_v, g, v);
     }
     t.set_step_count(json_field<long>(state, "step", state_path.string()));
     return state;

@@ -1,20 +1,21 @@
 // tiered_trainer: the one trainer, for any placement of the model's state across the three tiers
 // (trainer<R, B, Model> is its resident configuration, trainer_t picks it for every plan). Each layer group has a home (tier/group_home.hpp, the planner's per-group answer,
 // train_options::homes):
-//   device   weights, gradients, AdamW m and v on the device: the group never moves, and its
-//            update runs on the device after the norm (scale + ops<B>::adamw: the resident
-//            trainer's kernels, in its order);
-//   host     weights and gradients in pinned host memory, m and v on the host: the transformer
+//   device   weights, gradients and the optimizer's state (AdamW m and v, SGD momentum) on the
+//            device: the group never moves, and its update runs on the device after the norm
+//            (scale + the optimizer's ops<B> kernel: the resident trainer's kernels, in its order);
+//   host     weights and gradients in pinned host memory, the optimizer state on the host: the transformer
 //            blocks stream through device slots by prefetch_pipeline<Depth>; the groups used at
 //            both ends of a pass (embeddings, final layernorm) go to the device once per step
 //            ("pinned groups"); the update runs on the host;
-//   storage  as host, with m and v in files on the storage tier, read before the group's update
-//            and written back after it, double-buffered (the next storage group's moments are
-//            read while the current one is updated).
+//   storage  as host, with the optimizer state in files on the storage tier, read before the
+//            group's update and written back after it, double-buffered (the next storage group's
+//            state is read while the current one is updated).
 // Without homes, every group is homed by MomentsTier: device_tier puts every group on the device
 // (the resident plan: trainer<R, B, Model>), host_tier or storage_tier streams every group from
-// the host with its moments in that tier (the plain streamed plan). Model: gpt_model (default: GPT-2)
-// or another decoder_model of Layers; frozen tensors have no gradients and no moments, and a frozen
+// the host with its optimizer state in that tier (the plain streamed plan). Model: gpt_model (default:
+// GPT-2) or another decoder_model of Layers; frozen tensors have no gradients and no optimizer state,
+// and a frozen
 // block's weights stream to the device but nothing comes back.
 //
 // The global gradient norm is computed on the device, where the gradients are anyway: right after
@@ -26,12 +27,12 @@
 // the host ("grad norm" wait), which adds them in group order and takes the sqrt: the resident
 // trainer's grad_norm(), bit for bit. No host thread reads the gradients for the norm.
 //
-// The host optimizer (offloaded_adamw: vectorized, multi-threaded, bitwise equal to the resident
-// trainer's AdamW) runs on its own thread, off the critical path. Once the loss and the norm are
-// known to be finite (the backward is over; the last gradients may still be on their way to the
-// host), AdamW runs per host group in the order the NEXT step uses them (embeddings, blocks
-// 0..L-1, final norm), each waiting for its own gradient copy. With clip > 0 the clip coefficient
-// is folded into AdamW (step_block's grad_scale: g * coefficient, the one rounding the resident
+// The host optimizer (offloaded_optimizer of train_options::optimizer: vectorized, multi-threaded,
+// bitwise equal to the device update) runs on its own thread, off the critical path. Once the loss
+// and the norm are known to be finite (the backward is over; the last gradients may still be on
+// their way to the host), the update runs per host group in the order the NEXT step uses them
+// (embeddings, blocks 0..L-1, final norm), each waiting for its own gradient copy. With clip > 0
+// the clip coefficient is folded into the update (step_block's grad_scale: g * coefficient, the one rounding the resident
 // trainer's scale_inplace makes), so there is no separate pass over the gradients. With clip == 0
 // too, no update starts before the norm is known: a NaN step must leave the state untouched, as
 // the resident trainer does (an update started during the backward could not be taken back).
@@ -47,8 +48,8 @@
 // resident trainer's are scaled in place.
 //
 // Host staging is allocated once, in the constructor, as in the resident trainer: tokens, targets
-// and losses per micro-batch, the norm's partials, and with moments on storage the optimizer's two
-// pairs of m and v buffers (the largest storage group's size; each group uses their front). No
+// and losses per micro-batch, the norm's partials, and with the optimizer state on storage two
+// sets of its state buffers (the largest storage group's size; each group uses their front). No
 // pinned allocation, hence no implicit synchronization, happens inside a step.
 #pragma once
 
@@ -56,7 +57,8 @@
 #include <strata/backend/cpu/stream.hpp>         // cpu::stream (the optimizer's host thread)
 #include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
 #include <strata/model/gpt.hpp>                  // gpt_model
-#include <strata/optim/offloaded_adamw.hpp>      // offloaded_adamw
+#include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer
+#include <strata/optim/optimizers.hpp>           // any_optimizer
 #include <strata/stream/prefetch_pipeline.hpp>   // prefetch_pipeline, pipeline_engine
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/tier/group_home.hpp>            // group_home
@@ -88,20 +90,26 @@ public:
           m_options(std::move(options)),
           m_homes(homes_of(model, m_options)),
           m_compute(backend.make_stream("compute")),
-          m_optimizer("optimizer"),
+          m_optimizer_thread("optimizer"),
           m_io(backend.make_stream("storage I/O")),
-          m_adamw(m_options.adamw),
+          m_optimizer(optimizer_of(m_options)),
           m_engine(backend, largest_streamed_block(model, m_homes, false), largest_streamed_block(model, m_homes, true)),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
           m_norm_workspace(backend, shape{detail::norm_workspace_doubles<B>(model.groups())}, "grad_norm.workspace"),
           m_norm_partials_host(backend, shape{model.groups().size()}, "grad_norm.partials.host") {
-        validate(m_options.adamw);
         const auto& groups = model.groups();
         const std::size_t n = groups.size();
-        for (auto* v : {&m_params, &m_grads, &m_m, &m_v}) v->resize(n);
-        for (auto* v : {&m_stored_m, &m_stored_v}) v->resize(n);
-        for (auto* v : {&m_dev_params, &m_dev_grads, &m_dev_m, &m_dev_v}) v->resize(n);
+        for (auto* v : {&m_params, &m_grads}) v->resize(n);
+        for (auto* v : {&m_dev_params, &m_dev_grads}) v->resize(n);
+        m_state.resize(n);
+        m_stored_state.resize(n);
+        m_dev_state.resize(n);
+        const auto states = optimizer().state_names();
+        // "adamw.m.g3": the optimizer's name, the state's, the group's (storage files are named so)
+        auto state_name = [&](std::size_t i, const std::string& suffix) {
+            return std::string(optimizer().name()) + "." + std::string(states[i]) + "." + suffix;
+        };
         std::size_t largest_stored = 0;
         for (std::size_t g = 0; g < n; ++g) {
             const std::string name = "g" + std::to_string(g);
@@ -111,8 +119,8 @@ public:
                 m_dev_params[g].emplace(backend, s, "params." + name);
                 if (trains) {
                     m_dev_grads[g].emplace(backend, ts, "grads." + name);
-                    m_dev_m[g].emplace(backend, ts, "adam_m." + name);
-                    m_dev_v[g].emplace(backend, ts, "adam_v." + name);
+                    for (std::size_t i = 0; i < states.size(); ++i)
+                        m_dev_state[g].emplace_back(backend, ts, state_name(i, name));
                 }
                 continue;
             }
@@ -121,14 +129,13 @@ public:
             if (trains) {
                 m_grads[g].emplace(backend, ts, "grads." + name);
                 std::fill(m_grads[g]->span().begin(), m_grads[g]->span().end(), R(0));
-                if (m_homes[g].moments == tier_id::storage) {
-                    m_stored_m[g].emplace(backend, ts, "adam_m." + name);
-                    m_stored_v[g].emplace(backend, ts, "adam_v." + name);
-                    largest_stored = std::max(largest_stored, ts.numel());
-                } else {
-                    m_m[g].emplace(backend, ts, "adam_m." + name);
-                    m_v[g].emplace(backend, ts, "adam_v." + name);
+                for (std::size_t i = 0; i < states.size(); ++i) {
+                    if (m_homes[g].moments == tier_id::storage)
+                        m_stored_state[g].emplace_back(backend, ts, state_name(i, name));
+                    else
+                        m_state[g].emplace_back(backend, ts, state_name(i, name));
                 }
+                if (!m_stored_state[g].empty()) largest_stored = std::max(largest_stored, ts.numel());
             }
             if (used_at_both_ends(g)) {  // pinned: a device copy for the whole step
                 m_dev_params[g].emplace(backend, s, "pinned.params." + name);
@@ -144,12 +151,11 @@ public:
             m_staged_tokens.emplace_back(backend, shape{BT}, "targets.host");
             m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
         }
-        // Two pairs: one group's moments are updated while the next one's are read.
+        // Two sets: one group's state is updated while the next one's is read.
         if (largest_stored > 0)
-            for (const char* pair : {"0", "1"}) {
-                m_moments_staging.emplace_back(backend, shape{largest_stored}, std::string("adam_m.staging.") + pair);
-                m_moments_staging.emplace_back(backend, shape{largest_stored}, std::string("adam_v.staging.") + pair);
-            }
+            for (const char* set : {"0", "1"})
+                for (std::size_t i = 0; i < states.size(); ++i)
+                    m_state_staging.emplace_back(backend, shape{largest_stored}, state_name(i, std::string("staging.") + set));
         zero_state();
     }
 
@@ -159,24 +165,26 @@ public:
     tiered_trainer(const tiered_trainer&) = delete;
     tiered_trainer& operator=(const tiered_trainer&) = delete;
 
-    // Named host wait: every update a step scheduled has finished, moments written back to
+    // Named host wait: every update a step scheduled has finished, optimizer state written back to
     // storage included (rethrows an update's failure). step() does not wait for them: they
     // overlap the next step, which waits per group.
     void finish_updates() {
-        m_optimizer.synchronize();
+        m_optimizer_thread.synchronize();
         m_io.synchronize();
     }
 
     const model_type& model() const { return m_model; }
     const train_options& options() const { return m_options; }
+    // The optimizer (train_options::optimizer): its state names are the trainer's state tensors.
+    const any_optimizer& optimizer() const { return m_optimizer.optimizer(); }
     // Each group's home (train_options::homes, or the default: host, moments in MomentsTier).
     const std::vector<group_home>& homes() const { return m_homes; }
     long step_count() const { return m_step; }
     void set_step_count(long step) { m_step = step; }
     B& backend() { return m_backend; }
     // Bytes moved per link since construction: H2D, D2H, and the storage tier's reads and writes
-    // of AdamW moments during steps (not checkpoint I/O), each counted when issued (a step's
-    // moment I/O when its updates are scheduled). Read between steps.
+    // of optimizer state during steps (not checkpoint I/O), each counted when issued (a step's
+    // state I/O when its updates are scheduled). Read between steps.
     const transfer_counters& counters() const { return m_engine.counters(); }
 
     // Every stream of the trainer with its trace track name (H2D, compute, D2H, optimizer, storage I/O).
@@ -185,7 +193,7 @@ public:
         f("H2D", m_engine.h2d());
         f("compute", m_compute);
         f("D2H", m_engine.d2h());
-        f("optimizer", m_optimizer);
+        f("optimizer", m_optimizer_thread);
         f("storage I/O", m_io);
     }
 
@@ -441,9 +449,11 @@ private:
     }
 
     // The device-homed groups' updates, on the compute stream, as the resident trainer runs them:
-    // gradients scaled in place by the clip coefficient when it is < 1, then AdamW per tensor.
+    // gradients scaled in place by the clip coefficient when it is < 1, then the optimizer's
+    // kernel per tensor.
     void update_device_groups(double coefficient, double lr, long update) {
         const auto& groups = m_model.groups();
+        std::vector<R*> state(optimizer().state_names().size());
         for (std::size_t g = 0; g < groups.size(); ++g) {
             if (!on_device(g) || groups[g].frozen()) continue;
             R* grad = m_dev_grads[g]->device_data().get();
@@ -451,117 +461,133 @@ private:
             for (const auto& slot : groups[g].slots()) {
                 if (!slot.spec.trainable) continue;
                 const std::size_t o = slot.offset, n = slot.spec.shape.numel();
-                op::adamw(m_compute, m_dev_params[g]->device_data().get() + o, grad + o,
-                          m_dev_m[g]->device_data().get() + o, m_dev_v[g]->device_data().get() + o, n, m_options.adamw,
-                          lr, update, slot.spec.decay);
+                for (std::size_t i = 0; i < state.size(); ++i) state[i] = m_dev_state[g][i].device_data().get() + o;
+                optimizer().template update_device<op>(m_compute, m_dev_params[g]->device_data().get() + o, grad + o,
+                                                       std::span<R* const>(state), n,
+                                                       {.lr = lr, .step = update, .decay = slot.spec.decay});
             }
         }
     }
 
-    // Once the loss and the norm are known to be finite: AdamW of every host group on the
+    // Once the loss and the norm are known to be finite: the update of every host group on the
     // optimizer thread, each behind its own last gradient copy, in the order the next step uses
     // them, so that its forward waits as little as possible (group order: embeddings, blocks,
-    // final norm). Storage groups' moments are read one group ahead (update_stored).
+    // final norm). Storage groups' state is read one group ahead (read_stored).
     void schedule_host_updates(double lr, long update, R grad_scale) {
         std::vector<std::size_t> stored;
         for (std::size_t g = 0; g < m_homes.size(); ++g)
-            if (m_stored_m[g]) stored.push_back(g);
+            if (!m_stored_state[g].empty()) stored.push_back(g);
+        const char* task = optimizer().name().data();  // a literal's: null-terminated
         std::size_t next_stored = 0;
         for (std::size_t g = 0; g < m_homes.size(); ++g) {
             if (!m_grads[g]) continue;  // frozen, or on the device
             event landed = m_last_d2h[g];
-            if (m_stored_m[g]) {
+            if (!m_stored_state[g].empty()) {
                 const std::size_t j = next_stored++;
                 const std::size_t following = j + 1 < stored.size() ? stored[j + 1] : m_homes.size();
-                m_optimizer.enqueue(
+                m_optimizer_thread.enqueue(
                     [this, landed, g, j, following, lr, update, grad_scale] {
                         if (j == 0) read_stored(g, 0);
                         if (following < m_homes.size()) read_stored(following, (j + 1) % 2);
                         landed.wait();
-                        m_read[j % 2].wait();  // named: this group's moments are in their staging
-                        auto m = m_moments_staging[2 * (j % 2)].view().flat(0, m_stored_m[g]->shape());
-                        auto v = m_moments_staging[2 * (j % 2) + 1].view().flat(0, m_stored_v[g]->shape());
-                        adamw_group(g, m.data(), v.data(), lr, update, grad_scale);
-                        copy_async(m_backend, m_stored_m[g]->view(), m, m_io);  // written back behind the next
-                        copy_async(m_backend, m_stored_v[g]->view(), v, m_io);  // group's read, on m_io
+                        m_read[j % 2].wait();  // named: this group's state is in its staging
+                        std::vector<R*> state;
+                        for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
+                            state.push_back(staged(j % 2, i, g).data());
+                        update_group(g, state, lr, update, grad_scale);
+                        for (std::size_t i = 0; i < state.size(); ++i)  // written back behind the next
+                            copy_async(m_backend, m_stored_state[g][i].view(), staged(j % 2, i, g), m_io);  // group's read
                     },
-                    "adamw");
-                m_engine.counters().storage_read_bytes += m_stored_m[g]->bytes() + m_stored_v[g]->bytes();
-                m_engine.counters().storage_write_bytes += m_stored_m[g]->bytes() + m_stored_v[g]->bytes();
+                    task);
+                for (const auto& t : m_stored_state[g]) {
+                    m_engine.counters().storage_read_bytes += t.bytes();
+                    m_engine.counters().storage_write_bytes += t.bytes();
+                }
             } else {
-                m_optimizer.enqueue(
+                m_optimizer_thread.enqueue(
                     [this, landed, g, lr, update, grad_scale] {
                         landed.wait();
-                        adamw_group(g, m_m[g]->data(), m_v[g]->data(), lr, update, grad_scale);
+                        std::vector<R*> state;
+                        for (auto& t : m_state[g]) state.push_back(t.data());
+                        update_group(g, state, lr, update, grad_scale);
                     },
-                    "adamw");
+                    task);
             }
-            m_updated[g] = m_optimizer.record();
+            m_updated[g] = m_optimizer_thread.record();
         }
     }
 
-    // Storage group g's m and v into staging pair `pair`, on the storage I/O stream (behind the
-    // write-back of the pair's previous group). Optimizer thread only.
-    void read_stored(std::size_t g, std::size_t pair) {
-        auto m = m_moments_staging[2 * pair].view().flat(0, m_stored_m[g]->shape());
-        auto v = m_moments_staging[2 * pair + 1].view().flat(0, m_stored_v[g]->shape());
-        copy_async(m_backend, m, m_stored_m[g]->view(), m_io);
-        m_read[pair] = copy_async(m_backend, v, m_stored_v[g]->view(), m_io);
+    // State tensor i's staging buffer of set `set`, as long as storage group g's state.
+    auto staged(std::size_t set, std::size_t i, std::size_t g) {
+        return m_state_staging[set * m_stored_state[g].size() + i].view().flat(0, m_stored_state[g][i].shape());
     }
 
-    // AdamW over one host group, tensor by tensor (weight decay per tensor), the clip folded in as
-    // grad_scale (1: none), with its moments at m, v (host homes, or the storage staging).
-    void adamw_group(std::size_t g, R* m, R* v, double lr, long update, R grad_scale) {
+    // Storage group g's state into staging set `set`, on the storage I/O stream (behind the
+    // write-back of the set's previous group). Optimizer thread only.
+    void read_stored(std::size_t g, std::size_t set) {
+        for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
+            m_read[set] = copy_async(m_backend, staged(set, i, g), m_stored_state[g][i].view(), m_io);
+    }
+
+    // The optimizer's update of one host group, tensor by tensor (weight decay per tensor), the
+    // clip folded in as grad_scale (1: none), with its state tensors at `state` (host homes, or
+    // the storage staging), one pointer per state name.
+    void update_group(std::size_t g, const std::vector<R*>& state, double lr, long update, R grad_scale) {
         R* p = m_params[g]->data();
         R* grad = m_grads[g]->data();
+        std::vector<std::span<R>> slices(state.size());
         for (const auto& slot : m_model.groups()[g].slots()) {
             if (!slot.spec.trainable) continue;
             const std::size_t o = slot.offset, n = slot.spec.shape.numel();
-            if constexpr (std::is_same_v<R, float>)
-                m_adamw.step_block({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, lr, update, slot.spec.decay,
+            for (std::size_t i = 0; i < state.size(); ++i) slices[i] = {state[i] + o, n};
+            m_optimizer.step_block(std::span<R>(p + o, n), std::span<const R>(grad + o, n),
+                                   optimizer_state<R>(slices), {.lr = lr, .step = update, .decay = slot.spec.decay},
                                    grad_scale);
-            else
-                adamw_update<R>({p + o, n}, {grad + o, n}, {m + o, n}, {v + o, n}, m_options.adamw, lr, update,
-                                slot.spec.decay, grad_scale);
         }
     }
 
-    // Gradients and moments start at zero (host weights and gradients are zero-filled when made).
+    // Gradients and optimizer state start at zero (host weights and gradients are zero-filled when made).
     void zero_state() {
-        for (auto* set : {&m_dev_grads, &m_dev_m, &m_dev_v})
-            for (auto& t : *set)
-                if (t) op::zero(m_compute, t->device_data().get(), t->numel());
-        for (auto* set : {&m_m, &m_v})
-            for (auto& t : *set)
-                if (t) std::fill(t->span().begin(), t->span().end(), R(0));
+        for (auto& grads : m_dev_grads)
+            if (grads) op::zero(m_compute, grads->device_data().get(), grads->numel());
+        for (auto& set : m_dev_state)
+            for (auto& t : set) op::zero(m_compute, t.device_data().get(), t.numel());
+        for (auto& set : m_state)
+            for (auto& t : set) std::fill(t.span().begin(), t.span().end(), R(0));
         for (std::size_t g = 0; g < m_homes.size(); ++g)
-            if (m_stored_m[g]) {
-                std::vector<R> zeros(m_stored_m[g]->numel(), R(0));
-                upload(state_kind::adam_m, g, zeros);
-                upload(state_kind::adam_v, g, zeros);
+            if (!m_stored_state[g].empty()) {
+                std::vector<R> zeros(m_stored_state[g][0].numel(), R(0));
+                for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
+                    upload(state_kind::optimizer_state(i), g, zeros);
             }
         m_compute.synchronize();  // named: the state is ready before the first step
     }
 
     void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
         finish_updates();  // the state of the last step, complete
-        if (k != state_kind::params && m_model.groups()[g].frozen())
-            throw error("group " + std::to_string(g) + " is frozen: it has no gradients and no AdamW moments");
+        using part = state_kind::part;
+        if (k.of != part::params && m_model.groups()[g].frozen())
+            throw error("group " + std::to_string(g) + " is frozen: it has no gradients and no optimizer state");
+        const auto states = optimizer().state_names();
+        if (k.of == part::optimizer && k.index >= states.size())
+            throw error("optimizer state " + std::to_string(k.index) + " asked for; " +
+                            std::string(optimizer().display_name()) + " keeps " + std::to_string(states.size()) +
+                            " (" + state_label("", states).substr(1) + ")",
+                        "ask for trainer_state_kind::optimizer_state(i) with i < the count of state_names()");
         auto check_size = [&](std::size_t numel) {
             if (buf.size() != numel)
                 throw error("trainer: block size mismatch for group " + std::to_string(g));
         };
         if (on_device(g)) {  // behind the device updates, on the compute stream
-            auto& t = k == state_kind::params  ? m_dev_params[g]
-                      : k == state_kind::grads ? m_dev_grads[g]
-                      : k == state_kind::adam_m ? m_dev_m[g]
-                                                : m_dev_v[g];
-            check_size(t->numel());
+            auto& t = k.of == part::params  ? *m_dev_params[g]
+                      : k.of == part::grads ? *m_dev_grads[g]
+                                            : m_dev_state[g][k.index];
+            check_size(t.numel());
             if (to_host)
-                m_backend.copy(buf.data(), tier_id::host, t->device_data().get(), tier_id::device, t->bytes(), m_compute)
+                m_backend.copy(buf.data(), tier_id::host, t.device_data().get(), tier_id::device, t.bytes(), m_compute)
                     .wait();  // named: checkpoint I/O
             else
-                m_backend.copy(t->device_data().get(), tier_id::device, buf.data(), tier_id::host, t->bytes(), m_compute)
+                m_backend.copy(t.device_data().get(), tier_id::device, buf.data(), tier_id::host, t.bytes(), m_compute)
                     .wait();  // named: checkpoint I/O
             return;
         }
@@ -572,12 +598,12 @@ private:
             else
                 std::copy(buf.begin(), buf.end(), t.span().begin());
         };
-        if (k == state_kind::params) return host(*m_params[g]);
-        if (k == state_kind::grads) return host(*m_grads[g]);
-        if (!m_stored_m[g]) return host(k == state_kind::adam_m ? *m_m[g] : *m_v[g]);
-        auto& t = k == state_kind::adam_m ? *m_stored_m[g] : *m_stored_v[g];
+        if (k.of == part::params) return host(*m_params[g]);
+        if (k.of == part::grads) return host(*m_grads[g]);
+        if (m_stored_state[g].empty()) return host(m_state[g][k.index]);
+        auto& t = m_stored_state[g][k.index];
         check_size(t.numel());
-        auto staging = m_moments_staging[0].view().flat(0, t.shape());  // between steps: free
+        auto staging = m_state_staging[0].view().flat(0, t.shape());  // between steps: free
         if (to_host) {
             copy_async(m_backend, staging, t.view(), m_io).wait();  // named: checkpoint I/O
             std::copy(staging.data(), staging.data() + staging.numel(), buf.begin());
@@ -592,23 +618,29 @@ private:
     train_options m_options;
     std::vector<group_home> m_homes;  // by group
     stream m_compute;
-    cpu::stream m_optimizer;
+    cpu::stream m_optimizer_thread;
     stream m_io;
-    offloaded_adamw m_adamw;
+    offloaded_optimizer<any_optimizer> m_optimizer;  // train_options::optimizer, with its host threads
     pipeline_engine<R, B, Depth> m_engine;
     typename model_type::activations m_act;
     // By group; empty where the group has no such state in that tier (frozen, or another home).
-    std::vector<std::optional<tiered_tensor<R, host_tier, B>>> m_params, m_grads, m_m, m_v;  // host homes
-    std::vector<std::optional<tiered_tensor<R, storage_tier, B>>> m_stored_m, m_stored_v;  // moments on storage
+    std::vector<std::optional<tiered_tensor<R, host_tier, B>>> m_params, m_grads;  // host homes
     // Device homes; for pinned groups, the step's device copies of weights and gradients.
-    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_dev_params, m_dev_grads, m_dev_m, m_dev_v;
+    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_dev_params, m_dev_grads;
+    // The optimizer's state by group, then by state name (state_names() order), in the group's
+    // home: the host, storage files, or the device; empty in the other tiers and for frozen groups.
+    std::vector<std::vector<tiered_tensor<R, host_tier, B>>> m_state;
+    std::vector<std::vector<tiered_tensor<R, storage_tier, B>>> m_stored_state;
+    std::vector<std::vector<tiered_tensor<R, device_tier, B>>> m_dev_state;
     tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
     tiered_tensor<double, device_tier, B> m_norm_workspace;  // sum_of_squares' workspace
     tiered_tensor<double, host_tier, B> m_norm_partials_host;  // their copy on the host
     std::vector<tiered_tensor<std::int32_t, host_tier, B>> m_staged_tokens;  // (accum x 2) tokens, targets
     std::vector<tiered_tensor<R, host_tier, B>> m_staged_losses;             // (accum) per-token losses
-    std::vector<tiered_tensor<R, host_tier, B>> m_moments_staging;  // moments on storage: m, v of two groups
-    std::array<event, 2> m_read;  // by staging pair: its moments have been read (optimizer thread)
+    // State on storage: two sets of one buffer per state name (set-major), each of the largest
+    // storage group's size.
+    std::vector<tiered_tensor<R, host_tier, B>> m_state_staging;
+    std::array<event, 2> m_read;  // by staging set: its state has been read (optimizer thread)
     std::vector<event> m_last_d2h;
     std::vector<cpu::event> m_updated;  // by group: its last scheduled update (empty: none pending)
     std::vector<bool> m_uploaded;       // this pass: the pinned group's weights are on the device

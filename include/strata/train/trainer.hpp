@@ -6,8 +6,12 @@
 // trainer<R, B, Model> is its resident configuration: every group on the device, AdamW where the
 // state lives, only the tokens, the losses and the norm's partial sums crossing the link.
 //
-// Frozen tensors (param_spec::trainable = false) have no gradients and no AdamW moments: each
-// group's gradient and moment blocks hold its trainable prefix (param_layout::trainable_numel),
+// The optimizer is train_options::optimizer (AdamW by default, or SGD with momentum): the trainer
+// keeps one block per state tensor it names (optim/optimizer.hpp: AdamW m and v, SGD momentum) in
+// each group's home, and runs its update where the group lives.
+//
+// Frozen tensors (param_spec::trainable = false) have no gradients and no optimizer state: each
+// group's gradient and state blocks hold its trainable prefix (param_layout::trainable_numel),
 // and a wholly frozen group has none (its binder gradients are null).
 #pragma once
 
@@ -20,6 +24,7 @@
 #include <strata/model/gpt.hpp>                  // gpt_model, GroupBinder
 #include <strata/nn/ops.hpp>                     // ops
 #include <strata/optim/adamw.hpp>                // adamw_hparams
+#include <strata/optim/optimizers.hpp>           // optimizer_kind, any_optimizer, sgd_hparams
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/tier/group_home.hpp>            // group_home
 #include <strata/train/clip.hpp>                 // clip_coefficient, require_finite_grad_norm
@@ -51,12 +56,36 @@ struct train_options {
     // Where each layer group's state lives (memory_plan::homes), for the streamed trainer; empty:
     // its default. The resident trainer keeps every group on the device and takes only that.
     std::vector<group_home> homes;
+    // The optimizer: AdamW (the default; its hyperparameters are `adamw` above) or SGD with
+    // momentum (`sgd`). optimizer_of(options) makes it.
+    optimizer_kind optimizer = optimizer_kind::adamw;
+    sgd_hparams sgd{};
 };
 
+// The optimizer train_options asks for, with its hyperparameters (validated: throws for bad ones).
+inline any_optimizer optimizer_of(const train_options& o) {
+    if (o.optimizer == optimizer_kind::sgd) return sgd_optimizer(o.sgd);
+    return adamw_optimizer(o.adamw);
+}
+
 // One group's block of a kind, for checkpoints (a trainer's download/upload): weights are the
-// whole block; gradients, m and v the trainable prefix (nothing for a frozen group). One enum for
-// every trainer configuration, so that the state moves between them.
-enum class trainer_state_kind { params, adam_m, adam_v, grads };
+// whole block; gradients and each optimizer state tensor the trainable prefix (nothing for a
+// frozen group). optimizer_state(i) is the optimizer's i-th state tensor (state_names() order);
+// adam_m and adam_v are AdamW's names of states 0 and 1. One kind for every trainer
+// configuration, so that the state moves between them.
+struct trainer_state_kind {
+    enum class part : unsigned char { params, grads, optimizer };
+    part of = part::params;
+    std::size_t index = 0;  // part::optimizer: which state tensor
+
+    static constexpr trainer_state_kind optimizer_state(std::size_t i) { return {part::optimizer, i}; }
+    static const trainer_state_kind params, grads, adam_m, adam_v;
+    friend constexpr bool operator==(const trainer_state_kind&, const trainer_state_kind&) = default;
+};
+inline constexpr trainer_state_kind trainer_state_kind::params{trainer_state_kind::part::params, 0};
+inline constexpr trainer_state_kind trainer_state_kind::grads{trainer_state_kind::part::grads, 0};
+inline constexpr trainer_state_kind trainer_state_kind::adam_m = trainer_state_kind::optimizer_state(0);
+inline constexpr trainer_state_kind trainer_state_kind::adam_v = trainer_state_kind::optimizer_state(1);
 
 struct step_result {
     long step = 0;           // 1-based number of this update
