@@ -111,24 +111,6 @@ public:
         m_wte = embeddings.find(c.token_embedding).offset;
         if (c.learned_positions) m_wpe = embeddings.find(c.position_embedding).offset;
         m_head = c.tied_head ? m_wte : embeddings.find(c.lm_head).offset;
-        if constexpr (cached) {
-            const std::size_t maxT = model.max_seq(), C = c.n_embd;
-            m_cache_floats = block_type::cache_floats(model.block_layer_config(), maxT);
-            m_cache.emplace(backend, shape{std::max<std::size_t>(1, model.block_count() * m_cache_floats)},
-                            "generate.kv_cache");
-            m_work.emplace(backend, shape{std::max<std::size_t>(
-                                        1, block_type::decode_workspace_floats(model.block_layer_config(), m_rows))},
-                           "generate.decode_workspace");
-            m_x.emplace(backend, shape{2 * m_rows * C}, "generate.residual");
-            const auto& nc = model.norm_layer_config();
-            m_head_buffers.emplace(backend,
-                                   shape{C + std::max<std::size_t>(1, norm_type::activation_floats(nc, 1, 1)) +
-                                         std::max<std::size_t>(1, norm_type::workspace_floats(nc, 1, 1)) +
-                                         model.vocab_size()},
-                                   "generate.head");
-            m_token_ids.emplace(backend, shape{maxT}, "generate.tokens");
-            m_token_staging.emplace(backend, shape{maxT}, "generate.tokens.staging");
-        }
     }
 
     const Model& model() const { return m_model; }
@@ -264,11 +246,35 @@ private:
         return {host->span().begin(), host->span().begin() + static_cast<std::ptrdiff_t>(n)};
     }
 
+    // The KV-cache path's device buffers, made on first use (a generator that only scores needs none).
+    void make_cache()
+        requires cached
+    {
+        if (m_cache) return;
+        const std::size_t maxT = m_model.max_seq(), C = m_model.config().n_embd;
+        const auto& bc = m_model.block_layer_config();
+        const auto& nc = m_model.norm_layer_config();
+        m_cache_floats = block_type::cache_floats(bc, maxT);
+        m_cache.emplace(m_backend, shape{std::max<std::size_t>(1, m_model.block_count() * m_cache_floats)},
+                        "generate.kv_cache");
+        m_work.emplace(m_backend, shape{std::max<std::size_t>(1, block_type::decode_workspace_floats(bc, m_rows))},
+                       "generate.decode_workspace");
+        m_x.emplace(m_backend, shape{2 * m_rows * C}, "generate.residual");
+        m_head_buffers.emplace(m_backend,
+                               shape{C + std::max<std::size_t>(1, norm_type::activation_floats(nc, 1, 1)) +
+                                     std::max<std::size_t>(1, norm_type::workspace_floats(nc, 1, 1)) +
+                                     m_model.vocab_size()},
+                               "generate.head");
+        m_token_ids.emplace(m_backend, shape{maxT}, "generate.tokens");
+        m_token_staging.emplace(m_backend, shape{maxT}, "generate.tokens.staging");
+    }
+
     // Checked tokens at positions length() ..: through the embeddings and the blocks' decode in
     // chunks of m_rows, then the final norm and the head on the last row.
     std::vector<R> append(std::span<const token_id> tokens)
         requires cached
     {
+        make_cache();
         const decoder_config& c = m_model.config();
         const std::size_t C = c.n_embd, V = c.vocab_size, maxT = c.max_seq, first = length();
         std::copy(tokens.begin(), tokens.end(), m_token_staging->span().begin() + static_cast<std::ptrdiff_t>(first));
@@ -350,7 +356,7 @@ private:
     tiered_tensor<R, host_tier, backend_type> m_logits;                 // (V), staging
     std::size_t m_wte = 0, m_wpe = 0, m_head = 0;                       // offsets in group 0
     std::vector<token_id> m_tokens;                                     // the cached tokens, position order
-    // KV-cache path (a Block that decodes)
+    // KV-cache path (a Block that decodes): made on first use
     std::size_t m_cache_floats = 0;                                     // per block
     std::optional<tiered_tensor<R, device_tier, backend_type>> m_cache;  // (L, cache_floats)
     std::optional<tiered_tensor<R, device_tier, backend_type>> m_work;   // decode workspace of m_rows rows
