@@ -1,7 +1,7 @@
 // The layer harness checks itself: a correct layer passes every check, and each way of breaking
 // the contract (a wrong gradient, overwriting instead of accumulating, backward reading scratch
-// that forward left behind, touching dinp when it is null, writing a frozen tensor's gradient) fails
-// the check meant to catch it.
+// that forward left behind, touching dinp when it is null, writing a frozen tensor's gradient, a
+// decode that forgets its cache or reads a cache row nobody stored) fails the check meant to catch it.
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, STRATA_TESTS_WITH_CUDA
 
 #include <strata/nn/cpu_ops.hpp>             // ops<cpu_backend>

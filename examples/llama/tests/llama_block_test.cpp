@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE, MESSAGE
 
 #include <cstddef>      // std::size_t
+#include <string>       // std::string
 #include <type_traits>  // std::is_same_v
 #include <utility>      // std::pair
 
@@ -89,7 +90,7 @@ const llama_block_config family{.n_embd = 16,
 
 TEST_CASE_TEMPLATE("llama block decodes with a KV cache: forward's rows, MHA and GQA + biases + head_dim + llama3 rope",
                    Bk, STRATA_TEST_BACKENDS) {
-    for (const auto& [name, c] : {std::pair{"multi-head", tiny}, std::pair{"family", family}}) {
+    for (const auto& [name, c] : {std::pair{std::string("multi-head"), tiny}, std::pair{std::string("family"), family}}) {
         INFO(name);
         const auto f = st::check_decoding<llama_block, float, Bk>(c, 11);
         if (f.skipped) strata::test::skip(f.describe());

@@ -561,13 +561,16 @@ double relative_difference(const std::vector<float>& x, const std::vector<float>
     return worst / scale;
 }
 
-// The shapes: multi-head tied (tiny), and GQA + q/k/v biases + head_dim + llama3 rope + untied head.
+// The shapes: multi-head tied (tiny); Qwen2's GQA + q/k/v biases + head_dim + untied head; Llama
+// 3.1's GQA + llama3 rope (no biases: the two do not go together in one architecture).
 std::vector<std::pair<std::string, llama_config>> generation_shapes() {
-    auto family = qwen;
-    family.rope_theta = 100.0;
-    family.rope_factor = 8.0;
-    family.rope_original_max = 4;
-    return {{"multi-head", tiny}, {"GQA + biases + head_dim + llama3 rope + untied head", family}};
+    auto llama31 = qwen;
+    llama31.qkv_bias = false;
+    llama31.arch = llama::llama_arch::llama;
+    llama31.rope_theta = 100.0;
+    llama31.rope_factor = 8.0;
+    llama31.rope_original_max = 4;
+    return {{"multi-head", tiny}, {"GQA + biases + head_dim + untied head", qwen}, {"GQA + llama3 rope", llama31}};
 }
 
 TEST_CASE_TEMPLATE("llama family: KV-cached logits are the model's forward at every position; greedy past the context "

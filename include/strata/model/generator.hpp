@@ -34,8 +34,14 @@
 // from an rng seeded by sample_options::seed, so a seed fixes the text on any backend whose
 // logits agree.
 //
-// Synchronization: every call that returns logits waits for them (named: the host samples from
-// them); nothing else waits. Not thread-safe (the cache is a member): one generator per thread.
+// Memory (device tier): the weights; on first use of the cache, L x cache_floats(maxT), the
+// decode scratch of prefill_rows rows and two residual buffers of them; on first use of the full
+// forward, the model's activations for one maxT context (a scorer that only calls all_logits
+// makes no cache; a cached generator that is never compared makes no activations).
+//
+// Synchronization: the upload waits for each block (its host staging is freed next); every call
+// that returns logits waits for them (named: the host samples from them); nothing else waits. Not
+// thread-safe (the cache is a member): one generator per thread.
 #pragma once
 
 #include <strata/core/error.hpp>            // strata::error
