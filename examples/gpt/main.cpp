@@ -3,13 +3,15 @@
 //   strata-gpt train --data FILE [options]      (strata-gpt train --help)
 //   strata-gpt train --init-from CKPT --lora-rank R --data FILE    (LoRA: only adapters train)
 //   strata-gpt export --adapters DIR --out DIR  (a LoRA run's adapters merged into its base)
-//   strata-gpt sample --checkpoint DIR --prompt TEXT [options]
+//   strata-gpt sample --checkpoint DIR --prompt TEXT [--device cpu|cuda] [options]
 #include <strata/data/loader.hpp>
 #include <strata/data/records.hpp>
 #include <strata/data/tokenize.hpp>
 #include <strata/io/json_file.hpp>
 #include <strata/model/gpt.hpp>
-#include <strata/model/sampler.hpp>
+#include <strata/model/generator.hpp>  // sample: generator over GPT-2 as a decoder_model
+#include <strata/nn/gpt2_block.hpp>
+#include <strata/nn/layernorm_layer.hpp>
 #include <strata/plan/planner.hpp>
 #include <strata/report/trace.hpp>
 #include <strata/train/streamed_trainer.hpp>
@@ -518,18 +520,23 @@ int run_export(const export_args& a) {
 }
 
 struct sample_args {
-    std::string checkpoint, prompt;
+    std::string checkpoint, prompt, device = "auto";
     std::size_t max_new_tokens = 200, top_k = 40;
     double temperature = 0.8;
     std::uint64_t seed = 42;
 };
+
+// GPT-2 from Layers (gpt2_block, layernorm_layer): gpt_model's layout, so a checkpoint's blocks
+// load as they are, and its blocks decode with a KV cache on either backend.
+template <class B>
+using gpt2_layers = decoder_model<gpt2_block<float, B>, layernorm_layer<float, B>>;
 
 int run_sample(const sample_args& a) {
     const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
     auto loaded = load_model_files<float>(checkpoint);
     auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
     const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
-    gpt_sampler<float> sampler(loaded.config, std::move(loaded.blocks));
+    const bool cuda = examples::use_cuda(a.device, "strata-gpt");
     // the prompt begins a document as in training (an hf tokenizer's BOS first, as tokenizer(text))
     std::vector<token_id> prompt = std::visit([&](const auto& t) { return data::encode_document(t, a.prompt); }, tok);
     sample_options so;
@@ -538,7 +545,27 @@ int run_sample(const sample_args& a) {
     so.top_k = a.top_k;
     so.seed = a.seed;
     so.bos = eot;
-    auto ids = sampler.generate(prompt, so);
+    // The weights and the KV cache live in the device tier (the tiers' default budgets).
+    auto generate = [&]<class B>(B& backend) {
+        const gpt_config& c = loaded.config;
+        const gpt2_layers<B> model({.vocab_size = c.vocab_size, .max_seq = c.max_seq, .n_layer = c.n_layer,
+                                    .n_embd = c.n_embd},
+                                   c, layernorm_config{.channels = c.n_embd});
+        generator<gpt2_layers<B>> gen(backend, model, loaded.blocks);
+        loaded.blocks = {};  // uploaded: the host copy is not needed again
+        return gen.generate(prompt, so);
+    };
+    std::vector<token_id> ids;
+#ifdef STRATA_WITH_CUDA
+    if (cuda) {
+        cuda_backend backend(tier_options{});
+        ids = generate(backend);
+    }
+#endif
+    if (!cuda) {
+        cpu_backend backend(tier_options{});
+        ids = generate(backend);
+    }
     std::cout << a.prompt << std::visit([&](const auto& t) { return t.decode(ids); }, tok) << std::endl;
     return 0;
 }
@@ -615,6 +642,7 @@ int main(int argc, char** argv) {
     sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str()->check(real_in(0, 1e6));
     sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()->check(count_in(0, 1L << 24));
     sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
+    sample->add_option("--device", s.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
     try {

@@ -11,7 +11,8 @@
 //            y[i + HS/2] = x[i + HS/2] cos(t f_i) + x[i] sin(t f_i),   f_i = theta^(-2i / HS)
 //          v is copied unchanged. f_i is rope_params::inv_freq: theta^(-2i / HS), or with Llama 3.1's
 //          "llama3" scaling the same frequency divided by `factor` for long wavelengths and smoothly
-//          interpolated in between (transformers' _compute_llama3_parameters).
+//          interpolated in between (transformers' _compute_llama3_parameters). rope_rotate is the
+//          same rotation in place, at positions from a given one, for decoding with a KV cache.
 // kv heads (grouped-query attention): expand_kv copies a (B, T, (NH + 2 NKV) HS) q|k|v into the
 //          (B, T, 3 NH HS) layout of the attention kernel, key/value head g serving the query heads
 //          [g NH/NKV, (g+1) NH/NKV); reduce_kv is its adjoint, summing each group's gradients in
@@ -177,6 +178,35 @@ void rope_backward(Real* dqkv,        // (B, T, 3C)
                 }
             }
             for (std::size_t c = 2 * C; c < 3 * C; ++c) dx[c] += dy[c];
+        }
+    }
+}
+
+// Rope for decoding (generation), in place and in any row layout: the first `heads` heads of HS
+// channels of each of `rows` rows, `stride` apart, row r at position first + r, rotated with
+// rope_forward's angle, cos, sin and products (so the same bits as rope_forward at that position).
+// The compact q|k|v of grouped-query attention rotates its NH query and NKV key heads, v stays.
+template <std::floating_point Real>
+void rope_rotate(Real* x,  // (rows, stride): heads [0, heads) rotated in place
+                 std::size_t rows, std::size_t stride, std::size_t heads, std::size_t HS, std::size_t first,
+                 const rope_params& theta) {
+    detail::check_rope_heads(heads * HS, heads);
+    if (stride < heads * HS)
+        throw strata::error("rope_rotate: rows of stride " + std::to_string(stride) + " hold fewer than the " +
+                                std::to_string(heads * HS) + " channels to rotate",
+                            "pass the row stride of the buffer the heads live in");
+    const std::size_t half = HS / 2;
+    for (std::size_t r = 0; r < rows; ++r) {
+        Real* y = x + r * stride;
+        for (std::size_t i = 0; i < half; ++i) {
+            const double angle = detail::rope_angle(first + r, i, HS, theta);
+            const Real cos = static_cast<Real>(std::cos(angle)), sin = static_cast<Real>(std::sin(angle));
+            for (std::size_t h = 0; h < heads; ++h) {
+                const std::size_t lo = h * HS + i, hi = lo + half;
+                const Real a = y[lo], b = y[hi];
+                y[lo] = a * cos - b * sin;
+                y[hi] = b * cos + a * sin;
+            }
         }
     }
 }

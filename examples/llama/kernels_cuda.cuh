@@ -12,7 +12,8 @@
 //   has no workspace to borrow from.
 // - rope: one block per (b, t) row; the block computes the cos and sin of its position once per
 //   pair (angles in double, as on the CPU) into shared memory, then rotates every q and k head.
-//   Backward is the rotation by -angle, accumulated.
+//   Backward is the rotation by -angle, accumulated. rope_rotate (decoding) is the same rotation in
+//   place, in any row layout, at positions from a given one.
 // - swiglu: one thread per element.
 // - expand_kv: one thread per element of the expanded (B, T, 3 NH HS) q|k|v; its backward one
 //   thread per element of the grouped (B, T, (NH + 2 NKV) HS) gradient, summing its group's
@@ -257,6 +258,54 @@ void rope_backward(Real* dqkv,        // (B, T, 3C)
                    const Real* dout,  // (B, T, 3C)
                    std::size_t B, std::size_t T, std::size_t C, std::size_t NH, const rope_params& theta, cudaStream_t stream) {
     detail::launch_rope<rope_pass::backward>(dqkv, dout, B, T, C, NH, theta, stream, "llama rope_backward");
+}
+
+// rope_rotate (decoding): one block per row, rotating heads [0, heads) of it in place at position
+// first + row, with rope_kernel's cos, sin and products (so its bits at that position).
+template <class Real>
+__global__ void rope_rotate_kernel(Real* x,  // (rows, stride)
+                                   std::size_t stride, unsigned heads, unsigned HS, std::size_t first,
+                                   rope_params rope) {
+    extern __shared__ float rotation[];
+    const std::size_t row = blockIdx.x, t = first + row;
+    const unsigned half = HS / 2;
+    float* cosines = rotation;
+    float* sines = rotation + half;
+    for (unsigned i = threadIdx.x; i < half; i += blockDim.x) {
+        const double angle = static_cast<double>(t) * rope.inv_freq(i, HS);
+        cosines[i] = static_cast<float>(cos(angle));
+        sines[i] = static_cast<float>(sin(angle));
+    }
+    __syncthreads();
+    Real* y = x + row * stride;
+    for (unsigned p = threadIdx.x; p < heads * half; p += blockDim.x) {
+        const unsigned i = p % half, lo = (p / half) * HS + i, hi = lo + half;
+        const Real a = y[lo], b = y[hi];
+        y[lo] = a * cosines[i] - b * sines[i];
+        y[hi] = b * cosines[i] + a * sines[i];
+    }
+}
+
+// Heads [0, heads) of HS channels of `rows` rows `stride` apart, row r at position first + r,
+// rotated in place (kernels_cpu.hpp's rope_rotate).
+template <class Real>
+void rope_rotate(Real* x,  // (rows, stride)
+                 std::size_t rows, std::size_t stride, std::size_t heads, std::size_t HS, std::size_t first,
+                 const rope_params& theta, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the Llama CUDA kernels are instantiated for float only");
+    cpu::detail::check_rope_heads(heads * HS, heads);
+    if (stride < heads * HS)
+        throw strata::error("rope_rotate (cuda): rows of stride " + std::to_string(stride) + " hold fewer than the " +
+                                std::to_string(heads * HS) + " channels to rotate",
+                            "pass the row stride of the buffer the heads live in");
+    if (heads * HS > 0xffffffffu || rows > 0x7fffffffu)
+        throw strata::error("rope_rotate (cuda): " + std::to_string(rows) + " rows of " + std::to_string(heads * HS) +
+                                " channels are beyond the kernel's 32-bit indices",
+                            "rotate fewer rows per call");
+    if (rows == 0) return;
+    rope_rotate_kernel<Real><<<static_cast<unsigned>(rows), detail::rope_threads, HS * sizeof(float), stream>>>(
+        x, stride, static_cast<unsigned>(heads), static_cast<unsigned>(HS), first, theta);
+    check_launch("llama rope_rotate");
 }
 
 // ---- swiglu ----

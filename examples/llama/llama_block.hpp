@@ -15,7 +15,9 @@
 //
 // The math lives in llama_block_body, with the five projections as its customization point:
 // llama_block makes each a plain trainable matmul; llama_lora_block.hpp puts LoRA adapters on
-// some of them over a frozen base, with the same forward and backward around them.
+// some of them over a frozen base, with the same forward and backward around them. Both decode
+// incrementally with a KV cache (strata's Decodes, nn/layer.hpp) for strata::generator: rope at
+// the absolute positions, a cache of the NKV key/value heads.
 
 // Backends: cpu_backend (any R) with this header alone; cuda_backend (float) where
 // llama_ops_cuda.hpp is included too and strata_llama_cuda_ops is linked.
@@ -173,6 +175,59 @@ public:
         op::residual_forward(s, out, a.res2, down, BT * C);
     }
 
+    // Incremental decoding (strata's Decodes, nn/layer.hpp): the cache row of position t is its
+    // rotated key | value, 2 KV channels (NKV heads: grouped-query attention keeps its small cache).
+    static size cache_floats(const llama_block_config& c, size max_seq) {
+        return max_seq * 2 * c.kv_heads() * c.head_size();
+    }
+    static size decode_workspace_floats(const llama_block_config& c, size n) {
+        // h1, o, res2, h2, down (5 nC) + rstd1, rstd2 + qkv + atty + gate, up, act
+        return n * (5 * c.n_embd + 2 + c.qkv_channels() + c.attn_channels() + 3 * c.hidden);
+    }
+
+    // forward's math on n new rows at positions pos .. pos + n - 1 (project as in forward, for n rows
+    // of one sequence): q and k rotated at their absolute positions in the compact q|k|v (no
+    // expansion of the key/value heads), the new keys and values stored in the cache, attention
+    // against the cache by ops<B>::attention_decode.
+    template <class Project>
+    void decode(stream& s, const R* p, R* out, const R* inp, R* cache, R* workspace, size pos, size n,
+                Project&& project) const {
+        const auto& c = m_config;
+        const size C = c.n_embd, H = c.hidden, NH = c.n_head, NKV = c.kv_heads(), HS = c.head_size(),
+                   A = c.attn_channels(), KV = NKV * HS, QKV = c.qkv_channels();
+        R* w = workspace;
+        auto take = [&](size count) {
+            R* q = w;
+            w += count;
+            return q;
+        };
+        R* h1 = take(n * C);
+        R* rstd1 = take(n);
+        R* qkv = take(n * QKV);
+        R* atty = take(n * A);
+        R* o = take(n * C);
+        R* res2 = take(n * C);
+        R* h2 = take(n * C);
+        R* rstd2 = take(n);
+        R* gate = take(n * H);
+        R* up = take(n * H);
+        R* act = take(n * H);
+        R* down = take(n * C);
+        lop::rmsnorm_forward(s, h1, rstd1, inp, p + m_offset[ln1], 1, n, C, c.norm_eps);
+        project(llama_projection::qkv, qkv, h1);
+        lop::rope_rotate(s, qkv, n, QKV, NH + NKV, HS, pos, c.rope_theta);        // q and k heads
+        op::copy_rows(s, cache + pos * 2 * KV, 2 * KV, qkv + A, QKV, n, 2 * KV);  // k | v of the new rows
+        op::attention_decode(s, atty, qkv, QKV, static_cast<const R*>(cache), pos, n, NH, NKV, HS);
+        project(llama_projection::o, o, atty);
+        op::residual_forward(s, res2, inp, o, n * C);
+        lop::rmsnorm_forward(s, h2, rstd2, res2, p + m_offset[ln2], 1, n, C, c.norm_eps);
+        project(llama_projection::gate, gate, h2);
+        project(llama_projection::up, up, h2);
+        lop::swiglu_forward(s, act, gate, up, n * H);
+        project(llama_projection::down, down, act);
+        op::residual_forward(s, out, res2, down, n * C);
+    }
+
     // dgain1, dgain2: where the RMSNorm gains' gradients accumulate (C each; scratch when frozen).
     template <class ProjectBackward, class WantedBelow>
     void backward(stream& s, const R* p, R* dgain1, R* dgain2, R* dinp, const R* dout, const R* acts, const R* inp,
@@ -319,6 +374,16 @@ public:
         m_body.forward(s, p, out, acts, inp, workspace, Bn, T, [&](llama_projection k, R* y, const R* x) {
             const auto [in, out_features] = m_body.config().projection_shape(k);
             op::matmul_forward(s, y, x, p + m_body.weight(k), m_body.bias(p, k), Bn, T, in, out_features);
+        });
+    }
+
+    // Incremental decoding (strata's Decodes): see llama_block_body::decode.
+    static size cache_floats(const config_type& c, size max_seq) { return body::cache_floats(c, max_seq); }
+    static size decode_workspace_floats(const config_type& c, size n) { return body::decode_workspace_floats(c, n); }
+    void decode(stream& s, const R* p, R* out, const R* inp, R* cache, R* workspace, size pos, size n) const {
+        m_body.decode(s, p, out, inp, cache, workspace, pos, n, [&](llama_projection k, R* y, const R* x) {
+            const auto [in, out_features] = m_body.config().projection_shape(k);
+            op::matmul_forward(s, y, x, p + m_body.weight(k), m_body.bias(p, k), 1, n, in, out_features);
         });
     }
 

@@ -181,6 +181,28 @@ public:
         });
     }
 
+    // Incremental decoding (strata's Decodes): the plain block's cache and decode, an adapted
+    // projection computed as in forward with scratch after the body's: xa (n, r) and the low-rank
+    // product (n, widest projection).
+    static size cache_floats(const config_type& c, size max_seq) { return body::cache_floats(c.base, max_seq); }
+    static size decode_workspace_floats(const config_type& c, size n) {
+        const size widest = std::max({c.base.qkv_channels(), c.base.n_embd, c.base.hidden});
+        return body::decode_workspace_floats(c.base, n) + n * (c.rank + widest);
+    }
+    void decode(stream& s, const R* p, R* out, const R* x, R* cache, R* work, size pos, size n) const {
+        R* xa = work + body::decode_workspace_floats(m_c.base, n);  // (n, r)
+        R* low = xa + n * m_c.rank;                                 // (n, widest)
+        m_body.decode(s, p, out, x, cache, work, pos, n, [&](llama_projection k, R* y, const R* in) {
+            const auto [n_in, n_out] = m_c.base.projection_shape(k);
+            const adapter& a = m_adapter[index(k)];
+            if (a.on)
+                lora::lora_forward<Bk>(s, y, xa, low, in, p + m_body.weight(k), m_body.bias(p, k), p + a.A, p + a.B, 1,
+                                       n, n_in, n_out, m_c.rank, m_c.scaling());
+            else
+                op::matmul_forward(s, y, in, p + m_body.weight(k), m_body.bias(p, k), 1, n, n_in, n_out);
+        });
+    }
+
     void backward(stream& s, const R* p, R* g, R* dinp, const R* dout, const R* acts, const R* x, R* work, size Bn,
                   size T) const {
         R* dxa = work + plain_workspace(m_c, Bn, T);    // (B, T, r)

@@ -41,6 +41,12 @@ struct llama_ops<strata::cpu_backend> {
     static void rope_backward(stream& s, R* dqkv, const R* dout, size B, size T, size C, size NH, const kernels::rope_params& theta) {
         s.enqueue([=] { kernels::cpu::rope_backward(dqkv, dout, B, T, C, NH, theta); }, "rope_backward");
     }
+    // Decoding: heads [0, heads) of `rows` rows `stride` apart rotated in place, row r at position first + r.
+    template <class R>
+    static void rope_rotate(stream& s, R* x, size rows, size stride, size heads, size HS, size first,
+                            const kernels::rope_params& theta) {
+        s.enqueue([=] { kernels::cpu::rope_rotate(x, rows, stride, heads, HS, first, theta); }, "rope_rotate");
+    }
     template <class R>
     static void expand_kv_forward(stream& s, R* out, const R* qkv, size B, size T, size NH, size NKV, size HS) {
         s.enqueue([=] { kernels::cpu::expand_kv_forward(out, qkv, B, T, NH, NKV, HS); }, "expand_kv_forward");

@@ -34,6 +34,12 @@ void cuda_ops::rope_backward(stream& s, float* dqkv, const float* dout, size B, 
     gpu::rope_backward(dqkv, dout, B, T, C, NH, theta, s.native());
 }
 
+void cuda_ops::rope_rotate(stream& s, float* x, size rows, size stride, size heads, size HS, size first,
+                           const kernels::rope_params& theta) {
+    trace_span span(s, "rope_rotate");
+    gpu::rope_rotate(x, rows, stride, heads, HS, first, theta, s.native());
+}
+
 void cuda_ops::expand_kv_forward(stream& s, float* out, const float* qkv, size B, size T, size NH, size NKV, size HS) {
     trace_span span(s, "expand_kv_forward");
     gpu::expand_kv_forward(out, qkv, B, T, NH, NKV, HS, s.native());

@@ -35,6 +35,8 @@ struct llama_ops<strata::cuda_backend> {
                              const kernels::rope_params& theta);
     static void rope_backward(stream& s, float* dqkv, const float* dout, size B, size T, size C, size NH,
                               const kernels::rope_params& theta);
+    static void rope_rotate(stream& s, float* x, size rows, size stride, size heads, size HS, size first,
+                            const kernels::rope_params& theta);
     static void expand_kv_forward(stream& s, float* out, const float* qkv, size B, size T, size NH, size NKV, size HS);
     static void expand_kv_backward(stream& s, float* dqkv, const float* dout, size B, size T, size NH, size NKV,
                                    size HS);

@@ -17,7 +17,6 @@
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
 #include "../common/run_checks.hpp"     // validators, check_resume_options, require_saveable_loss, interrupt_guard
 #include "../common/run_directory.hpp"  // run_lock, probe_writable, check_outputs, write_latest
-#include "generate.hpp"     // llama::generator
 #include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
 #include "llama_lora_model.hpp"  // llama::llama_lora_model, make_llama_lora_model, upload_base_weights
 #include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
@@ -523,11 +522,11 @@ int run_sample(const sample_args& a) {
     const std::vector<token_id> prompt = std::visit([&](const auto& t) { return data::encode_document(t, a.prompt); }, tok);
     const sample_options so{.max_new_tokens = a.tokens, .temperature = a.temperature, .top_k = a.top_k,
                             .seed = a.seed, .bos = std::visit([](const auto& t) { return t.eot_id(); }, tok)};
-    // Only the device tier is used: the weights, the activations of one max_seq context.
-    const tier_options tiers{.device_bytes = physical_memory_bytes() / 4, .host_bytes = physical_memory_bytes() / 4};
-    return on_backend(examples::use_cuda(a.device, "strata-llama"), tiers, [&]<class B>(B& backend) {
+    // The weights and the KV cache live in the device tier (the tiers' default budgets).
+    return on_backend(examples::use_cuda(a.device, "strata-llama"), tier_options{}, [&]<class B>(B& backend) {
         const auto model = llama::make_llama_model<B>(loaded.config);
-        llama::generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
+        generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
+        loaded.blocks = {};  // uploaded: the host copy is not needed again
         const auto ids = gen.generate(prompt, so);
         std::cout << a.prompt << std::visit([&](const auto& t) { return t.decode(ids); }, tok) << std::endl;
         return 0;
@@ -605,7 +604,7 @@ int run_score(const score_args& a) {
     const tier_options tiers{.device_bytes = physical_memory_bytes() / 4, .host_bytes = physical_memory_bytes() / 4};
     return on_backend(examples::use_cuda(a.device, "strata-llama"), tiers, [&]<class B>(B& backend) {
         const auto model = llama::make_scoring_model<B>(loaded.config, ids.size());
-        llama::generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
+        generator<llama::llama_model<B>> gen(backend, model, loaded.blocks);
         const auto scores = llama::score_tokens(gen, ids, loaded.config.vocab);
         llama::write_scores(a.out, scores);
         print_line("scored " + std::to_string(ids.size()) + " tokens: mean next-token loss " + format_loss(scores.loss) +

@@ -6,17 +6,18 @@
 //   loss        F64 (1)      the mean next-token cross-entropy over the T - 1 predictions,
 //                            mean_t [logsumexp(logits[t]) - logits[t][ids[t + 1]]], in double
 //
-// The logits are the generator's forward (generate.hpp) on the model's backend, all T rows read
-// from one forward: the model is built with an LM head chunk of T rows (make_scoring_model).
+// The logits are strata::generator's full forward (all_logits, strata/model/generator.hpp) on the
+// model's backend, all T rows read from one forward: the model is built with an LM head chunk of T
+// rows (make_scoring_model).
 //
 // Glossary: T tokens, V vocab.
 #pragma once
 
-#include "generate.hpp"     // llama::generator
 #include "llama_model.hpp"  // llama::llama_config, llama_model
 
 #include <strata/core/error.hpp>      // strata::error
 #include <strata/io/safetensors.hpp>  // strata::safetensors_writer
+#include <strata/model/generator.hpp>  // strata::generator
 #include <strata/text/tokenizer.hpp>  // strata::token_id
 
 #include <algorithm>   // std::max, std::max_element
@@ -62,7 +63,7 @@ inline double next_token_loss(std::span<const float> logits, std::span<const std
 // The scores of `ids` (2 <= T <= the model's context) with the generator's model, which must come
 // from make_scoring_model(config, T) or a larger chunk.
 template <class Model>
-token_scores score_tokens(generator<Model>& gen, std::span<const strata::token_id> ids, std::size_t vocab) {
+token_scores score_tokens(strata::generator<Model>& gen, std::span<const strata::token_id> ids, std::size_t vocab) {
     if (ids.size() < 2)
         throw strata::error("score: " + std::to_string(ids.size()) + " token(s); a next-token loss needs at least 2",
                             "score a longer text");

@@ -160,6 +160,7 @@ refuses "--stop-at 5" "$gpt" train "${tiny[@]}" --steps 2 --stop-at 5 --out "$wo
 refuses "--threads 100000" "$gpt" train "${tiny[@]}" --steps 2 --threads 100000 --out "$work/x"
 refuses "--max-new-tokens" timeout 20 "$gpt" sample --checkpoint "$work/full/step-000004" --prompt x --max-new-tokens -5
 refuses "--top-k" timeout 20 "$gpt" sample --checkpoint "$work/full/step-000004" --prompt x --top-k -1
+refuses "--device must be cpu, cuda or auto" timeout 20 "$gpt" sample --checkpoint "$work/full/step-000004" --prompt x --device tpu
 refuses "--device-budget" "$gpt" train "${tiny[@]}" --steps 2 --device-budget nan --out "$work/x"
 # a library error names its settings; the program shows its own flags for them
 refuses "the flags for that: --batch, --seq-len" "$gpt" train "${tiny[@]}" --steps 2 --device-budget 64K --out "$work/x"
@@ -298,6 +299,10 @@ grep -q "^This License" "$work/demo.log" || fail "the demo printed no sample: $(
   --eval-every 0 --save-every 0 --out "$work/learn" > "$work/learn.log" || fail "learning run: $(tail -3 "$work/learn.log")"
 cont=$("$gpt" sample --checkpoint "$work/learn" --prompt "the quick brown" --max-new-tokens 24 --temperature 0)
 [[ "$cont" == "the quick brown fox jumps over the lazy"* ]] || fail "greedy continuation of a learned text: $cont"
+# --device cpu gives the same greedy text (with a GPU, the default above ran on CUDA: the acceptance
+# check that generation on the GPU is the CPU's)
+cpu_cont=$("$gpt" sample --checkpoint "$work/learn" --prompt "the quick brown" --max-new-tokens 24 --temperature 0 --device cpu)
+[[ "$cpu_cont" == "$cont" ]] || fail "greedy continuation on --device cpu '$cpu_cont' differs from the default device's '$cont'"
 # a Hugging Face tokenizer.json (hf:DIR): the checkpoint keeps it, records the kind, and sample
 # finds it again; a tokenizer.json strata does not implement is refused naming the field
 hf_fixtures="$(cd "$(dirname "$0")/../fixtures/hf_tokenizers" && pwd)"

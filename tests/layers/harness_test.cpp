@@ -1,14 +1,15 @@
 // The layer harness checks itself: a correct layer passes every check, and each way of breaking
 // the contract (a wrong gradient, overwriting instead of accumulating, backward reading scratch
-// that forward left behind, touching dinp when it is null, writing a frozen tensor's gradient) fails
-// the check meant to catch it.
+// that forward left behind, touching dinp when it is null, writing a frozen tensor's gradient, a
+// decode that forgets its cache or reads a cache row nobody stored) fails the check meant to catch it.
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, STRATA_TESTS_WITH_CUDA
 
 #include <strata/nn/cpu_ops.hpp>             // ops<cpu_backend>
+#include <strata/nn/gpt2_block.hpp>          // gpt2_block (the decoding controls)
 #include <strata/nn/layer.hpp>               // Layer, check_layer, sizes_of
-#include <strata/testing/layer_harness.hpp>  // check_gradients, check_checkpointing, check_backend_parity
+#include <strata/testing/layer_harness.hpp>  // check_gradients, check_checkpointing, check_backend_parity, check_decoding
 
-#include <doctest/doctest.h>  // TEST_CASE, CHECK, CHECK_MESSAGE
+#include <doctest/doctest.h>  // TEST_CASE, CHECK, CHECK_MESSAGE, MESSAGE
 
 #include <cstddef>  // std::size_t
 #include <vector>   // std::vector
@@ -235,6 +236,39 @@ TEST_CASE("layer harness: a wholly frozen layer passes, also with dparams = null
     const auto k = testing::check_checkpointing<frozen_weight_linear>(c, 2, 3);
     CHECK_MESSAGE(k.ok(), k.describe());
     CHECK(k.describe().find("dinp with dparams = null") != std::string::npos);
+}
+
+// Decoding that breaks the contract: GPT-2's block with its decode wrapped (C = 8, the test's).
+// forgets_cache: every call decodes as if it were the first (pos 0), so a row sees only its own
+// piece; reads_ahead: also adds the cache row after its own rows, which nobody stored yet.
+enum class decode_flaw { forgets_cache, reads_ahead };
+template <decode_flaw F>
+struct flawed_decoder {
+    template <class R, class B>
+    struct layer : gpt2_block<R, B> {
+        static constexpr std::size_t C = 8;
+        using gpt2_block<R, B>::gpt2_block;
+        static std::size_t cache_floats(const gpt_config&, std::size_t max_seq) { return (max_seq + 1) * 2 * C; }
+        void decode(typename B::stream& s, const R* p, R* out, const R* inp, R* cache, R* w, std::size_t pos,
+                    std::size_t n) const {
+            gpt2_block<R, B>::decode(s, p, out, inp, cache, w, F == decode_flaw::forgets_cache ? 0 : pos, n);
+            if constexpr (F == decode_flaw::reads_ahead)
+                ops<B>::add_inplace(s, out, static_cast<const R*>(cache + (pos + n) * 2 * C), C);
+        }
+    };
+};
+
+TEST_CASE("layer harness: a decode that forgets its cache, or reads a row nobody stored, fails check_decoding") {
+    const gpt_config c{.vocab_size = 5, .max_seq = 6, .n_layer = 1, .n_head = 2, .n_embd = 8};
+    const auto good = testing::check_decoding<gpt2_block>(c, 6);
+    CHECK_MESSAGE(good.ok(), good.describe());
+    const auto forgets = testing::check_decoding<flawed_decoder<decode_flaw::forgets_cache>::layer>(c, 6);
+    CHECK_FALSE(forgets.ok());
+    CHECK(forgets.tensors.front().ok);  // the prompt at position 0 is still right
+    MESSAGE(forgets.describe());
+    const auto ahead = testing::check_decoding<flawed_decoder<decode_flaw::reads_ahead>::layer>(c, 6);
+    CHECK_FALSE(ahead.ok());
+    CHECK(ahead.describe().find("nan") != std::string::npos);  // the unstored row is NaN
 }
 
 TEST_CASE("layer harness: reports say SKIPPED where the other backend has no hardware") {

@@ -203,6 +203,48 @@ TEST_CASE("llama cuda rope with llama3 frequencies matches the CPU") {
     }
 }
 
+TEST_CASE("llama cuda rope_rotate (decoding) matches the CPU in place at absolute positions; position 0 bit for bit") {
+    if (skip_without_gpu()) return;
+    // Threshold 1e-6, as rope_forward: the same angle, cos and sin in double rounded to float, and
+    // two products and a sum per element (an FMA on the GPU). At position 0 (cos 1, sin 0) and in
+    // the channels it leaves alone (v, the spare channel of a strided row) both sides are exact.
+    test_stream stream;
+    std::uint32_t seed = 260;
+    const llama::kernels::rope_params plain(10000.0), llama31(500000.0, 8.0, 1.0, 4.0, 8192.0);
+    struct rotate_shape {
+        std::size_t rows, heads, HS, first;
+        llama::kernels::rope_params rope;
+    };
+    // a prompt from position 0 (GQA: 6 + 2 heads of 4), one row at position 1000, Llama 3.1's 40 heads of 128
+    for (const auto& [rows, heads, HS, first, rope] :
+         {rotate_shape{7, 8, 4, 0, plain}, rotate_shape{1, 8, 4, 1000, plain}, rotate_shape{3, 40, 128, 4093, llama31}}) {
+        CAPTURE(rows);
+        CAPTURE(heads);
+        CAPTURE(first);
+        const std::size_t stride = heads * HS + 2 * HS + 1;  // rotated heads, then v heads, then one spare
+        const auto x = random_floats(rows * stride, ++seed);
+        std::vector<float> want = x;
+        cpu::rope_rotate(want.data(), rows, stride, heads, HS, first, rope);
+        device_buffer<float> d_x(x);
+        gpu::rope_rotate(d_x.get(), rows, stride, heads, HS, first, rope, stream);
+        const auto got = d_x.download();
+        const auto e = normalized_error(got, want);
+        CHECK_MESSAGE(e.error < 1e-6, e.describe("rotated rows"));
+        for (std::size_t r = 0; r < rows; ++r) {
+            const auto row = [&](const std::vector<float>& v, std::size_t from, std::size_t to) {
+                return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(r * stride + from),
+                                          v.begin() + static_cast<std::ptrdiff_t>(r * stride + to));
+            };
+            const auto kept = first_difference(row(got, heads * HS, stride), row(x, heads * HS, stride), "kept channels");
+            CHECK_MESSAGE(kept.empty(), kept);
+            if (first + r == 0) {
+                const auto at_zero = first_difference(row(got, 0, stride), row(want, 0, stride), "position 0");
+                CHECK_MESSAGE(at_zero.empty(), at_zero);
+            }
+        }
+    }
+}
+
 TEST_CASE("llama cuda expand_kv forward and backward match the CPU bit for bit") {
     if (skip_without_gpu()) return;
     // Copies forward; backward adds each group's heads in head order in float, as the CPU does,

@@ -5,8 +5,9 @@
 
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector
 
-#include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE
+#include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE
 
+#include <algorithm>  // std::copy_n
 #include <cmath>    // std::sqrt, std::exp, std::cos, std::sin, std::pow
 #include <cstddef>  // std::size_t
 #include <numeric>  // std::inner_product
@@ -131,6 +132,32 @@ TEST_CASE("rope refuses heads of an odd size, with a hint") {
     std::vector<double> x(B * T * 3 * 9), y(x.size());
     CHECK_THROWS_WITH_AS(rope_forward(y.data(), x.data(), B, T, 9, 3, theta),
                          doctest::Contains("heads of an even size"), strata::error);
+}
+
+TEST_CASE_TEMPLATE("rope_rotate (decoding) gives rope_forward's bits at the same absolute positions, in place, in any "
+                   "row layout", Real, float, double) {
+    // One sequence of T2 positions (B = 1), 3 heads of 4, llama3 frequencies: rope_forward rotates
+    // the whole (T2, 3C) qkv; rope_rotate rotates rows first .. T2 - 1 of a compact copy (the q and
+    // k heads, then v, with one spare channel per row: stride 3C + 1) starting at position `first`.
+    constexpr std::size_t T2 = 9, NH2 = 3, HS = 4, C2 = NH2 * HS, first = 4, stride = 3 * C2 + 1;
+    const llama::kernels::rope_params rope(100.0, 8.0, 1.0, 4.0, 4.0);
+    const auto qkv = random_vector<Real>(T2 * 3 * C2, 61);
+    std::vector<Real> rotated(qkv.size());
+    rope_forward(rotated.data(), qkv.data(), 1, T2, C2, NH2, rope);
+    std::vector<Real> rows((T2 - first) * stride, Real(7));
+    for (std::size_t r = 0; r < T2 - first; ++r)
+        std::copy_n(qkv.begin() + static_cast<std::ptrdiff_t>((first + r) * 3 * C2), 3 * C2, rows.begin() + static_cast<std::ptrdiff_t>(r * stride));
+    rope_rotate(rows.data(), T2 - first, stride, 2 * NH2, HS, first, rope);
+    for (std::size_t r = 0; r < T2 - first; ++r) {
+        for (std::size_t c = 0; c < 3 * C2; ++c) {
+            INFO("row " << first + r << ", channel " << c);
+            CHECK(rows[r * stride + c] == rotated[(first + r) * 3 * C2 + c]);  // bitwise: q, k rotated, v kept
+        }
+        CHECK(rows[r * stride + 3 * C2] == Real(7));  // the spare channel untouched
+    }
+    CHECK_THROWS_WITH_AS(rope_rotate(rows.data(), 1, 5, 2, 3, 0, rope), doctest::Contains("heads of an even size"),
+                         strata::error);
+    CHECK_THROWS_WITH_AS(rope_rotate(rows.data(), 1, 7, 2, 4, 0, rope), doctest::Contains("stride 7"), strata::error);
 }
 
 constexpr std::size_t N = 37;

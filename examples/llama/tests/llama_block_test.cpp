@@ -12,7 +12,10 @@
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE, MESSAGE
 
-#include <cstddef>  // std::size_t
+#include <cstddef>      // std::size_t
+#include <string>       // std::string
+#include <type_traits>  // std::is_same_v
+#include <utility>      // std::pair
 
 namespace llama_block_test {  // this file's names: an area's files compile as one unit (unity build)
 
@@ -71,6 +74,33 @@ TEST_CASE("llama block: FLOPs are the five GEMMs and attention's two T x T produ
     const double BT = B * T, C = 8, H = 12;
     const double gemms = 2 * BT * (C * 3 * C + C * C + 2 * C * H + H * C);
     CHECK(llama_block<float, strata::cpu_backend>::flops(tiny, B, T) == gemms + 4.0 * B * T * T * C);
+}
+
+// Decoding with a KV cache (strata's Decodes): a prompt, single rows and a rewind against forward's
+// rows, multi-head and the family's shapes: grouped-query attention (its compact cache), q/k/v
+// biases, a head size of its own, llama3 rope at absolute positions up to 10.
+static_assert(strata::check_decodes<llama_block<float, strata::cpu_backend>>());
+const llama_block_config family{.n_embd = 16,
+                                .n_head = 6,
+                                .hidden = 24,
+                                .rope_theta = {100.0, 8.0, 1.0, 4.0, 4.0},
+                                .n_kv_head = 2,
+                                .head_dim = 4,
+                                .qkv_bias = true};
+
+TEST_CASE_TEMPLATE("llama block decodes with a KV cache: forward's rows, MHA and GQA + biases + head_dim + llama3 rope",
+                   Bk, STRATA_TEST_BACKENDS) {
+    for (const auto& [name, c] : {std::pair{std::string("multi-head"), tiny}, std::pair{std::string("family"), family}}) {
+        INFO(name);
+        const auto f = st::check_decoding<llama_block, float, Bk>(c, 11);
+        if (f.skipped) strata::test::skip(f.describe());
+        CHECK_MESSAGE(f.ok(), f.describe());
+        MESSAGE(name << " on " << Bk::name << ": largest |decode - forward| / max |forward| " << f.worst_error());
+        if constexpr (std::is_same_v<Bk, strata::cpu_backend>) {
+            const auto d = st::check_decoding<llama_block, double>(c, 11);
+            CHECK_MESSAGE(d.ok(), d.describe());
+        }
+    }
 }
 
 #ifdef STRATA_TESTS_WITH_CUDA

@@ -94,6 +94,18 @@ TEST_CASE_TEMPLATE("llama_lora_block: recomputed forward + backward equals plain
     }
 }
 
+static_assert(strata::check_decodes<llama_lora_block<float, strata::cpu_backend>>());
+
+TEST_CASE_TEMPLATE("llama_lora_block decodes with a KV cache: forward's rows with the adapters on", Bk,
+                   STRATA_TEST_BACKENDS) {
+    for (const auto& c : {all_five, down_only}) {
+        CAPTURE(c.targets.size());
+        const auto f = st::check_decoding<llama_lora_block, float, Bk>(c, 9);
+        if (f.skipped) strata::test::skip(f.describe());
+        CHECK_MESSAGE(f.ok(), f.describe());
+    }
+}
+
 TEST_CASE("llama_lora_block: freshly initialized (B = 0), its output is llama_block's, bitwise") {
     using lora_block = llama_lora_block<float, strata::cpu_backend>;
     using plain_block = llama_block<float, strata::cpu_backend>;

@@ -1,9 +1,10 @@
 // The Llama model (llama_model.hpp): its final norm against the layer contract, training with
 // strata's trainers (loss falls; streamed == resident bit for bit: losses, gradient norms,
 // weights, AdamW m and v), its Hugging Face files (names, layouts, config; export -> load is
-// bitwise; a trainer checkpoint is such a directory), and generation with the model's forward.
+// bitwise; a trainer checkpoint is such a directory), and generation with a KV cache against the
+// model's forward (and, with CUDA, against the CPU).
 // Every backend of the build; CUDA cases skip, visibly, without a GPU.
-#include "../generate.hpp"     // llama::generator
+#include "../llama_lora_model.hpp"  // llama::llama_lora_model (generation with adapters)
 #include "../llama_model.hpp"  // llama::llama_model, rmsnorm_layer, write_model_files, load_llama_files
 #ifdef STRATA_TESTS_WITH_CUDA
 #include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
@@ -12,6 +13,7 @@
 
 #include <strata/io/json_file.hpp>           // strata::read_json_file
 #include <strata/io/safetensors.hpp>         // strata::safetensors_file
+#include <strata/model/generator.hpp>        // strata::generator
 #include <strata/nn/layer.hpp>               // strata::check_layer
 #include <strata/strata.hpp>                 // tier_options, cpu_backend
 #include <strata/testing/layer_harness.hpp>  // strata::testing::check_*
@@ -24,9 +26,12 @@
 
 #include <algorithm>   // std::fill, std::max, std::max_element
 #include <cmath>       // std::exp, std::log
+#include <cstdint>     // std::uint64_t
 #include <cstring>     // std::memcmp
 #include <filesystem>  // std::filesystem
+#include <span>        // std::span
 #include <string>      // std::string
+#include <utility>     // std::pair
 #include <vector>      // std::vector
 
 namespace llama_model_test {  // this file's names: an area's files compile as one unit (unity build)
@@ -365,7 +370,7 @@ TEST_CASE_TEMPLATE("llama model: generation reads the last position's logits of 
     resident_t<B> t(*made, model, o);
     t.initialize(5);
     for (int s = 0; s < 40; ++s) t.step(micro_batches(s, o.accum, o.batch, o.seq));
-    llama::generator<llama_model<B>> gen(*made, model, download_blocks(t, resident_t<B>::state_kind::params));
+    generator<llama_model<B>> gen(*made, model, download_blocks(t, resident_t<B>::state_kind::params));
 
     // The loss of one target at the last position, through the trainer's evaluate (a 2 x 8
     // batch, every other target ignored), is -log softmax of the generator's logits there.
@@ -375,13 +380,17 @@ TEST_CASE_TEMPLATE("llama model: generation reads the last position's logits of 
     std::fill(b.targets.begin(), b.targets.end(), kernels::cpu::ignore_index);
     b.targets[o.seq - 1] = target;
     const double evaluated = t.evaluate(std::vector<data::batch>{b});
-    const auto logits = gen.next_logits(context);
-    double top = logits[0], sum = 0;
-    for (float x : logits) top = std::max(top, static_cast<double>(x));
-    for (float x : logits) sum += std::exp(static_cast<double>(x) - top);
-    const double from_logits = top + std::log(sum) - logits[target];
-    MESSAGE("loss at the last position: evaluate " << evaluated << ", from the generator's logits " << from_logits);
-    CHECK(from_logits == doctest::Approx(evaluated).epsilon(1e-5));
+    const auto loss_of = [&](const std::vector<float>& logits) {
+        double top = logits[0], sum = 0;
+        for (float x : logits) top = std::max(top, static_cast<double>(x));
+        for (float x : logits) sum += std::exp(static_cast<double>(x) - top);
+        return top + std::log(sum) - logits[target];
+    };
+    const double uncached = loss_of(gen.logits_uncached(context)), cached = loss_of(gen.prefill(context));
+    MESSAGE("loss at the last position: evaluate " << evaluated << ", from the generator's logits " << uncached
+                                                   << " (full forward), " << cached << " (KV cache)");
+    CHECK(uncached == doctest::Approx(evaluated).epsilon(1e-5));
+    CHECK(cached == doctest::Approx(evaluated).epsilon(1e-5));
 
     // The model learned target = (5 x + 2) mod 29 of the last token: greedy decoding follows it.
     const std::vector<token_id> prompt{3, 17, 4};
@@ -525,6 +534,121 @@ TEST_CASE_TEMPLATE("llama family: a GQA + bias + llama3 model trains, streamed =
     check_equal(resident, streamed);
     CHECK(resident.losses.back() < resident.losses.front());
 }
+
+// ---- generation with a KV cache, the family's shapes ----
+
+// Weights far from flat (N(0, 0.3), gains 1), so a wrong cache row, position or head shows.
+template <class Model>
+host_blocks<float> varied_weights(const Model& model, std::uint64_t seed) {
+    rng gen(seed);
+    host_blocks<float> blocks;
+    for (const auto& g : model.groups()) {
+        blocks.emplace_back(g.numel(), 0.0f);
+        for (const auto& slot : g.slots())
+            for (std::size_t i = 0; i < slot.spec.shape.numel(); ++i)
+                blocks.back()[slot.offset + i] =
+                    !slot.spec.decay && slot.spec.name.ends_with("weight") ? 1.0f : static_cast<float>(gen.normal(0.0, 0.3));
+    }
+    return blocks;
+}
+
+double relative_difference(const std::vector<float>& x, const std::vector<float>& ref) {
+    double worst = 0, scale = 1;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(x[i]) - ref[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
+    }
+    return worst / scale;
+}
+
+// The shapes: multi-head tied (tiny); Qwen2's GQA + q/k/v biases + head_dim + untied head; Llama
+// 3.1's GQA + llama3 rope (no biases: the two do not go together in one architecture).
+std::vector<std::pair<std::string, llama_config>> generation_shapes() {
+    auto llama31 = qwen;
+    llama31.qkv_bias = false;
+    llama31.arch = llama::llama_arch::llama;
+    llama31.rope_theta = 100.0;
+    llama31.rope_factor = 8.0;
+    llama31.rope_original_max = 4;
+    return {{"multi-head", tiny}, {"GQA + biases + head_dim + untied head", qwen}, {"GQA + llama3 rope", llama31}};
+}
+
+TEST_CASE_TEMPLATE("llama family: KV-cached logits are the model's forward at every position; greedy past the context "
+                   "is the argmax of the forward",
+                   B, STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    for (const auto& [name, c] : generation_shapes()) {
+        INFO(name);
+        const auto model = llama::make_llama_model<B>(c);
+        generator<llama_model<B>> gen(*made, model, varied_weights(model, 3));
+        static_assert(generator<llama_model<B>>::cached);
+        const std::vector<token_id> tokens{3, 17, 4, 28, 0, 9, 9, 21};  // the whole context (8)
+        double worst = 0;
+        for (std::size_t t = 0; t < tokens.size(); ++t)
+            worst = std::max(worst, relative_difference(gen.feed(tokens[t]),
+                                                        gen.logits_uncached(std::span(tokens).first(t + 1))));
+        MESSAGE(name << " on " << B::name << ": largest |cached - forward| / max |logit| " << worst);
+        CHECK(worst < 1e-5);  // the same ops on one row, attention summed in another order: a few ulps
+
+        // greedy, 12 tokens after a prompt of 3: the window slides after 5
+        const std::vector<token_id> prompt{3, 17, 4};
+        const auto greedy = gen.generate(prompt, {.max_new_tokens = 12, .temperature = 0});
+        std::vector<token_id> context = prompt;
+        for (std::size_t i = 0; i < greedy.size(); ++i) {
+            const auto window = std::span<const token_id>(context).last(std::min(context.size(), c.max_seq));
+            const auto z = gen.logits_uncached(window);
+            CHECK(greedy[i] == static_cast<token_id>(std::max_element(z.begin(), z.end()) - z.begin()));
+            context.push_back(greedy[i]);
+        }
+    }
+}
+
+TEST_CASE_TEMPLATE("llama family: a LoRA model decodes with the adapters, its KV-cached logits are its forward's", B,
+                   STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>(tiers());
+    if (!made) return;
+    const llama::llama_lora_config lc{.base = qwen.block(), .rank = 2, .alpha = 3.0};
+    const llama::llama_lora_model<B> model(qwen.decoder(), lc, qwen.norm());
+    generator<llama::llama_lora_model<B>> gen(*made, model, varied_weights(model, 4));  // adapters B != 0
+    const std::vector<token_id> tokens{1, 2, 3, 5, 8, 13, 21, 5};
+    const auto prompt = std::span<const token_id>(tokens).first(5);
+    double worst = relative_difference(gen.prefill(prompt), gen.logits_uncached(prompt));
+    for (std::size_t t = 5; t < tokens.size(); ++t)
+        worst = std::max(worst, relative_difference(gen.feed(tokens[t]), gen.logits_uncached(std::span(tokens).first(t + 1))));
+    CHECK(worst < 1e-5);
+}
+
+#ifdef STRATA_TESTS_WITH_CUDA
+TEST_CASE("llama family: CUDA generation follows the CPU's: cached logits at every position, the same greedy text") {
+    auto gpu = test::make_backend<cuda_backend>(tiers());
+    if (!gpu) return;
+    cpu_backend cpu(tiers());
+    for (const auto& [name, shape] : generation_shapes()) {
+        INFO(name);
+        auto c = shape;
+        c.max_seq = 140;  // attention_decode's keys in two chunks of 128
+        const auto cpu_model = llama::make_llama_model<cpu_backend>(c);
+        const auto gpu_model = llama::make_llama_model<cuda_backend>(c);
+        const auto weights = varied_weights(cpu_model, 5);
+        generator<llama_model<cpu_backend>> on_cpu(cpu, cpu_model, weights);
+        generator<llama_model<cuda_backend>> on_gpu(*gpu, gpu_model, weights);
+        std::vector<token_id> tokens;
+        rng draw(6);
+        for (std::size_t i = 0; i < c.max_seq; ++i) tokens.push_back(static_cast<token_id>(draw.next_u64() % c.vocab));
+        const auto prompt = std::span<const token_id>(tokens).first(10);
+        // cuBLAS vs Eigen GEMMs, the kernels' other summation orders: ~1e-6 per op.
+        double worst = relative_difference(on_gpu.prefill(prompt), on_cpu.prefill(prompt));
+        for (std::size_t t = prompt.size(); t < tokens.size(); ++t)
+            worst = std::max(worst, relative_difference(on_gpu.feed(tokens[t]), on_cpu.feed(tokens[t])));
+        MESSAGE(name << ": largest |GPU - CPU| / max |logit| over 140 cached positions: " << worst);
+        CHECK(worst < 1e-4);
+        const std::vector<token_id> start(tokens.begin(), tokens.begin() + 4);
+        const sample_options greedy{.max_new_tokens = 150, .temperature = 0};  // slides past 140
+        CHECK(on_gpu.generate(start, greedy) == on_cpu.generate(start, greedy));
+    }
+}
+#endif
 
 TEST_CASE("llama config: a directory's architecture and token ids are written back as they were read") {
     auto mistral = tiny;

@@ -153,6 +153,9 @@ grep -q "1 layers, 4 heads (2 key/value) of 6, 16 channels" "$work/gqa-init.log"
   --out "$work/learned-gqa" > /dev/null
 ours=$("$llama" sample --checkpoint "$work/learned-gqa/step-000200" --prompt "the quick" --tokens 30 --temperature 0 --device cpu)
 [[ "$ours" == "the quick brown fox jumps over the lazy" ]] || fail "the GQA model did not learn the text: '$ours'"
+# --device auto (CUDA where there is a GPU) generates the same greedy text as the CPU
+auto_ours=$("$llama" sample --checkpoint "$work/learned-gqa/step-000200" --prompt "the quick" --tokens 30 --temperature 0 --device auto)
+[[ "$auto_ours" == "$ours" ]] || fail "greedy text on --device auto '$auto_ours' differs from --device cpu's '$ours'"
 if command -v python3 > /dev/null; then
   hf=$(python3 "$tool" "$work/learned-gqa/step-000200" "the quick" 30 2> "$work/hf-gqa.txt") ||
     fail "hf_llama_greedy.py (GQA): $(cat "$work/hf-gqa.txt")"

@@ -103,6 +103,22 @@ struct ops<cpu_backend> {
         s.enqueue([=] { kernels::cpu::attention_backward(dqkv, saved, dout, qkv, B, T, C, NH); }, "attention_backward");
     }
 
+    // Incremental decoding (generation): n new query rows at positions pos .. pos + n - 1 against a
+    // KV cache whose row t is key(t) | value(t), 2 NKV HS channels (kernels/cpu/attention_decode.hpp).
+    template <class R>
+    static void attention_decode(stream& s, R* out, const R* q, size q_stride, const R* kv, size pos, size n, size NH,
+                                 size NKV, size HS) {
+        s.enqueue([=] { kernels::cpu::attention_decode(out, q, q_stride, kv, pos, n, NH, NKV, HS); }, "attention_decode");
+    }
+    // rows x cols elements from rows src_stride apart to rows dst_stride apart (e.g. the new keys and
+    // values of a qkv buffer into a KV cache).
+    template <class R>
+    static void copy_rows(stream& s, R* dst, size dst_stride, const R* src, size src_stride, size rows, size cols) {
+        s.enqueue([=] {
+            for (size r = 0; r < rows; ++r) std::memcpy(dst + r * dst_stride, src + r * src_stride, cols * sizeof(R));
+        }, "copy_rows");
+    }
+
     template <class R>
     static void gelu_forward(stream& s, R* out, const R* inp, size N) {
         s.enqueue([=] { kernels::cpu::gelu_forward(out, inp, N); }, "gelu_forward");

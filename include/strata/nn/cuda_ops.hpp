@@ -65,6 +65,14 @@ struct ops<cuda_backend> {
     static void attention_backward(stream& s, float* dqkv, const float* saved, const float* dout, const float* out,
                                    const float* qkv, size B, size T, size C, size NH);
 
+    // Incremental decoding: n query rows at positions pos .. pos + n - 1 against a KV cache (row t =
+    // key(t) | value(t), 2 NKV HS channels), as kernels::cpu::attention_decode; no workspace.
+    static void attention_decode(stream& s, float* out, const float* q, size q_stride, const float* kv, size pos,
+                                 size n, size NH, size NKV, size HS);
+    // rows x cols floats from rows src_stride apart to rows dst_stride apart (one cudaMemcpy2DAsync).
+    static void copy_rows(stream& s, float* dst, size dst_stride, const float* src, size src_stride, size rows,
+                          size cols);
+
     static void gelu_forward(stream& s, float* out, const float* inp, size N);
     static void gelu_backward(stream& s, float* dinp, const float* dout, const float* inp, size N);
     static void residual_forward(stream& s, float* out, const float* a, const float* b, size N);

@@ -8,6 +8,7 @@
 #include <strata/backend/cuda/check.hpp>         // cuda::check
 #include <strata/kernels/cuda/adamw.cuh>         // adamw
 #include <strata/kernels/cuda/attention.cuh>     // attention_forward, attention_backward
+#include <strata/kernels/cuda/attention_decode.cuh>  // attention_decode
 #include <strata/kernels/cuda/cross_entropy.cuh> // cross_entropy_forward, cross_entropy_backward
 #include <strata/kernels/cuda/elementwise.cuh>   // add_inplace, scale_inplace, residual_forward, column_sum_accumulate, sum_of_squares
 #include <strata/kernels/cuda/embedding.cuh>     // embedding_forward, embedding_backward
@@ -179,6 +180,20 @@ void ops<cuda_backend>::attention_backward(stream& s, float* dqkv, const float* 
                                            const float* out, const float* qkv, size B, size T, size C, size NH) {
     cuda::trace_span span(s, "attention_backward");
     kernels::cuda::attention_backward(dqkv, saved, dout, out, qkv, B, T, C, NH, s.native());
+}
+
+void ops<cuda_backend>::attention_decode(stream& s, float* out, const float* q, size q_stride, const float* kv,
+                                         size pos, size n, size NH, size NKV, size HS) {
+    cuda::trace_span span(s, "attention_decode");
+    kernels::cuda::attention_decode(out, q, q_stride, kv, pos, n, NH, NKV, HS, s.native());
+}
+void ops<cuda_backend>::copy_rows(stream& s, float* dst, size dst_stride, const float* src, size src_stride,
+                                  size rows, size cols) {
+    cuda::trace_span span(s, "copy_rows");
+    if (rows && cols)
+        cuda::check(cudaMemcpy2DAsync(dst, dst_stride * sizeof(float), src, src_stride * sizeof(float),
+                                      cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, s.native()),
+                    "cudaMemcpy2DAsync (copy_rows)");
 }
 
 void ops<cuda_backend>::gelu_forward(stream& s, float* out, const float* inp, size N) {

@@ -4,7 +4,8 @@
 //   gpt_model<R, B> = decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>   (model/gpt.hpp)
 // Its backward runs llm.c's ops in llm.c's order and keeps the residual stream's gradient in the
 // caller's dinp (overwrites_dinp, nn/layer.hpp): no zero-fill of dinp, no add into it. It is the
-// base to copy for a variant of the block.
+// base to copy for a variant of the block. It decodes
+// incrementally with a KV cache (Decodes, nn/layer.hpp) for generation (model/generator.hpp).
 #pragma once
 
 #include <strata/backend/backend.hpp>      // Backend
@@ -89,6 +90,48 @@ public:
         op::gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
         op::matmul_forward(s, a.fcproj, a.fch_gelu, P(10), P(11), B, T, 4 * C, C);
         op::residual_forward(s, out, a.res2, a.fcproj, BT * C);
+    }
+
+    // Incremental decoding (nn/layer.hpp, Decodes). The cache row of position t is its key | value,
+    // (max_seq, 2C); decode runs forward's ops on the n new rows, stores their keys and values and
+    // attends with ops<B>::attention_decode. Learned positions are the model's (embedding), not the
+    // block's: the block itself only needs pos for the cache.
+    static size cache_floats(const gpt_config& c, size max_seq) { return max_seq * 2 * c.n_embd; }
+    static size decode_workspace_floats(const gpt_config& c, size n) {
+        const size C = c.n_embd;
+        return n * (C + 2 + 3 * C + C + C + C + C + 2 + 4 * C + 4 * C + C);  // see decode
+    }
+
+    void decode(stream& s, const R* p, R* out, const R* x, R* cache, R* w, size pos, size n) const {
+        const size C = m_c.n_embd, NH = m_c.n_head;
+        auto P = [&](int i) { return p + m_layout.slots()[i].offset; };
+        auto take = [&](size count) {
+            R* q = w;
+            w += count;
+            return q;
+        };
+        R* ln1 = take(n * C);
+        R* ln1_stats = take(2 * n);
+        R* qkv = take(n * 3 * C);
+        R* atty = take(n * C);
+        R* attproj = take(n * C);
+        R* res2 = take(n * C);
+        R* ln2 = take(n * C);
+        R* ln2_stats = take(2 * n);
+        R* fch = take(n * 4 * C);
+        R* fch_gelu = take(n * 4 * C);
+        R* fcproj = take(n * C);
+        op::layernorm_forward(s, ln1, ln1_stats, ln1_stats + n, x, P(0), P(1), 1, n, C);
+        op::matmul_forward(s, qkv, ln1, P(2), P(3), 1, n, C, 3 * C);
+        op::copy_rows(s, cache + pos * 2 * C, 2 * C, qkv + C, 3 * C, n, 2 * C);  // k | v of the new rows
+        op::attention_decode(s, atty, qkv, 3 * C, static_cast<const R*>(cache), pos, n, NH, NH, C / NH);
+        op::matmul_forward(s, attproj, atty, P(4), P(5), 1, n, C, C);
+        op::residual_forward(s, res2, x, attproj, n * C);
+        op::layernorm_forward(s, ln2, ln2_stats, ln2_stats + n, res2, P(6), P(7), 1, n, C);
+        op::matmul_forward(s, fch, ln2, P(8), P(9), 1, n, C, 4 * C);
+        op::gelu_forward(s, fch_gelu, fch, n * 4 * C);
+        op::matmul_forward(s, fcproj, fch_gelu, P(10), P(11), 1, n, 4 * C, C);
+        op::residual_forward(s, out, res2, fcproj, n * C);
     }
 
     void backward(stream& s, const R* p, R* g, R* dinp, const R* dout, const R* acts, const R* x, R* w, size B,

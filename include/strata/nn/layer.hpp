@@ -52,6 +52,28 @@
 // - flops counts forward floating-point operations (2 per multiply-add). By convention a backward
 //   costs 2x the forward (twice as many GEMMs); a checkpointed step costs 4x (forward, recompute,
 //   backward). Report what the layer really computes, masked work included if it is computed.
+//
+// Incremental decoding (optional, the Decodes concept below): a layer that mixes positions (a
+// transformer block's attention) may also run NEW positions of one sequence against a cache of
+// what it keeps from the earlier ones, so that generation (model/generator.hpp) runs each new
+// token through the model alone instead of the whole context again:
+//
+//       static std::size_t cache_floats(const config_type&, size max_seq);     // positions 0 .. max_seq - 1
+//       static std::size_t decode_workspace_floats(const config_type&, size n); // scratch for n new rows
+//       void decode(stream&, const R* params, R* out, const R* inp, R* cache, R* workspace,
+//                   size pos, size n) const;
+//
+// decode maps inp (n, in), the rows at positions pos .. pos + n - 1 of ONE sequence, to out
+// (n, out). It reads what earlier calls stored in `cache` for positions 0 .. pos - 1 and stores the
+// entries of its own rows; the caller keeps pos + n <= the max_seq the cache was sized for.
+// - out is forward's rows pos .. pos + n - 1 at B = 1 over positions 0 .. pos + n - 1, up to the
+//   order of floating-point sums (testing::check_decoding measures it). Anything positional (a
+//   rotary embedding) uses the absolute positions.
+// - Entries of positions < pos are read only; those at pos + n and beyond are neither read nor
+//   written. The cache starts as garbage and is never cleared: a caller restarts (or rewinds) by
+//   decoding from an earlier pos. One prompt of n rows and n calls of one row fill the same cache.
+// - As forward: decode only enqueues on the stream, its workspace holds garbage on entry, and every
+//   pointer is a device-tier address.
 #pragma once
 
 #include <strata/backend/backend.hpp>      // Backend
@@ -174,6 +196,51 @@ inline constexpr bool overwrites_dinp_v = [] {
     else
         return false;
 }();
+
+namespace detail::layer {
+
+template <class L>
+concept has_cache_floats = requires(const typename L::config_type& c, std::size_t n) {
+    { L::cache_floats(c, n) } -> std::same_as<std::size_t>;
+};
+
+template <class L>
+concept has_decode_workspace_floats = requires(const typename L::config_type& c, std::size_t n) {
+    { L::decode_workspace_floats(c, n) } -> std::same_as<std::size_t>;
+};
+
+template <class L>
+concept has_decode = requires(const L& layer, typename L::backend_type::stream& s, const typename L::value_type* in,
+                              typename L::value_type* out, std::size_t n) {
+    layer.decode(s, in, out, in, out, out, n, n);  // params, out, inp, cache, workspace, pos, n
+};
+
+}  // namespace detail::layer
+
+// A Layer that also decodes incrementally with a cache (see the top of this file). Optional: a
+// generator runs a Block without it through the model's full forward instead.
+template <class L>
+concept Decodes = Layer<L> && detail::layer::has_cache_floats<L> && detail::layer::has_decode_workspace_floats<L> &&
+                  detail::layer::has_decode<L>;
+
+// The decoding contract member by member, with messages (static_assert(check_decodes<L>())).
+template <class L>
+consteval bool check_decodes() {
+    using namespace detail::layer;
+    static_assert(check_layer<L>(), "a layer that decodes is a Layer first");
+    if constexpr (Layer<L>) {
+        static_assert(has_cache_floats<L>,
+                      "a decoding layer declares its cache: `static std::size_t cache_floats(const config_type&, "
+                      "std::size_t max_seq)` (elements of R for positions 0 .. max_seq - 1)");
+        static_assert(has_decode_workspace_floats<L>,
+                      "a decoding layer declares its scratch: `static std::size_t decode_workspace_floats(const "
+                      "config_type&, std::size_t n)` for n new rows (return 0 when it needs none)");
+        static_assert(has_decode<L>,
+                      "a decoding layer has `void decode(stream&, const R* params, R* out, const R* inp, R* cache, "
+                      "R* workspace, std::size_t pos, std::size_t n) const`");
+    }
+    return Decodes<L>;
+}
 
 // The sizes a caller allocates for one layer and a B x T micro-batch, in elements of R.
 struct layer_sizes {

@@ -20,6 +20,10 @@
 // - check_backend_parity: the same float problem on cpu_backend and on another backend, every
 //   tensor compared by normalized mean squared error (ggml's NMSE). Skips, saying so, when the
 //   other backend has no hardware here.
+// - check_decoding: for a layer that Decodes (nn/layer.hpp): decode over one sequence, fed in
+//   pieces (a prompt of several rows, then one row at a time, then a rewind that decodes all but
+//   the first row again over the cache as it stands), against forward's rows; cache and workspace
+//   start as NaN, so reading what decode did not store shows. Any backend, any R.
 // - forward_output: one forward from given parameters and input, for comparisons with a reference.
 //
 // Frozen parameters: the layer gets a gradient block whose trainable prefix (trainable_numel()
@@ -487,6 +491,84 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
                                                  dinp_plain));
         report.invariants.push_back(
             detail::untouched_outside_trainable("dparams = null", rig.layout, grads_nograds, p.grads0));
+    }
+    return report;
+}
+
+// Incremental decoding against forward, on one sequence of T positions (B = 1): decode fills the
+// cache with a prompt of max(1, T / 2) rows, then one row per call to the end, then decodes rows
+// 1 .. T - 1 again in one call from pos 1 (a rewind: the cache is not cleared, rows past pos are
+// overwritten). Each piece's output is compared with forward's rows: max |decode - forward| over
+// max |forward|, against `tolerance` (the same ops summing in another order differ by a few ulps:
+// ~1e-6 in float, ~1e-15 in double; a wrong position, mask or cache row by O(1)). The cache starts
+// as NaN and the workspace is NaN before every call: a row read before it was stored shows as a
+// non-finite output.
+template <template <class, class> class LayerT, class R = float, class Bk = cpu_backend>
+layer_report check_decoding(const typename LayerT<R, Bk>::config_type& config, std::size_t T,
+                            double tolerance = std::is_same_v<R, float> ? 1e-5 : 1e-12,
+                            const layer_check_options& o = {}) {
+    using L = LayerT<R, Bk>;
+    static_assert(check_decodes<L>());
+    layer_report report{"check_decoding (decode in pieces == forward's rows, on " + std::string(Bk::name) + ")",
+                        tolerance, false, {}, {}, {}};
+    if constexpr (requires { Bk::available(); }) {
+        if (!Bk::available()) {
+            report.skipped = true;
+            report.skip_reason = "no " + std::string(Bk::name) + " device on this machine";
+            return report;
+        }
+    }
+    if (T < 2) throw error("check_decoding: T = " + std::to_string(T) + " positions", "decode at least 2 positions");
+    tier_options tiers = detail::harness_tiers<L>(config, 1, T);
+    const std::size_t extra =
+        (L::cache_floats(config, T) + L::decode_workspace_floats(config, T) + L::out_features(config) * T) *
+        sizeof(R) * 2;
+    tiers.device_bytes = *tiers.device_bytes + extra;
+    tiers.host_bytes = *tiers.host_bytes + extra;
+    Bk backend(tiers);
+    detail::layer_rig<L> rig(backend, config, 1, T);
+    detail::layer_problem<R> p(rig.layout, rig.n, o);
+    rig.params.upload(p.params, rig.s);
+    rig.inp.upload(p.inp, rig.s);
+    rig.poison();
+    rig.forward();
+    const std::vector<R> reference = rig.out.download(rig.s);
+
+    const std::size_t in = L::in_features(config), out = L::out_features(config);
+    const R nan = std::numeric_limits<R>::quiet_NaN();
+    detail::device_buffer<R, Bk> cache(backend, L::cache_floats(config, T), "cache");
+    detail::device_buffer<R, Bk> workspace(backend, L::decode_workspace_floats(config, T), "decode_workspace");
+    detail::device_buffer<R, Bk> decoded(backend, out * T, "decoded");
+    cache.fill(nan, rig.s);
+    double scale = 0.0;
+    for (const R x : reference) scale = std::max(scale, std::abs(static_cast<double>(x)));
+    struct piece {
+        const char* name;
+        std::size_t pos, n;
+    };
+    const std::size_t prompt = std::max<std::size_t>(1, T / 2);
+    std::vector<piece> pieces{{"prompt", 0, prompt}};
+    for (std::size_t pos = prompt; pos < T; ++pos) pieces.push_back({"one row", pos, 1});
+    pieces.push_back({"rewound to position 1", 1, T - 1});
+    for (const auto& [name, pos, n] : pieces) {
+        workspace.fill(nan, rig.s);
+        decoded.fill(nan, rig.s);
+        rig.layer.decode(rig.s, rig.params.get(), decoded.get(), rig.inp.get() + pos * in, cache.get(), workspace.get(),
+                         pos, n);
+        const std::vector<R> got = decoded.download(rig.s);
+        double worst = 0.0;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < n * out; ++i) {
+            const double d = std::abs(static_cast<double>(got[i]) - static_cast<double>(reference[pos * out + i]));
+            if (!(d <= worst)) worst = d, at = i;  // NaN counts as the worst
+        }
+        const double error = worst / std::max(scale, 1e-30);
+        std::ostringstream text;
+        text << "largest difference " << worst << " at row " << pos + at / out << ", channel " << at % out << ": "
+             << got[at] << " vs forward's " << reference[pos * out + at];
+        report.tensors.push_back({"out rows " + std::to_string(pos) + " .. " + std::to_string(pos + n - 1) + " (" +
+                                      name + ")",
+                                  error, error <= tolerance, text.str()});
     }
     return report;
 }

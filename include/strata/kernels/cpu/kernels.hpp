@@ -4,6 +4,7 @@
 #pragma once
 
 #include <strata/kernels/cpu/attention.hpp>       // attention_forward, attention_backward
+#include <strata/kernels/cpu/attention_decode.hpp>  // attention_decode
 #include <strata/kernels/cpu/cross_entropy.hpp>   // cross_entropy_forward/backward, ignore_index
 #include <strata/kernels/cpu/elementwise.hpp>     // add_inplace, scale_inplace, sum_of_squares
 #include <strata/kernels/cpu/embedding.hpp>       // embedding_forward, embedding_backward
