@@ -1,5 +1,5 @@
 // The part of a `train` command that strata-gpt and strata-llama share around strata::run_training
-// (train/run.hpp, the step loop): the run's options from their flags, the hooks that speak in
+// (train/run.hpp, the step loop): the trainer's and the run's options from their flags, the hooks that speak in
 // flags (the checkpoint plan printed and refused with --save's choices, the note of a resume
 // without AdamW's moments, SIGINT / SIGTERM), the trainer_state.json fields both record, and the
 // run's last lines. A program adds its model's hooks (the files of a checkpoint, its own state).
@@ -12,13 +12,15 @@
 #include <strata/data/tokenize.hpp>    // data::prepared_data
 #include <strata/report/progress.hpp>  // stdout_is_terminal
 #include <strata/train/run.hpp>        // run_training, run_options, run_hooks, run_result, checkpoint_plan
+#include <strata/train/schedule.hpp>   // parse_lr_kind, validate
 #include <strata/train/trainer.hpp>    // train_options
 
 #include "example_cli.hpp"  // tokenizer_kind, tokenizer_files
-#include "run_checks.hpp"   // contents_of_save, check_checkpoints_fit, fresh_optimizer_note, recorded_options, interrupt_guard
+#include "run_checks.hpp"   // check_threads, contents_of_save, check_checkpoints_fit, recorded_options, interrupt_guard
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
+#include <algorithm>   // std::max
 #include <chrono>      // std::chrono::steady_clock
 #include <filesystem>  // std::filesystem::path
 #include <iostream>    // std::cout
@@ -26,6 +28,29 @@
 #include <string>      // std::string
 
 namespace strata::examples {
+
+// The flags of a run that do not fit together, whatever the model: --threads, --stop-at, --save.
+template <class Args>
+void check_run_flags(const Args& a) {
+    check_threads(a.threads);
+    check_stop_at(a.stop_at, a.steps);
+    check_save_options(a.save, a.save_every, a.stop_at);
+}
+
+// The trainer's options from the flags both programs have (the plan adds activations and homes).
+// The schedule's warmup is resolved_warmup's, the number trainer_state.json records
+// (recorded_options) and a resume compares.
+template <class Args>
+train_options train_options_of(const Args& a) {
+    train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
+    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr,
+                  .warmup_steps = resolved_warmup(a.warmup, a.steps), .total_steps = a.steps,
+                  .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
+    validate(o.schedule);
+    o.adamw.weight_decay = a.weight_decay;
+    o.clip = a.clip;
+    return o;
+}
 
 // run_training's options from the train flags both programs have. `data` is the file trained on,
 // `tokenizer` the spec used ("byte", "gpt2:DIR", "hf:PATH": its files go into every checkpoint).
@@ -109,8 +134,8 @@ run_result build_and_train(B& backend, const Model& model, const train_options& 
 template <class Args>
 int finish_run(const run_result& r, const Args& a) {
     if (a.save == "none")
-        std::cout << "no checkpoint saved (--save none); loss curve: " << (std::filesystem::path(a.out) / "loss.svg").string()
-                  << std::endl;
+        std::cout << "no checkpoint saved (--save none); loss curve: "
+                  << (std::filesystem::path(a.out) / "loss.svg").string() << std::endl;
     if (!r.stopped) return 0;
     const std::string from = r.last_checkpoint.empty() ? a.resume : r.last_checkpoint.string();
     std::cout << "stopped by " << interrupt_guard::name() << " after step " << r.step

@@ -17,14 +17,14 @@
 #endif
 
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer
-#include "../common/run_checks.hpp"     // validators, check_resumed_options, interrupt_guard
+#include "../common/run_checks.hpp"     // check_resumed_options
 #include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, inputs_of
-#include "../common/train_run.hpp"      // run_inputs, build_and_train, finish_run
+#include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
 #include "../lora/lora_model.hpp"       // LoRA: gpt2_lora_model, adapters
 
 #include <Eigen/Core>  // Eigen::setNbThreads
 
-#include <algorithm>    // std::min, std::max
+#include <algorithm>    // std::min
 #include <filesystem>   // std::filesystem
 #include <iostream>     // std::cout
 #include <optional>     // std::optional
@@ -40,7 +40,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using examples::make_tokenizer;
-using examples::resolved_warmup;
 using examples::tokenizer_of_checkpoint;
 
 // "a,b,c" -> {"a", "b", "c"}
@@ -146,9 +145,7 @@ using examples::inputs_of;
 
 // Flags that do not fit together, and a resume with other options than the run's.
 void check_consistency(const train_args& a) {
-    examples::check_threads(a.threads);
-    examples::check_stop_at(a.stop_at, a.steps);
-    examples::check_save_options(a.save, a.save_every, a.stop_at);
+    examples::check_run_flags(a);
     if (!a.resume.empty() && !a.init_from.empty() && a.lora_rank == 0)
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
                     "drop --init-from to continue the run, or --resume to start afresh from the weights");
@@ -214,13 +211,7 @@ int run_train(const train_args& a) {
         config = init->config;
     }
     config.validate();
-    train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
-    const long warmup = resolved_warmup(a.warmup, a.steps);
-    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = warmup,
-                  .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
-    validate(o.schedule);
-    o.adamw.weight_decay = a.weight_decay;
-    o.clip = a.clip;
+    train_options o = examples::train_options_of(a);
 
     // The plan: placement and bytes per tier, refused before anything is allocated.
     const fs::path storage_dir = a.storage_dir.empty() ? fs::temp_directory_path() / ("strata-" + std::to_string(::getpid()))

@@ -15,9 +15,9 @@
 // Face Llamas of a shape the block has).
 #include "../common/config_file.hpp"    // apply_config_file
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
-#include "../common/run_checks.hpp"     // validators, check_resumed_options, interrupt_guard
+#include "../common/run_checks.hpp"     // check_resumed_options
 #include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, resolve_checkpoint
-#include "../common/train_run.hpp"      // run_inputs, build_and_train, finish_run
+#include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
 #include "generate.hpp"     // llama::generator
 #include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
 #include "llama_lora_model.hpp"  // llama::llama_lora_model, make_llama_lora_model, upload_base_weights
@@ -108,8 +108,6 @@ struct train_args {
     double lora_alpha = 0;              // 0: 2 x rank
     std::string lora_targets = "qkv_proj,o_proj,gate_proj,up_proj,down_proj";
 };
-
-using examples::resolved_warmup;
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
@@ -254,9 +252,7 @@ using examples::inputs_of;
 
 // Flags that do not fit together, and a resume with other options than the run's.
 void check_consistency(const train_args& a) {
-    examples::check_threads(a.threads);
-    examples::check_stop_at(a.stop_at, a.steps);
-    examples::check_save_options(a.save, a.save_every, a.stop_at);
+    examples::check_run_flags(a);
     check_lora_options(a);
     if (!a.init_from.empty() && !a.resume.empty())
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
@@ -336,13 +332,7 @@ int run_train(const train_args& a) {
     data::prepared_data prepared = std::visit([&](const auto& t) { return data::prepare_data(records, t, data_options); }, tok);
     print_line("data: " + data_path + ": " + prepared.stats.summary());
 
-    train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
-    const long warmup = resolved_warmup(a.warmup, a.steps);
-    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = warmup,
-                  .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
-    validate(o.schedule);
-    o.adamw.weight_decay = a.weight_decay;
-    o.clip = a.clip;
+    train_options o = examples::train_options_of(a);
 
     std::size_t device_bytes = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
 #ifdef STRATA_WITH_CUDA

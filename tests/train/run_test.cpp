@@ -87,18 +87,23 @@ bool has_temporaries(const fs::path& dir) {
     return false;
 }
 
+// What every case starts from: a scratch directory, the CPU backend, the model, a log to read.
+struct setup {
+    test::scratch_dir dir;
+    cpu_backend backend{tiers};
+    gpt_model<float, cpu_backend> model{config};
+    std::ostringstream log;
+};
+
 }  // namespace
 
 TEST_CASE("run_training calls its hooks at the right steps and writes checkpoints, latest, metrics and the plot") {
-    test::scratch_dir dir;
-    cpu_backend backend(tiers);
-    gpt_model<float, cpu_backend> model(config);
-    resident t(backend, model, options_of(6));
+    setup s;
+    resident t(s.backend, s.model, options_of(6));
     t.initialize(5);
     loaders data;
-    std::ostringstream log;
-    const run_options o{.out = dir / "run", .eval_every = 2, .save_every = 3, .metrics = dir / "metrics.jsonl",
-                        .plot_title = "run_test", .log = &log};
+    const run_options o{.out = s.dir / "run", .eval_every = 2, .save_every = 3, .metrics = s.dir / "metrics.jsonl",
+                        .plot_title = "run_test", .log = &s.log};
 
     std::vector<long> stepped, evaluated, polled;
     std::vector<fs::path> saved;
@@ -165,37 +170,35 @@ TEST_CASE("run_training calls its hooks at the right steps and writes checkpoint
     CHECK(state.at("loss_curve").at("val").size() == 3);
     CHECK(state.at("data_cursor").get<data::loader_cursor>() == data.train.cursor());
     CHECK(state.at("first_loss").get<double>() == state.at("loss_curve").at("train").at(0).at(1).get<double>());
-    CHECK(log.str().find("saved " + r.last_checkpoint.string()) != std::string::npos);
+    CHECK(s.log.str().find("saved " + r.last_checkpoint.string()) != std::string::npos);
 }
 
 TEST_CASE("a run stopped at a step and resumed from its checkpoint continues bitwise like one never stopped") {
-    test::scratch_dir dir;
-    cpu_backend backend(tiers);
-    gpt_model<float, cpu_backend> model(config);
-    std::ostringstream log;
+    setup s;
 
     // the uninterrupted run
     std::vector<step_result> straight;
     host_blocks<float> straight_weights;
     {
-        resident t(backend, model, options_of(6));
+        resident t(s.backend, s.model, options_of(6));
         t.initialize(5);
         loaders data;
         run_hooks hooks;
         hooks.on_step = [&](const step_result& r, nlohmann::json&) { straight.push_back(r); };
         run_training(t, data.train, &data.validation,
-                     {.out = dir / "straight", .eval_every = 2, .checkpoints = std::nullopt, .log = &log}, hooks);
+                     {.out = s.dir / "straight", .eval_every = 2, .checkpoints = std::nullopt, .log = &s.log}, hooks);
         straight_weights = download_blocks(t, resident::state_kind::params);
     }
     REQUIRE(straight.size() == 6);
 
     // stopped after step 3 (the schedule stays that of 6 steps)...
-    const run_options first{.out = dir / "run", .stop_at = 3, .eval_every = 2, .metrics = dir / "run.jsonl", .log = &log};
+    const run_options first{
+        .out = s.dir / "run", .stop_at = 3, .eval_every = 2, .metrics = s.dir / "run.jsonl", .log = &s.log};
     std::vector<step_result> resumed;
     run_hooks hooks;
     hooks.on_step = [&](const step_result& r, nlohmann::json&) { resumed.push_back(r); };
     {
-        resident t(backend, model, options_of(6));
+        resident t(s.backend, s.model, options_of(6));
         t.initialize(5);
         loaders data;
         const run_result r = run_training(t, data.train, &data.validation, first, hooks);
@@ -207,7 +210,7 @@ TEST_CASE("a run stopped at a step and resumed from its checkpoint continues bit
     nlohmann::json resumed_state;
     run_hooks resume_hooks = hooks;
     resume_hooks.on_resume = [&](const nlohmann::json& state) { resumed_state = state; };
-    resident t(backend, model, options_of(6));
+    resident t(s.backend, s.model, options_of(6));
     t.initialize(999);
     loaders data;
     run_options second = first;
@@ -216,7 +219,7 @@ TEST_CASE("a run stopped at a step and resumed from its checkpoint continues bit
     const run_result r = run_training(t, data.train, &data.validation, second, resume_hooks);
     CHECK(r.step == 6);
     CHECK(resumed_state.at("step") == 3);
-    CHECK(log.str().find("resumed from " + second.resume.string() + " at step 3") != std::string::npos);
+    CHECK(s.log.str().find("resumed from " + second.resume.string() + " at step 3") != std::string::npos);
 
     REQUIRE(resumed.size() == 6);
     for (std::size_t i = 0; i < 6; ++i) {  // bitwise, not approximately
@@ -234,32 +237,26 @@ TEST_CASE("a run stopped at a step and resumed from its checkpoint continues bit
 }
 
 TEST_CASE("stop_requested ends the run after the step it is seen at, with a checkpoint of that step") {
-    test::scratch_dir dir;
-    cpu_backend backend(tiers);
-    gpt_model<float, cpu_backend> model(config);
-    resident t(backend, model, options_of(6));
+    setup s;
+    resident t(s.backend, s.model, options_of(6));
     t.initialize(5);
     loaders data;
-    std::ostringstream log;
     run_hooks hooks;
     hooks.stop_requested = [&] { return t.step_count() >= 2; };
-    const run_result r = run_training(t, data.train, nullptr, {.out = dir / "run", .log = &log}, hooks);
+    const run_result r = run_training(t, data.train, nullptr, {.out = s.dir / "run", .log = &s.log}, hooks);
     CHECK(r.step == 2);
     CHECK(r.stopped);
-    CHECK(r.last_checkpoint == dir / "run" / "step-000002");
-    CHECK(file_text(dir / "run" / "latest") == "step-000002\n");
+    CHECK(r.last_checkpoint == s.dir / "run" / "step-000002");
+    CHECK(file_text(s.dir / "run" / "latest") == "step-000002\n");
 }
 
 TEST_CASE("a non-finite loss ends the run with an error, and the last checkpoint stays as it was") {
-    test::scratch_dir dir;
-    cpu_backend backend(tiers);
-    gpt_model<float, cpu_backend> model(config);
-    std::ostringstream log;
-    const run_options o{.out = dir / "run", .save_every = 2, .metrics = dir / "run.jsonl", .log = &log};
+    setup s;
+    const run_options o{.out = s.dir / "run", .save_every = 2, .metrics = s.dir / "run.jsonl", .log = &s.log};
     const fs::path kept = o.out / "step-000002";
 
     SUBCASE("a trainer that reports it") {
-        edited_losses t(backend, model, options_of(6));
+        edited_losses t(s.backend, s.model, options_of(6));
         t.initialize(5);
         t.edit = [](step_result& r) {
             if (r.step == 3) r.loss = std::numeric_limits<double>::quiet_NaN();
@@ -274,21 +271,21 @@ TEST_CASE("a non-finite loss ends the run with an error, and the last checkpoint
         CHECK(step_records(o.metrics) == std::vector<long>{1, 2});
     }
     SUBCASE("strata's trainer, whose weights went bad after a checkpoint") {
-        resident t(backend, model, options_of(6));
+        resident t(s.backend, s.model, options_of(6));
         t.initialize(5);
         loaders data;
         host_blocks<float> saved_weights;
         run_hooks hooks;
         hooks.on_checkpoint = [&](const fs::path&) {
             saved_weights = download_blocks(t, resident::state_kind::params);
-            std::vector<float> poisoned(model.groups()[0].numel(), std::numeric_limits<float>::quiet_NaN());
+            std::vector<float> poisoned(s.model.groups()[0].numel(), std::numeric_limits<float>::quiet_NaN());
             t.upload(resident::state_kind::params, 0, poisoned);
         };
         CHECK_THROWS_AS(run_training(t, data.train, nullptr, o, hooks), error);
-        CHECK(log.str().find("the last checkpoint, intact, is " + kept.string()) != std::string::npos);
+        CHECK(s.log.str().find("the last checkpoint, intact, is " + kept.string()) != std::string::npos);
         CHECK(step_records(o.metrics) == std::vector<long>{1, 2});
         // the checkpoint holds the weights of step 2, and resumes
-        resident fresh(backend, model, options_of(6));
+        resident fresh(s.backend, s.model, options_of(6));
         fresh.initialize(1);
         load_checkpoint(fresh, kept);
         CHECK(fresh.step_count() == 2);
@@ -301,10 +298,8 @@ TEST_CASE("a non-finite loss ends the run with an error, and the last checkpoint
 }
 
 TEST_CASE("a loss past the divergence limit is never saved") {
-    test::scratch_dir dir;
-    cpu_backend backend(tiers);
-    gpt_model<float, cpu_backend> model(config);
-    edited_losses t(backend, model, options_of(6));
+    setup s;
+    edited_losses t(s.backend, s.model, options_of(6));
     t.initialize(5);
     double first = 0;
     t.edit = [&](step_result& r) {
@@ -312,8 +307,7 @@ TEST_CASE("a loss past the divergence limit is never saved") {
         if (r.step == 2) r.loss = 4 * first;  // past 3 x the first loss
     };
     loaders data;
-    std::ostringstream log;
-    const run_options o{.out = dir / "run", .save_every = 1, .log = &log};
+    const run_options o{.out = s.dir / "run", .save_every = 1, .log = &s.log};
     CHECK_THROWS_WITH_AS(run_training(t, data.train, nullptr, o), doctest::Contains("past the divergence limit (3 x"),
                          error);
     CHECK(fs::exists(o.out / "step-000001" / "model.safetensors"));
@@ -322,15 +316,12 @@ TEST_CASE("a loss past the divergence limit is never saved") {
 }
 
 TEST_CASE("a streamed trainer's records carry the bytes it moved and the transfer overlap; --trace keeps steps 2-3") {
-    test::scratch_dir dir;
-    cpu_backend backend(tiers);
-    gpt_model<float, cpu_backend> model(config);
-    trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>> t(backend, model, options_of(4));
+    setup s;
+    trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>> t(s.backend, s.model, options_of(4));
     t.initialize(5);
     loaders data;
-    std::ostringstream log;
-    const run_options o{.out = dir / "run", .checkpoints = std::nullopt, .metrics = dir / "run.jsonl",
-                        .trace = dir / "trace.json", .transfer_overlap = true, .log = &log};
+    const run_options o{.out = s.dir / "run", .checkpoints = std::nullopt, .metrics = s.dir / "run.jsonl",
+                        .trace = s.dir / "trace.json", .transfer_overlap = true, .log = &s.log};
     const run_result r = run_training(t, data.train, nullptr, o);
     CHECK(r.trace_written);
     CHECK(r.last_checkpoint.empty());
@@ -341,23 +332,22 @@ TEST_CASE("a streamed trainer's records carry the bytes it moved and the transfe
         CHECK(rec.at("bytes_h2d").get<std::size_t>() > 0);
         CHECK(rec.contains("transfer_hidden_fraction"));
     }
-    CHECK(log.str().find("checkpoints: none") != std::string::npos);
+    CHECK(s.log.str().find("checkpoints: none") != std::string::npos);
 }
 
 TEST_CASE("run_training refuses options that cannot make a run, before any step") {
-    test::scratch_dir dir;
-    cpu_backend backend(tiers);
-    gpt_model<float, cpu_backend> model(config);
-    resident t(backend, model, options_of(4));
+    setup s;
+    resident t(s.backend, s.model, options_of(4));
     t.initialize(5);
     loaders data;
-    std::ostringstream log;
-    CHECK_THROWS_WITH_AS(run_training(t, data.train, nullptr, {.out = dir / "run", .stop_at = 5, .log = &log}),
+    CHECK_THROWS_WITH_AS(run_training(t, data.train, nullptr, {.out = s.dir / "run", .stop_at = 5, .log = &s.log}),
                          doctest::Contains("stop_at 5 is outside the run's steps 0..4"), error);
     CHECK_THROWS_WITH_AS(
-        run_training(t, data.train, nullptr, {.out = dir / "run", .stop_at = 2, .checkpoints = std::nullopt, .log = &log}),
+        run_training(t, data.train, nullptr,
+                     {.out = s.dir / "run", .stop_at = 2, .checkpoints = std::nullopt, .log = &s.log}),
         doctest::Contains("without checkpoints"), error);
-    CHECK_THROWS_WITH_AS(run_training(t, data.train, nullptr, {.log = &log}), doctest::Contains("out is empty"), error);
+    CHECK_THROWS_WITH_AS(run_training(t, data.train, nullptr, {.log = &s.log}), doctest::Contains("out is empty"),
+                         error);
     CHECK(t.step_count() == 0);
 }
 

@@ -66,7 +66,7 @@
 #include <strata/report/trace.hpp>            // trace_recorder
 #include <strata/stream/prefetch_pipeline.hpp>  // transfer_counters
 #include <strata/tier/resources.hpp>          // free_disk_bytes
-#include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, checkpoint_bytes, check_checkpoint_fits
+#include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, checkpoint_bytes
 #include <strata/train/trainer.hpp>           // step_result, train_options
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -104,7 +104,7 @@ concept RunTrainer = requires(T& t, const T& ct, std::span<const data::batch> ba
 struct run_options {
     std::filesystem::path out;      // OUT (required; created): checkpoints OUT/step-N, OUT/latest, OUT/loss.svg
     long steps = 0;                 // the run's length; 0: the trainer's schedule's total_steps
-    long stop_at = 0;               // stop (and save) after this step, the schedule staying that of `steps`; 0: run to `steps`
+    long stop_at = 0;               // stop (and save) after this step; the schedule stays that of steps
     long eval_every = 0;            // evaluate every N steps and at the last one (0: never)
     long eval_batches = 8;          // validation batches per evaluation (at most one pass)
     long save_every = 0;            // a checkpoint every N steps (0: only at the last step)
@@ -259,9 +259,14 @@ inline void refuse_diverged_checkpoint(double loss, double first_loss, double fa
 }
 
 inline void check_run_options(const run_options& o, long steps) {
-    const auto bad = [](const std::string& what, const std::string& hint) { throw error("run_training: " + what, hint); };
-    if (o.out.empty()) bad("run_options::out is empty", "name the run's directory (checkpoints and the loss plot go there)");
-    if (steps < 1) bad(fmt::format("the run has {} steps", steps), "set run_options::steps, or the schedule's total_steps, to at least 1");
+    const auto bad = [](const std::string& what, const std::string& hint) {
+        throw error("run_training: " + what, hint);
+    };
+    if (o.out.empty())
+        bad("run_options::out is empty", "name the run's directory (checkpoints and the loss plot go there)");
+    if (steps < 1)
+        bad(fmt::format("the run has {} steps", steps),
+            "set run_options::steps, or the schedule's total_steps, to at least 1");
     if (o.stop_at < 0 || o.stop_at > steps)
         bad(fmt::format("stop_at {} is outside the run's steps 0..{}", o.stop_at, steps),
             "stop at a step of the run (0: at its end); the schedule stays that of the whole run");
@@ -273,7 +278,8 @@ inline void check_run_options(const run_options& o, long steps) {
                         o.eval_every, o.save_every, o.eval_batches, o.print_every),
             "0 turns evaluation or periodic checkpoints off");
     if (!(o.divergence_factor >= 0))
-        bad(fmt::format("divergence_factor {} is not >= 0", o.divergence_factor), "3 is the usual limit; 0 checks finiteness only");
+        bad(fmt::format("divergence_factor {} is not >= 0", o.divergence_factor),
+            "3 is the usual limit; 0 checks finiteness only");
 }
 
 // The trainer's streams report their work to a trace recorder while this lives (CPU streams: each
@@ -282,12 +288,13 @@ inline void check_run_options(const run_options& o, long steps) {
 template <class Trainer>
 class stream_tracing {
 public:
-    stream_tracing(Trainer& t, std::shared_ptr<trace_recorder> recorder) : m_trainer(t), m_recorder(std::move(recorder)) {
+    stream_tracing(Trainer& t, std::shared_ptr<trace_recorder> recorder)
+        : m_trainer(t), m_recorder(std::move(recorder)) {
         if (!m_recorder) return;
         m_trainer.for_each_stream([&](std::string_view track, auto& s) {
             if constexpr (requires { s.set_tracer(nullptr); })
-                s.set_tracer([rec = m_recorder, name = std::string(track)](std::string_view what, auto begin, auto end) {
-                    rec->add(name, what, begin, end);
+                s.set_tracer([rec = m_recorder, name = std::string(track)](std::string_view what, auto b, auto e) {
+                    rec->add(name, what, b, e);
                 });
         });
     }
@@ -340,8 +347,10 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
         if (!model_bytes) model_bytes = [&t] { return strata::model_files_bytes(t.model()); };
     }
     if (saving && (!write_model || !model_bytes))
-        throw error("run_training: this model has no default checkpoint files, and run_hooks::write_model or model_bytes is empty",
-                    "set run_hooks::write_model (the model's files into a checkpoint directory) and model_bytes (their size)");
+        throw error("run_training: this model has no default checkpoint files, and run_hooks::write_model or "
+                    "model_bytes is empty",
+                    "set run_hooks::write_model (the model's files into a checkpoint directory) and model_bytes "
+                    "(their size)");
 
     // Resume: weights, moments, step; the loader's place; the loss curve of the whole run so far.
     std::vector<loss_point> train_curve, val_curve;
@@ -356,7 +365,8 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
             throw error("run_training: resuming needs run_hooks::read_model for this model",
                         "set run_hooks::read_model to read what write_model wrote back into the trainer");
         }
-        train.restore(json_field<data::loader_cursor>(state, "data_cursor", (o.resume / "trainer_state.json").string()));
+        const std::string state_file = (o.resume / "trainer_state.json").string();
+        train.restore(json_field<data::loader_cursor>(state, "data_cursor", state_file));
         restore_loss_curve(state, train_curve, val_curve, first_loss);
         notes << fmt::format("resumed from {} at step {}", o.resume.string(), t.step_count()) << std::endl;
         if (hooks.on_resume) hooks.on_resume(state);
@@ -408,7 +418,8 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     auto save_and_plot = [&](const step_result& r) {
         if (saving) {
             detail::refuse_diverged_checkpoint(r.loss, first_loss, o.divergence_factor, r.step, last_good());
-            result.last_checkpoint = strata::save_checkpoint(t, o.out, trainer_state(), o.extra_files, write_model, *o.checkpoints);
+            result.last_checkpoint =
+                strata::save_checkpoint(t, o.out, trainer_state(), o.extra_files, write_model, *o.checkpoints);
             write_file_atomically(o.out / "latest", result.last_checkpoint.filename().string() + "\n");
         }
         result.loss_plot = o.out / "loss.svg";
@@ -436,7 +447,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
 
             nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                                   {"tokens_per_s", tokens_per_s}, {"tokens", r.tokens},
-                                  {"bytes_storage_read", 0}, {"bytes_storage_write", 0}};  // 0: a trainer that counts no bytes
+                                  {"bytes_storage_read", 0}, {"bytes_storage_write", 0}};  // 0: no counters
             if constexpr (requires { t.counters(); }) {  // the bytes each link moved in this step
                 const transfer_counters now = t.counters();
                 record["bytes_h2d"] = now.h2d_bytes - before.h2d_bytes;
