@@ -1,15 +1,14 @@
 // What the example trainers check about a run besides its directory: the ranges of numeric
 // flags, that a resumed run has the options it was saved with, that its checkpoints fit on the
-// disk (--save), that a checkpoint is never saved from a diverged run, and a clean stop on
-// SIGINT / SIGTERM.
+// disk (--save), the flags that cure the library's errors, and a clean stop on SIGINT / SIGTERM.
+// (The divergence policy itself is strata::run_training's.)
 // Example code, not library code: both strata-gpt and strata-llama include it.
 #pragma once
 
 #include <strata/core/bytes.hpp>          // format_bytes_short
 #include <strata/core/error.hpp>          // strata::error
-#include <strata/report/loss_plot.hpp>    // loss_point
-#include <strata/tier/resources.hpp>      // free_disk_bytes
-#include <strata/train/checkpoint.hpp>    // checkpoint_contents, check_checkpoint_fits, json_file_text
+#include <strata/train/checkpoint.hpp>    // checkpoint_contents, check_checkpoint_fits
+#include <strata/train/run.hpp>           // checkpoint_plan
 
 #include <CLI/CLI.hpp>        // CLI::Validator
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -19,7 +18,6 @@
 #include <algorithm>   // std::min
 #include <cmath>       // std::isfinite
 #include <csignal>     // std::sig_atomic_t
-#include <cstdint>     // std::uint64_t
 #include <iostream>    // std::cout
 #include <string>      // std::string
 #include <utility>     // std::pair
@@ -98,64 +96,24 @@ inline void check_save_options(const std::string& save, long save_every, long st
                     "drop --stop-at, or save with --save full (or --save weights)");
 }
 
-// The checkpoints a run writes from step `from` (0, or the resumed step) to `stop`: one at every
-// multiple of save_every, and one at the last step. Each is kept: strata deletes no checkpoint,
-// and a save writes the whole new one (step-N.tmp-PID) before it renames it, while the ones
-// before it stay. So all of them are on the disk at the end; a stop by SIGINT saves one in place
-// of those still to come, never more.
-inline long planned_checkpoints(long from, long stop, long save_every, const std::string& save) {
-    if (save == "none" || from >= stop) return 0;
-    long count = save_every > 0 ? stop / save_every - from / save_every : 0;
-    if (save_every <= 0 || stop % save_every != 0) ++count;
-    return count;
-}
-
-// trainer_state.json grows with the loss curve it keeps: per step at most a training and a
-// validation point, each at most 75 bytes as written (indent 2, 6 deep: "[", a step below 2^40
-// as a double, a loss of at most 24 characters, "],"; about 55 in practice).
-inline constexpr std::uint64_t state_bytes_per_step = 2 * 80;
-
-// The mean size of the run's checkpoints (planned_checkpoints of them): `fixed` bytes (tensors,
-// config, extra files: checkpoint_bytes without the state) plus trainer_state.json, which is `now`
-// as it would be written at step `from` and grows by at most state_bytes_per_step for each step
-// trained before a save. Rounded up, so that count x mean covers them all.
-inline std::uint64_t mean_checkpoint_bytes(std::uint64_t fixed, const nlohmann::json& now, long from, long stop,
-                                           long save_every, const std::string& save) {
-    constexpr std::uint64_t fields_added_by_save = 512;  // step, format, moments_saved, optimizer
-    const long count = planned_checkpoints(from, stop, save_every, save);
-    if (count == 0) return 0;
-    // the steps trained before each save, summed: saves at every multiple of save_every in
-    // (from, stop], and at stop when it is not one (128 bits: up to 2^40 saves of 2^40 steps)
-    unsigned __int128 steps = 0;
-    if (save_every > 0) {
-        const unsigned __int128 first = from / save_every + 1, last = stop / save_every, n = last + 1 - first;
-        if (last >= first) steps += static_cast<unsigned __int128>(save_every) * (first + last) * n / 2 - n * from;
-    }
-    if (save_every <= 0 || stop % save_every != 0) steps += static_cast<unsigned __int128>(stop - from);
-    const auto mean_steps = static_cast<std::uint64_t>((steps + count - 1) / count);
-    return fixed + json_file_text(now).size() + fields_added_by_save + state_bytes_per_step * mean_steps;
-}
-
-// Before step 1: the run's checkpoints (planned_checkpoints of `one_checkpoint` bytes each, their
-// mean_checkpoint_bytes) must fit in the free space of --out, or the run is refused with the bytes
-// needed and free and the choices. Prints what will be saved.
+// Before step 1 (run_hooks::check_checkpoints): the run's checkpoints (run_training's plan: how many,
+// their mean size, the free space of --out) must fit, or the run is refused with the bytes needed
+// and free and the choices. Prints what will be saved.
 template <class Args>
-void check_checkpoints_fit(const Args& a, std::uint64_t one_checkpoint, long from, long stop) {
+void check_checkpoints_fit(const Args& a, const checkpoint_plan& plan) {
     if (a.save == "none") {
         std::cout << "checkpoints: none (--save none): nothing of this run is saved" << std::endl;
         return;
     }
-    const long copies = planned_checkpoints(from, stop, a.save_every, a.save);
-    const std::uint64_t free = free_disk_bytes(a.out);
     std::string hint = "another --out on a disk with more free space";
     if (a.save == "full") hint += ", --save weights (the weights without AdamW's moments)";
     hint += ", or --save none (no checkpoint)";
-    if (copies > 1)
+    if (plan.count > 1)
         hint += "; every checkpoint is kept (each --save-every " + std::to_string(a.save_every) +
                 " steps and the last): a larger --save-every writes fewer";
-    check_checkpoint_fits(one_checkpoint, free, copies, a.out, hint);
-    std::cout << "checkpoints: --save " << a.save << ", " << copies << " x " << format_bytes_short(one_checkpoint)
-              << " in " << a.out << " (" << format_bytes_short(free) << " free)" << std::endl;
+    check_checkpoint_fits(plan.bytes_each, plan.free_bytes, plan.count, a.out, hint);
+    std::cout << "checkpoints: --save " << a.save << ", " << plan.count << " x " << format_bytes_short(plan.bytes_each)
+              << " in " << a.out << " (" << format_bytes_short(plan.free_bytes) << " free)" << std::endl;
 }
 
 // The line a resume from a checkpoint without AdamW's moments (--save weights) prints. The
@@ -172,9 +130,10 @@ inline std::string fresh_optimizer_note(const std::string& checkpoint, long step
 // ---- a resumed run has the options it was saved with ----
 
 // The options a resume must keep to continue bitwise (saved in trainer_state.json, compared on
-// resume by check_resume_options): both programs' train_args have these fields.
+// resume by check_resume_options): both programs' train_args have these fields. `warmup` is the
+// resolved one (resolved_warmup: steps, never the flag's -1), as the trainer's schedule has it.
 template <class Args>
-nlohmann::json run_options(const Args& a, long warmup) {
+nlohmann::json recorded_options(const Args& a, long warmup) {
     nlohmann::json options{{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
                            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
                            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
@@ -187,6 +146,18 @@ nlohmann::json run_options(const Args& a, long warmup) {
 
 // --warmup -1 (the default): a tenth of the run, at most 20 steps.
 inline long resolved_warmup(long warmup, long steps) { return warmup >= 0 ? warmup : std::min<long>(20, steps / 10); }
+
+// The options a checkpoint's trainer_state.json recorded (recorded_options, and its seed), as
+// check_resume_options compares them. strata-gpt checkpoints written before the warmup was
+// recorded resolved hold the flag's -1: read as the warmup it meant.
+inline nlohmann::json saved_options(const nlohmann::json& state) {
+    nlohmann::json saved = state.value("options", nlohmann::json::object());
+    if (saved.contains("warmup") && saved["warmup"] == -1 && saved.contains("steps"))
+        saved["warmup"] = resolved_warmup(-1, saved["steps"].get<long>());
+    if (state.contains("seed")) saved["seed"] = state["seed"];
+    return saved;
+}
+
 
 // Compares the options a run is started with (`now`, an object of option -> value) with those the
 // checkpoint recorded (`saved`); any difference breaks "resume continues bitwise as if never
@@ -210,20 +181,15 @@ inline void check_resume_options(const nlohmann::json& saved, const nlohmann::js
               << std::endl;
 }
 
-// ---- no checkpoint of a diverged run ----
-
-// The policy: a checkpoint is saved only when the step's loss is finite and at most
-// divergence_factor times the run's first loss (the loss of step 1, kept across resumes).
-inline constexpr double divergence_factor = 3.0;
-
-inline void require_saveable_loss(double loss, double first_loss, long step, const std::string& last_checkpoint) {
-    if (std::isfinite(loss) && loss <= divergence_factor * first_loss) return;
-    throw error("the loss at step " + std::to_string(step) + " is " + std::to_string(loss) +
-                    ", past the divergence limit (" + std::to_string(static_cast<int>(divergence_factor)) +
-                    " x the run's first loss " + std::to_string(first_loss) + "): the run diverged and no checkpoint was saved",
-                "lower --lr or lengthen --warmup" +
-                    (last_checkpoint.empty() ? std::string() : "; the last good checkpoint is " + last_checkpoint));
+// check_resume_options for a run resumed from the checkpoint whose trainer_state.json is `state`.
+template <class Args>
+void check_resumed_options(const Args& a, const nlohmann::json& state) {
+    nlohmann::json now = recorded_options(a, resolved_warmup(a.warmup, a.steps));
+    now["seed"] = a.seed;
+    check_resume_options(saved_options(state), now, a.resume, a.allow_option_changes);
 }
+
+// ---- flags for the library's errors ----
 
 // The library's hints name no flags: a strata::error lists the settings its hint is about
 // (error::settings(), library names such as "seq_len"); these are the programs' flags for them.
@@ -257,31 +223,6 @@ inline std::string flag_hint_for(const std::exception& e) {
         if (const auto flag = flag_of_setting(setting); !flag.empty()) flags += (flags.empty() ? "" : ", ") + flag;
     if (flags.empty()) return {};
     return "the flags for that: " + flags;
-}
-
-// ---- the loss curve of the whole run, across resumes ----
-
-// The curves as the checkpoint keeps them: {"train": [[step, loss], ...], "val": [...]}.
-inline nlohmann::json loss_curve_json(const std::vector<loss_point>& train, const std::vector<loss_point>& val) {
-    auto pairs = [](const std::vector<loss_point>& curve) {
-        nlohmann::json out = nlohmann::json::array();
-        for (const auto& p : curve) out.push_back({p.step, p.loss});
-        return out;
-    };
-    return {{"train", pairs(train)}, {"val", pairs(val)}};
-}
-
-// A resumed run starts from the checkpoint's curves and first loss (absent in older checkpoints:
-// then the curve starts at the resume and the first loss is the resumed run's first).
-inline void restore_loss_curve(const nlohmann::json& state, std::vector<loss_point>& train,
-                               std::vector<loss_point>& val, double& first_loss) {
-    if (state.contains("first_loss") && state["first_loss"].is_number()) first_loss = state["first_loss"].get<double>();
-    if (!state.contains("loss_curve")) return;
-    auto read = [](const nlohmann::json& pairs, std::vector<loss_point>& curve) {
-        for (const auto& p : pairs) curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
-    };
-    read(state["loss_curve"].at("train"), train);
-    read(state["loss_curve"].at("val"), val);
 }
 
 // ---- a clean stop on SIGINT / SIGTERM ----

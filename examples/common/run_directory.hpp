@@ -5,7 +5,8 @@
 //    training is lost;
 //  - temporary checkpoint directories (step-N.tmp-PID) that a killed run left, removed at start
 //    (under the lock no other run can be writing them);
-//  - OUT/latest, rewritten atomically after each checkpoint, naming the latest complete one;
+//  - OUT/latest (strata::run_training rewrites it atomically after each checkpoint) names the
+//    latest complete checkpoint: resolve_checkpoint follows it;
 //  - a fresh run refuses a directory that holds another run's checkpoints unless asked to replace them;
 //  - output files (--metrics, --trace, --out) that would destroy an input, or a file strata did not
 //    write, are refused.
@@ -17,13 +18,13 @@
 #include <fcntl.h>     // open, O_*
 #include <signal.h>    // kill
 #include <sys/file.h>  // flock
-#include <unistd.h>    // getpid, close, write, ftruncate, unlink, fsync
+#include <unistd.h>    // getpid, close, write, ftruncate, unlink
 
 #include <algorithm>     // std::sort
 #include <cerrno>        // errno
 #include <cstring>       // std::strerror
 #include <filesystem>    // std::filesystem
-#include <fstream>       // std::ifstream, std::ofstream
+#include <fstream>       // std::ifstream
 #include <iostream>      // std::cout
 #include <regex>         // std::regex
 #include <string>        // std::string
@@ -101,10 +102,11 @@ inline std::vector<fs::path> checkpoints_in(const fs::path& out) {
     return found;
 }
 
-// Removes what an interrupted run left in OUT: step-N.tmp-PID directories and latest.tmp-PID
-// files of other processes. Call it with the lock held: then no other run can be writing them.
+// Removes what an interrupted run left in OUT: step-N.tmp-PID directories and latest.tmp-PID-N
+// files (write_file_atomically's temporaries) of other processes. Call it with the lock held: then
+// no other run can be writing them.
 inline void remove_stale_temporaries(const fs::path& out) {
-    static const std::regex name("(step-[0-9]+|latest)\\.tmp-([0-9]+)(\\.[0-9]+)?");
+    static const std::regex name("(step-[0-9]+|latest)\\.tmp-([0-9]+)([.-][0-9]+)?");
     std::error_code ec;
     std::vector<fs::path> stale;
     for (const auto& e : fs::directory_iterator(out, ec)) {
@@ -117,23 +119,6 @@ inline void remove_stale_temporaries(const fs::path& out) {
         fs::remove_all(p, rm);
         std::cout << "removed " << p.string() << " (a temporary checkpoint an interrupted run left)" << std::endl;
     }
-}
-
-// OUT/latest: the name of the latest complete checkpoint directory, one line, replaced atomically
-// (written to a temporary, fsynced and renamed), so it never names a half-written checkpoint.
-inline void write_latest(const fs::path& out, const fs::path& checkpoint) {
-    const fs::path tmp = out / ("latest.tmp-" + std::to_string(::getpid()));
-    {
-        std::ofstream f(tmp, std::ios::trunc);
-        f << checkpoint.filename().string() << '\n';
-        f.flush();
-        if (!f) throw error("cannot write '" + tmp.string() + "'", "is the disk full?");
-    }
-    if (const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-    }
-    fs::rename(tmp, out / "latest");
 }
 
 // A run directory with a `latest` file (and no model of its own) means its latest checkpoint;
@@ -162,14 +147,15 @@ inline bool is_within(const fs::path& p, const fs::path& dir) {
 using named_path = std::pair<std::string, fs::path>;  // {"--metrics", path}
 
 // Whether an existing file is one strata wrote as `flag`'s output: a metrics file starts with a
-// JSON object line, a trace with {"traceEvents". An empty file is anyone's.
+// JSON object line, a trace is an object whose first keys are "displayTimeUnit" and "traceEvents"
+// (nlohmann sorts them). An empty file is anyone's.
 inline bool written_by_strata(const fs::path& file, const std::string& flag) {
     std::ifstream in(file, std::ios::binary);
     std::string head(64, '\0');
     in.read(head.data(), static_cast<std::streamsize>(head.size()));
     head.resize(static_cast<std::size_t>(in.gcount()));
     if (head.empty()) return true;
-    if (flag == "--trace") return head.starts_with("{\"traceEvents\"");
+    if (flag == "--trace") return head.starts_with("{\"") && head.find("\"traceEvents\"") != std::string::npos;
     return head.starts_with("{\"");  // metrics_writer's lines are JSON objects
 }
 

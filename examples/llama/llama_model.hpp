@@ -726,19 +726,22 @@ std::filesystem::path save_llama_checkpoint(Trainer& t, const std::filesystem::p
         [&](const std::filesystem::path& dir) { llama::write_trainer_model_files(t, dir, id); }, contents);
 }
 
+// The weights of a Llama directory into a trainer of the same model shape (what
+// write_trainer_model_files wrote; the architecture and token ids are the directory's own).
+template <class Trainer>
+void read_trainer_model_files(Trainer& t, const std::filesystem::path& dir) {
+    auto loaded = load_llama_files(dir);
+    if (!(loaded.config == written_config(t.model(), hf_identity::of(loaded.config))))
+        throw strata::error("checkpoint '" + dir.string() + "' holds a different Llama shape than the one being trained",
+                            "resume with the shape of its config.json");
+    for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(Trainer::state_kind::params, g, loaded.blocks[g]);
+}
+
 // Restores what save_llama_checkpoint wrote (weights, moments, step count) into a trainer of the
 // same model shape; returns trainer_state.json.
 template <class Trainer>
 nlohmann::json load_llama_checkpoint(Trainer& t, const std::filesystem::path& dir) {
-    using kind = typename Trainer::state_kind;
-    return strata::load_checkpoint(t, dir, [&](const std::filesystem::path& from) {
-        auto loaded = load_llama_files(from);
-        // the shape must match; the architecture and token ids are the directory's own
-        if (!(loaded.config == written_config(t.model(), hf_identity::of(loaded.config))))
-            throw strata::error("checkpoint '" + from.string() + "' holds a different Llama shape than the one being trained",
-                                "resume with the shape of its config.json");
-        for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);
-    });
+    return strata::load_checkpoint(t, dir, [&](const std::filesystem::path& from) { read_trainer_model_files(t, from); });
 }
 
 }  // namespace llama

@@ -15,8 +15,9 @@
 // Face Llamas of a shape the block has).
 #include "../common/config_file.hpp"    // apply_config_file
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
-#include "../common/run_checks.hpp"     // validators, check_resume_options, require_saveable_loss, interrupt_guard
-#include "../common/run_directory.hpp"  // run_lock, probe_writable, check_outputs, write_latest
+#include "../common/run_checks.hpp"     // check_resumed_options
+#include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, resolve_checkpoint
+#include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
 #include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
 #include "llama_lora_model.hpp"  // llama::llama_lora_model, make_llama_lora_model, upload_base_weights
 #include "llama_model.hpp"  // llama::llama_model, llama_config, load_llama_files, write_model_files
@@ -26,24 +27,21 @@
 #include <strata/cuda.hpp>     // cuda_backend
 #endif
 
-#include <strata/data/loader.hpp>          // data::batch_loader, make_train_loader, make_validation_loader
 #include <strata/data/records.hpp>         // data::read_records, parse_record_format
 #include <strata/data/tokenize.hpp>        // data::prepare_data
 #include <strata/io/json_file.hpp>         // read_json_file
 #include <strata/plan/planner.hpp>         // plan, footprint_of, default_budgets
-#include <strata/report/loss_plot.hpp>     // write_loss_svg, loss_point
-#include <strata/report/metrics.hpp>       // metrics_writer
-#include <strata/report/progress.hpp>      // progress_reporter, stdout_is_terminal, format_loss
-#include <strata/strata.hpp>               // cpu_backend, tier_options, format_pinning
+#include <strata/report/progress.hpp>      // format_loss
+#include <strata/strata.hpp>               // cpu_backend, tier_options
 #include <strata/text/byte_tokenizer.hpp>  // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>  // gpt2_tokenizer
+#include <strata/train/run.hpp>               // run_hooks, run_result
 #include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>  // Eigen::setNbThreads
 
-#include <algorithm>   // std::min
-#include <chrono>      // std::chrono::steady_clock
+#include <algorithm>   // std::sort
 #include <filesystem>  // std::filesystem
 #include <fstream>     // std::ofstream, std::ifstream
 #include <iostream>    // std::cout, std::cerr
@@ -92,7 +90,7 @@ struct train_args {
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
-    std::string out = "runs/llama", metrics, device = "auto";
+    std::string out = "runs/llama", metrics, trace, device = "auto";
     std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
     std::string placement = "auto", moments = "host", storage_dir;
     std::string device_budget, host_budget, storage_budget;  // bytes per tier (empty: the defaults)
@@ -109,9 +107,6 @@ struct train_args {
     double lora_alpha = 0;              // 0: 2 x rank
     std::string lora_targets = "qkv_proj,o_proj,gate_proj,up_proj,down_proj";
 };
-
-using examples::resolved_warmup;
-using examples::run_options;
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
@@ -143,6 +138,7 @@ struct run_context {
     std::string tokenizer;                  // "byte", "gpt2:DIR" or "hf:PATH"
     const llama::llama_weights* init = nullptr;  // --init-from's weights (null: random initialization)
     llama::llama_config config;             // the model's shape (a LoRA run's base), architecture and token ids
+    bool streamed = false;                  // a streamed plan: every step traced (transfer time hidden under compute)
 };
 
 // ---- LoRA (--lora-rank): adapters trained on a frozen base, the base's or random weights ----
@@ -179,41 +175,32 @@ nlohmann::json lora_adapter_config(const train_args& a) {
             {"base_seed", a.init_from.empty() ? nlohmann::json(a.seed) : nlohmann::json(nullptr)}};
 }
 
-// A checkpoint's model files: the Llama directory, or (LoRA) the adapters and adapter_config.json.
+// A checkpoint's model files: the Llama directory (model.safetensors, config.json), or (LoRA) the
+// adapters and adapter_config.json; back into the trainer on resume (a LoRA model: the adapters,
+// on the base already uploaded); their bytes, exactly.
 template <class Trainer, class Model>
-fs::path save_run_checkpoint(Trainer& t, const Model& model, const train_args& a, nlohmann::json state,
-                             const std::vector<fs::path>& extra_files, checkpoint_contents contents,
-                             const llama::hf_identity& identity) {
+void set_model_hooks(run_hooks& hooks, Trainer& t, const Model& model, const train_args& a, const llama::hf_identity& identity) {
     if constexpr (is_lora<Model>) {
-        state["lora"] = lora_adapter_config(a);
-        return save_checkpoint(t, a.out, std::move(state), extra_files, [&](const fs::path& dir) {
-            lora::save_model_adapters(t, model, dir / "adapters.safetensors");
+        static constexpr const char* adapters = "adapters.safetensors";
+        hooks.write_model = [&t, &model, &a](const fs::path& dir) {
+            lora::save_model_adapters(t, model, dir / adapters);
             write_json_file(dir / "adapter_config.json", lora_adapter_config(a));
-        }, contents);
+        };
+        hooks.read_model = [&t, &model](const fs::path& dir) { lora::load_model_adapters(t, model, dir / adapters); };
+        hooks.model_bytes = [&model, &a] {
+            return lora::model_adapters_bytes(model) + json_file_text(lora_adapter_config(a)).size();
+        };
     } else {
-        return llama::save_llama_checkpoint(t, a.out, std::move(state), extra_files, contents, identity);
+        hooks.write_model = [&t, identity](const fs::path& dir) { llama::write_trainer_model_files(t, dir, identity); };
+        hooks.read_model = [&t](const fs::path& dir) { llama::read_trainer_model_files(t, dir); };
+        hooks.model_bytes = [&model, identity] { return llama::model_files_bytes(model, identity); };
     }
-}
-
-// What save_run_checkpoint wrote, back into the trainer (a LoRA model: the adapters, on the base
-// already uploaded).
-template <class Trainer, class Model>
-nlohmann::json load_run_checkpoint(Trainer& t, const Model& model, const fs::path& dir) {
-    if constexpr (is_lora<Model>)
-        return load_checkpoint(t, dir, [&](const fs::path& from) {
-            lora::load_model_adapters(t, model, from / "adapters.safetensors");
-        });
-    else
-        return llama::load_llama_checkpoint(t, dir);
-}
-
-// The bytes save_run_checkpoint's model files take, exactly.
-template <class Model>
-std::uint64_t model_files_bytes(const Model& model, const train_args& a, const llama::hf_identity& identity) {
-    if constexpr (is_lora<Model>)
-        return lora::model_adapters_bytes(model) + json_file_text(lora_adapter_config(a)).size();
-    else
-        return llama::model_files_bytes(model, identity);
+    hooks.state = [&a, common = hooks.state] {
+        nlohmann::json state = common();
+        state["model"] = "strata-llama";
+        if constexpr (is_lora<Model>) state["lora"] = lora_adapter_config(a);
+        return state;
+    };
 }
 
 // The LoRA flags, refused where they do not fit, before any data is read.
@@ -242,136 +229,29 @@ std::string lora_line(const Model& model, const train_args& a) {
                                 : a.init_from + ", frozen");
 }
 
+// The plan's trainer (Trainer) for the model, from --init-from's weights or the seed's, trained by
+// strata::run_training with the model's checkpoint files (examples/common/train_run.hpp).
 template <class Trainer, class B, class Model>
-int train_loop(B& backend, const Model& model, const train_options& o, run_context& ctx) {
-    const train_args& a = ctx.a;
-    Trainer t(backend, model, o);
-    print_line(format_pinning(backend.pinning()));
-    t.initialize(a.seed);
-    upload_initial_weights(t, model, ctx);
-    auto train_loader = data::make_train_loader(ctx.prepared.train, a.batch, a.seed);
-    std::optional<data::batch_loader> val_loader;
-    if (!ctx.prepared.validation.empty())
-        val_loader.emplace(data::make_validation_loader(ctx.prepared.validation, a.batch, ctx.eot));
-    // The loss curve of the whole run (a resumed run continues the checkpoint's), and its first
-    // loss, the reference of the divergence policy.
-    std::vector<loss_point> train_curve, val_curve;
-    double first_loss = std::numeric_limits<double>::quiet_NaN();
-    if (!a.resume.empty()) {
-        const auto state = load_run_checkpoint(t, model, a.resume);
-        train_loader.restore(json_field<data::loader_cursor>(state, "data_cursor", a.resume + "/trainer_state.json"));
-        examples::restore_loss_curve(state, train_curve, val_curve, first_loss);
-        print_line("resumed from " + a.resume + " at step " + std::to_string(t.step_count()));
-        if (!moments_saved(state)) print_line(examples::fresh_optimizer_note(a.resume, t.step_count()));
-    }
-    std::optional<metrics_writer> metrics;
-    if (!a.metrics.empty()) metrics.emplace(a.metrics, /*append=*/!a.resume.empty());
-    const std::vector<fs::path> extra_files = examples::tokenizer_files(ctx.tokenizer);
-    auto trainer_state = [&] {
-        return nlohmann::json{{"data_cursor", train_loader.cursor()},
-                              {"seed", a.seed},
-                              {"tokenizer", examples::tokenizer_kind(ctx.tokenizer)},
-                              {"data", ctx.data},
-                              {"model", "strata-llama"},
-                              {"options", run_options(a, o.schedule.warmup_steps)},
-                              {"first_loss", first_loss},
-                              {"loss_curve", examples::loss_curve_json(train_curve, val_curve)}};
-    };
-    // The weights and config as a Hugging Face Llama directory, AdamW's moments (--save full) and
-    // the trainer state.
-    const checkpoint_contents contents = examples::contents_of_save(a.save);
-    auto save = [&] { return save_run_checkpoint(t, model, a, trainer_state(), extra_files, contents, llama::hf_identity::of(ctx.config)); };
-
-    progress_reporter progress(a.steps, std::cout, stdout_is_terminal(), {.print_every = 10, .start_step = t.step_count()});
-    fs::path last_saved;
-    transfer_counters before{};
-    const long stop = a.stop_at > 0 ? std::min(a.stop_at, a.steps) : a.steps;
-    // Before step 1: every checkpoint this run writes fits in --out (its exact bytes, from the
-    // model's group layouts), or the run is refused now rather than at its final save.
-    const std::uint64_t one_checkpoint = examples::mean_checkpoint_bytes(
-        checkpoint_bytes(model, contents, model_files_bytes(model, a, llama::hf_identity::of(ctx.config)), 0, extra_files), trainer_state(),
-        t.step_count(), stop, a.save_every, a.save);
-    examples::check_checkpoints_fit(a, one_checkpoint, t.step_count(), stop);
-    // A checkpoint is written last, then OUT/latest names it; never one of a diverged run. With
-    // --save none only the loss curve is written.
-    auto save_and_plot = [&](long step, double loss) {
-        if (a.save != "none") {
-            examples::require_saveable_loss(loss, first_loss, step, last_saved.string());
-            last_saved = save();
-            examples::write_latest(a.out, last_saved);
-        }
-        write_loss_svg(fs::path(a.out) / "loss.svg", train_curve, val_curve, "strata-llama: " + ctx.data);
-    };
-    examples::interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop
-    while (t.step_count() < stop && !interrupt.interrupted()) {
-        std::vector<data::batch> micro;
-        for (std::size_t i = 0; i < a.accum; ++i) micro.push_back(train_loader.next());
-        const auto start = std::chrono::steady_clock::now();
-        const step_result r = t.step(micro);
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const double tps = static_cast<double>(r.tokens) / seconds;
-        train_curve.push_back({static_cast<double>(r.step), r.loss});
-        if (std::isnan(first_loss)) first_loss = r.loss;
-        // The layers' flops() (forward FLOPs): a training step is 3x forward (backward = 2x), the
-        // model FLOPs; activation checkpointing recomputes one more forward that does not count.
-        const double model_flops = 3.0 * model.flops(a.batch, a.seq_len) * static_cast<double>(a.accum);
-        nlohmann::json record{{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                              {"tokens_per_s", tps}, {"tokens", r.tokens}, {"model_tflops_per_s", model_flops / seconds / 1e12}};
-        if constexpr (requires { t.counters(); }) {  // streamed: the bytes each link moved
-            const transfer_counters now = t.counters();
-            record["bytes_h2d"] = now.h2d_bytes - before.h2d_bytes;
-            record["bytes_d2h"] = now.d2h_bytes - before.d2h_bytes;
-            record["bytes_storage_read"] = now.storage_read_bytes - before.storage_read_bytes;
-            record["bytes_storage_write"] = now.storage_write_bytes - before.storage_write_bytes;
-            before = now;
-        }
-        if (metrics) metrics->write(record);
-        progress.update(r.step, r.loss, tps);
-        const bool last = r.step == stop;
-        if (val_loader && a.eval_every > 0 && (r.step % a.eval_every == 0 || last)) {
-            val_loader->reset();
-            std::vector<data::batch> batches;
-            const long n = std::min<long>(a.eval_batches, static_cast<long>(val_loader->batches_per_epoch()));
-            for (long i = 0; i < n; ++i) batches.push_back(val_loader->next());
-            const double val = t.evaluate(batches);
-            val_curve.push_back({static_cast<double>(r.step), val});
-            if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
-            progress.note("step " + std::to_string(r.step) + ": val_loss " + format_loss(val));
-        }
-        if ((a.save_every > 0 && r.step % a.save_every == 0) || last || interrupt.interrupted())
-            save_and_plot(r.step, r.loss);
-    }
-    progress.finish();
-    if (!last_saved.empty())
-        print_line("saved " + last_saved.string() + (a.save == "weights" ? " (weights only: no AdamW moments)" : "") +
-                   " (loss curve: " + (fs::path(a.out) / "loss.svg").string() + ")");
-    if (a.save == "none")
-        print_line("no checkpoint saved (--save none); loss curve: " + (fs::path(a.out) / "loss.svg").string());
-    if (interrupt.interrupted() && t.step_count() < stop) {
-        const std::string from = last_saved.empty() ? a.resume : last_saved.string();
-        print_line(std::string("stopped by ") + interrupt.name() + " after step " + std::to_string(t.step_count()) +
-                   (a.save == "none" ? std::string("; no checkpoint saved (--save none)")
-                    : from.empty()   ? std::string()
-                                     : "; continue with --resume " + from));
-        return interrupt.exit_code();
-    }
-    return 0;
+int train_planned(B& backend, const Model& model, const train_options& o, run_context& ctx) {
+    const examples::run_inputs in{"strata-llama", ctx.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed};
+    const run_result r = examples::build_and_train<Trainer>(
+        backend, model, o, ctx.a, in, [&](Trainer& t) { upload_initial_weights(t, model, ctx); },
+        [&](run_hooks& hooks, Trainer& t) { set_model_hooks(hooks, t, model, ctx.a, llama::hf_identity::of(ctx.config)); });
+    return examples::finish_run(r, ctx.a);
 }
 
 // The trainer the plan asks for.
 template <class B, class Model>
 int train_on(B& backend, const memory_plan& p, const Model& model, const train_options& o, run_context& ctx) {
     return examples::with_planned_trainer<B, Model>(
-        p, [&]<class Trainer>() { return train_loop<Trainer>(backend, model, o, ctx); });
+        p, [&]<class Trainer>() { return train_planned<Trainer>(backend, model, o, ctx); });
 }
 
 using examples::inputs_of;
 
 // Flags that do not fit together, and a resume with other options than the run's.
 void check_consistency(const train_args& a) {
-    examples::check_threads(a.threads);
-    examples::check_stop_at(a.stop_at, a.steps);
-    examples::check_save_options(a.save, a.save_every, a.stop_at);
+    examples::check_run_flags(a);
     check_lora_options(a);
     if (!a.init_from.empty() && !a.resume.empty())
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
@@ -388,18 +268,13 @@ void check_consistency(const train_args& a) {
                         " heads of an even size",
                     "choose --n-head so that n-embd / n-head is even, or give --head-dim");
     if (a.resume.empty()) return;
-    const auto state = read_json_file(fs::path(a.resume) / "trainer_state.json");
-    nlohmann::json saved = state.value("options", nlohmann::json::object());
-    if (state.contains("seed")) saved["seed"] = state["seed"];
-    nlohmann::json now = run_options(a, resolved_warmup(a.warmup, a.steps));
-    now["seed"] = a.seed;
-    examples::check_resume_options(saved, now, a.resume, a.allow_option_changes);
+    examples::check_resumed_options(a, read_json_file(fs::path(a.resume) / "trainer_state.json"));
 }
 
 int run_train(const train_args& a) {
     const bool cuda = examples::use_cuda(a.device, "strata-llama");
     check_consistency(a);
-    examples::check_outputs(a.out, {{"--metrics", a.metrics}}, inputs_of(a), a.overwrite);
+    examples::check_outputs(a.out, {{"--metrics", a.metrics}, {"--trace", a.trace}}, inputs_of(a), a.overwrite);
     // --out: writable, locked for the run's life, no other run's checkpoints (unless --resume or --overwrite)
     const auto lock = examples::prepare_run_directory(a.out, !a.resume.empty(), a.overwrite, inputs_of(a));
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
@@ -456,13 +331,7 @@ int run_train(const train_args& a) {
     data::prepared_data prepared = std::visit([&](const auto& t) { return data::prepare_data(records, t, data_options); }, tok);
     print_line("data: " + data_path + ": " + prepared.stats.summary());
 
-    train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
-    const long warmup = resolved_warmup(a.warmup, a.steps);
-    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr, .warmup_steps = warmup,
-                  .total_steps = a.steps, .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
-    validate(o.schedule);
-    o.adamw.weight_decay = a.weight_decay;
-    o.clip = a.clip;
+    train_options o = examples::train_options_of(a);
 
     std::size_t device_bytes = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
 #ifdef STRATA_WITH_CUDA
@@ -498,6 +367,7 @@ int run_train(const train_args& a) {
             if constexpr (is_lora<Model>) print_line(lora_line(model, a));
             print_line(plan_table(p));
             if (a.plan_only) return 0;
+            ctx.streamed = p.where == placement::streamed;
             return train_on(backend, p, model, o, ctx);
         };
         if (a.lora_rank > 0) return plan_and_train(llama::make_llama_lora_model<B>(config, lora_config_of(a)));
@@ -661,9 +531,10 @@ int main(int argc, char** argv) {
     examples::add_save_option(*train, t.save);
     train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (OUT/step-N, or OUT: its latest; weights, AdamW moments unless saved with --save weights, step, data position) with the same data and options")->check(CLI::ExistingDirectory);
     train->add_flag("--allow-option-changes", t.allow_option_changes, "resume with options that differ from the checkpoint's (each change is printed; the run no longer equals one never interrupted)");
-    train->add_flag("--overwrite", t.overwrite, "start afresh in an --out holding another run's checkpoints (they are removed), and overwrite a --metrics file strata did not write");
+    train->add_flag("--overwrite", t.overwrite, "start afresh in an --out holding another run's checkpoints (they are removed), and overwrite --metrics/--trace files strata did not write");
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE (appended to when resuming)");
+    train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     train->add_option("--moments", t.moments, "home of the AdamW moments when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");

@@ -1,9 +1,9 @@
 // strata/train.hpp: what a program composes to train a model, in one include: the CPU backend
 // and its ops, the model templates (decoder_model, and gpt_model: GPT-2, the decoder_model of the
 // GPT-2 block and layernorm), prefetch_pipeline, the optimizers (AdamW, SGD with momentum) and
-// offloaded_adamw, the trainer in every configuration (trainer_t: resident,
-// streamed, moments on storage), the planner, checkpoints, data loading and learning-rate
-// schedules. <strata/cuda.hpp> adds the CUDA backend and its ops.
+// offloaded_adamw, the trainer in every configuration (trainer_t: resident, streamed, moments on
+// storage), the planner, checkpoints, data loading, learning-rate schedules and the step loop of a
+// run (run_training). <strata/cuda.hpp> adds the CUDA backend and its ops.
 #pragma once
 
 #include <strata/data/dataset.hpp>              // data::dataset
@@ -19,5 +19,6 @@
 #include <strata/stream/prefetch_pipeline.hpp>  // prefetch_pipeline
 #include <strata/strata.hpp>                    // backends, tiers, tensors
 #include <strata/train/checkpoint.hpp>          // save_checkpoint, load_checkpoint
+#include <strata/train/run.hpp>                 // run_training, run_options, run_hooks
 #include <strata/train/schedule.hpp>            // lr_schedule
 #include <strata/train/trainer.hpp>             // trainer_t, moments_in, train_options (every configuration)

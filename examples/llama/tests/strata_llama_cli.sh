@@ -35,6 +35,15 @@ losses() { grep -o '"\(loss\|grad_norm\|val_loss\)":[^,}]*' "$1"; }
   fail "streamed losses differ from resident:\n$(losses "$work/resident.jsonl")\n---\n$(losses "$work/streamed.jsonl")"
 [[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/storage.jsonl")" ]] || fail "moments on storage changed the losses"
 cmp -s "$ckpt/model.safetensors" "$work/streamed/step-000004/model.safetensors" || fail "streamed weights differ from resident"
+# --trace (strata::run_training's, as strata-gpt's): a Perfetto trace of steps 2-3; a streamed run's
+# metrics say how much transfer compute hid; a second run may replace the trace strata wrote
+for run in 1 2; do
+  "$llama" train "${common[@]}" --placement streamed --out "$work/traced-$run" --trace "$work/trace.json" \
+    --metrics "$work/traced.jsonl" > /dev/null || fail "--trace (run $run)"
+done
+grep -q '"traceEvents"' "$work/trace.json" || fail "--trace wrote no Perfetto trace"
+grep -q '"transfer_hidden_fraction"' "$work/traced.jsonl" || fail "a streamed run's metrics lack transfer_hidden_fraction"
+[[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/traced.jsonl")" ]] || fail "tracing changed the losses"
 
 # the resident run stopped after step 2 and resumed (from the streamed run's format: the same files)
 "$llama" train "${common[@]}" --placement resident --stop-at 2 --out "$work/half" --metrics "$work/half.jsonl" > /dev/null

@@ -165,10 +165,10 @@ private:
 
     std::string plain_line(long step, double loss, double tokens_per_s, double elapsed, double eta,
                            std::string_view extra) const {
-        std::string line = "step " + std::to_string(step) + "/" + std::to_string(m_total) + " | loss " +
-                           format_loss(loss) + " | " + format_rate(tokens_per_s) + " tok/s | elapsed " +
-                           format_duration(elapsed) + " | ETA " + format_duration(eta);
-        if (!extra.empty()) line += " | " + std::string(extra);
+        std::string line = fmt::format("step {}/{} | loss {} | {} tok/s | elapsed {} | ETA {}", step, m_total,
+                                       format_loss(loss), format_rate(tokens_per_s), format_duration(elapsed),
+                                       format_duration(eta));
+        if (!extra.empty()) line += fmt::format(" | {}", extra);
         return line;
     }
 

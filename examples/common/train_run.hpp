@@ -1,0 +1,153 @@
+// The part of a `train` command that strata-gpt and strata-llama share around strata::run_training
+// (train/run.hpp, the step loop): the trainer's and the run's options from their flags, the hooks that speak in
+// flags (the checkpoint plan printed and refused with --save's choices, the note of a resume
+// without AdamW's moments, SIGINT / SIGTERM), the trainer_state.json fields both record, and the
+// run's last lines. A program adds its model's hooks (the files of a checkpoint, its own state).
+// Example code, not library code: both programs include it.
+#pragma once
+
+#include <strata/backend/pinning.hpp>  // format_pinning
+#include <strata/core/format.hpp>      // fmt::format
+#include <strata/data/loader.hpp>      // data::make_train_loader, make_validation_loader
+#include <strata/data/tokenize.hpp>    // data::prepared_data
+#include <strata/report/progress.hpp>  // stdout_is_terminal
+#include <strata/train/run.hpp>        // run_training, run_options, run_hooks, run_result, checkpoint_plan
+#include <strata/train/schedule.hpp>   // parse_lr_kind, validate
+#include <strata/train/trainer.hpp>    // train_options
+
+#include "example_cli.hpp"  // tokenizer_kind, tokenizer_files
+#include "run_checks.hpp"   // check_threads, contents_of_save, check_checkpoints_fit, recorded_options, interrupt_guard
+
+#include <nlohmann/json.hpp>  // nlohmann::json
+
+#include <algorithm>   // std::max
+#include <chrono>      // std::chrono::steady_clock
+#include <filesystem>  // std::filesystem::path
+#include <iostream>    // std::cout
+#include <optional>    // std::optional
+#include <string>      // std::string
+
+namespace strata::examples {
+
+// The flags of a run that do not fit together, whatever the model: --threads, --stop-at, --save.
+template <class Args>
+void check_run_flags(const Args& a) {
+    check_threads(a.threads);
+    check_stop_at(a.stop_at, a.steps);
+    check_save_options(a.save, a.save_every, a.stop_at);
+}
+
+// The trainer's options from the flags both programs have (the plan adds activations and homes).
+// The schedule's warmup is resolved_warmup's, the number trainer_state.json records
+// (recorded_options) and a resume compares.
+template <class Args>
+train_options train_options_of(const Args& a) {
+    train_options o{.batch = a.batch, .seq = a.seq_len, .accum = a.accum};
+    o.schedule = {.kind = parse_lr_kind(a.schedule), .lr = a.lr, .min_lr = a.min_lr,
+                  .warmup_steps = resolved_warmup(a.warmup, a.steps), .total_steps = a.steps,
+                  .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
+    validate(o.schedule);
+    o.adamw.weight_decay = a.weight_decay;
+    if constexpr (requires { a.optimizer; a.momentum; }) {  // a program with --optimizer
+        o.optimizer = optimizer_kind_from_string(a.optimizer);
+        o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
+    }
+    o.clip = a.clip;
+    return o;
+}
+
+// run_training's options from the train flags both programs have. `data` is the file trained on,
+// `tokenizer` the spec used ("byte", "gpt2:DIR", "hf:PATH": its files go into every checkpoint).
+template <class Args>
+run_options run_options_of(const Args& a, const std::string& program, const std::string& data,
+                           const std::string& tokenizer) {
+    run_options o{.out = a.out, .steps = a.steps, .stop_at = a.stop_at, .eval_every = a.eval_every,
+                  .eval_batches = a.eval_batches, .save_every = a.save_every};
+    if (a.save == "none")
+        o.checkpoints.reset();
+    else
+        o.checkpoints = contents_of_save(a.save);
+    o.extra_files = tokenizer_files(tokenizer);
+    o.resume = a.resume;
+    o.metrics = a.metrics;
+    if constexpr (requires { a.trace; }) o.trace = a.trace;
+    o.plot_title = program + ": " + data;
+    o.terminal = stdout_is_terminal();
+    return o;
+}
+
+// The hooks both programs set: trainer_state.json's seed, tokenizer kind, data and options (what a
+// resume compares), the checkpoint plan against --save, the note of a resume without moments,
+// and a stop on SIGINT / SIGTERM (an interrupt_guard must be alive during the run). `a` must
+// outlive the hooks.
+template <class Args>
+run_hooks cli_hooks(const Args& a, const std::string& tokenizer, const std::string& data) {
+    run_hooks h;
+    h.state = [&a, kind = tokenizer_kind(tokenizer), data] {
+        return nlohmann::json{{"seed", a.seed},
+                              {"tokenizer", kind},
+                              {"data", data},
+                              {"options", recorded_options(a, resolved_warmup(a.warmup, a.steps))}};
+    };
+    h.check_checkpoints = [&a](const checkpoint_plan& plan) { check_checkpoints_fit(a, plan); };
+    h.on_resume = [&a](const nlohmann::json& state) {
+        if (!moments_saved(state)) std::cout << fresh_optimizer_note(a.resume, state.value("step", 0L)) << std::endl;
+    };
+    h.stop_requested = [] { return interrupt_guard::interrupted(); };
+    return h;
+}
+
+// What a train command knows when it comes to build the trainer, besides its flags.
+struct run_inputs {
+    std::string program;                  // "strata-gpt": the loss plot's title
+    std::string data;                     // the data file trained on
+    std::string tokenizer;                // the tokenizer spec used ("byte", "gpt2:DIR", "hf:PATH")
+    const data::prepared_data& prepared;  // its training and validation sequences
+    token_id eot;                         // pads the validation batches
+    bool streamed = false;                // a streamed plan: every step traced (transfer_hidden_fraction)
+};
+
+// The trainer of the plan (Trainer) built and initialized from --seed, `upload(t)` putting the
+// program's starting weights in (--init-from), then run_training with the program's loaders,
+// options and hooks, `model_hooks(hooks, t)` adding its model's (the files of a checkpoint).
+template <class Trainer, class B, class Model, class Args, class Upload, class ModelHooks>
+run_result build_and_train(B& backend, const Model& model, const train_options& o, const Args& a, const run_inputs& in,
+                           Upload&& upload, ModelHooks&& model_hooks) {
+    const auto built = std::chrono::steady_clock::now();
+    Trainer t(backend, model, o);
+    std::cout << format_pinning(backend.pinning()) << std::endl;
+    t.initialize(a.seed);
+    std::cout << fmt::format("trainer built and {} groups initialized in {:.1f} s", model.groups().size(),
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count())
+              << std::endl;
+    upload(t);
+    auto train_loader = data::make_train_loader(in.prepared.train, a.batch, a.seed);
+    std::optional<data::batch_loader> validation;
+    if (!in.prepared.validation.empty())
+        validation.emplace(data::make_validation_loader(in.prepared.validation, a.batch, in.eot));
+    run_options options = run_options_of(a, in.program, in.data, in.tokenizer);
+    options.transfer_overlap = in.streamed;
+    run_hooks hooks = cli_hooks(a, in.tokenizer, in.data);
+    model_hooks(hooks, t);
+    interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop
+    return run_training(t, train_loader, validation ? &*validation : nullptr, options, hooks);
+}
+
+// The run's last lines after run_training (which said what it saved); the exit code: the
+// signal's when SIGINT / SIGTERM stopped the run before its last step.
+template <class Args>
+int finish_run(const run_result& r, const Args& a) {
+    if (a.save == "none")
+        std::cout << "no checkpoint saved (--save none); loss curve: "
+                  << (std::filesystem::path(a.out) / "loss.svg").string() << std::endl;
+    if (!r.stopped) return 0;
+    const std::string from = r.last_checkpoint.empty() ? a.resume : r.last_checkpoint.string();
+    std::cout << "stopped by " << interrupt_guard::name() << " after step " << r.step
+              << (a.save == "none" ? std::string("; no checkpoint saved (--save none)")
+                  : from.empty()   ? std::string()
+                                   : "; continue with --resume " + from)
+              << std::endl;
+    return interrupt_guard::exit_code();
+}
+
+}  // namespace strata::examples

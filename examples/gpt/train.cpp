@@ -1,0 +1,264 @@
+// strata-gpt train (train.hpp): from the flags to strata::run_training.
+#include "train.hpp"
+
+#include <strata/data/records.hpp>            // data::read_records, parse_record_format
+#include <strata/data/tokenize.hpp>           // data::prepare_data, prepared_data
+#include <strata/io/json_file.hpp>            // read_json_file
+#include <strata/model/gpt.hpp>               // gpt_model
+#include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend>
+#include <strata/plan/planner.hpp>            // plan, plan_request, footprint_of, placement_from_string
+#include <strata/report/progress.hpp>         // format_loss
+#include <strata/strata.hpp>                  // cpu_backend, tier_options
+#include <strata/train/checkpoint.hpp>        // load_model_files, host_blocks
+#include <strata/train/run.hpp>               // run_hooks, run_result
+#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#ifdef STRATA_WITH_CUDA
+#include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
+#endif
+
+#include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer
+#include "../common/run_checks.hpp"     // check_resumed_options
+#include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, inputs_of
+#include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
+#include "../lora/lora_model.hpp"       // LoRA: gpt2_lora_model, adapters
+
+#include <Eigen/Core>  // Eigen::setNbThreads
+
+#include <algorithm>    // std::min
+#include <filesystem>   // std::filesystem
+#include <iostream>     // std::cout
+#include <optional>     // std::optional
+#include <string>       // std::string
+#include <string_view>  // std::string_view
+#include <variant>      // std::visit
+#include <vector>       // std::vector
+
+namespace strata::gpt_cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using examples::make_tokenizer;
+using examples::tokenizer_of_checkpoint;
+
+// "a,b,c" -> {"a", "b", "c"}
+std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        const std::size_t end = std::min(text.find(',', start), text.size());
+        if (end > start) out.push_back(text.substr(start, end - start));
+        start = end + 1;
+    }
+    return out;
+}
+
+lora::gpt2_lora_config lora_config_of(const train_args& a) {
+    return {.rank = a.lora_rank, .alpha = a.lora_alpha > 0 ? a.lora_alpha : 2.0 * static_cast<double>(a.lora_rank),
+            .targets = split_list(a.lora_targets)};
+}
+
+void print_line(const std::string& s) { std::cout << s << std::endl; }
+
+std::string fmt_model(const gpt_config& c, const train_options& o, std::string_view backend) {
+    return "model: GPT-2 architecture, " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
+           " heads, " + std::to_string(c.n_embd) + " channels, vocab " + std::to_string(c.vocab_size) + ", context " +
+           std::to_string(c.max_seq) + ": " + std::to_string(c.parameter_count()) + " parameters; batch " +
+           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) + ", " +
+           std::string(backend) + " backend";
+}
+
+// Everything train_planned needs besides the trainer.
+struct run_context {
+    const train_args& a;
+    data::prepared_data& prepared;
+    token_id eot;
+    bool streamed = false;                // a streamed plan: every step traced (transfer time hidden under compute)
+    host_blocks<float> init_blocks;       // --init-from: weights to start from (empty: random init)
+    gpt_config init_config;               // --init-from: its shape
+    std::string tokenizer;                // "byte", "gpt2:DIR" or "hf:PATH", as used
+};
+
+// strata-gpt trains two models, both decoder_models: the GPT (gpt_model: of gpt2_blocks) and,
+// with --lora-rank, its LoRA model (of gpt2_lora_blocks).
+template <class Model>
+constexpr bool is_lora = !is_gpt_model<Model>::value;
+
+// The plan's trainer (Trainer) for the model, from --init-from's weights or the seed's, trained by
+// strata::run_training with the model's checkpoint files (examples/common/train_run.hpp).
+template <class Trainer, class B, class Model>
+int train_planned(B& backend, const Model& model, const train_options& o, run_context& ctx) {
+    const train_args& a = ctx.a;
+    const examples::run_inputs in{"strata-gpt", a.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed};
+    const auto upload = [&](Trainer& t) {
+        if constexpr (is_lora<Model>)  // the base checkpoint's weights by name; the adapters as initialized
+            lora::upload_base_weights(t, model, ctx.init_config, ctx.init_blocks);
+        else
+            for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init_blocks[g]);
+    };
+    // The GPT's checkpoints are GPT-2 directories (run_training's default); a LoRA run's hold the
+    // adapters alone (the base is --init-from's, unchanged): export merges them.
+    const auto model_hooks = [&](run_hooks& hooks, Trainer& t) {
+        if constexpr (is_lora<Model>) {
+            static constexpr const char* adapters = "adapters.safetensors";
+            hooks.write_model = [&t, &model](const fs::path& dir) { lora::save_model_adapters(t, model, dir / adapters); };
+            hooks.read_model = [&t, &model](const fs::path& dir) { lora::load_model_adapters(t, model, dir / adapters); };
+            hooks.model_bytes = [&model] { return lora::model_adapters_bytes(model); };
+            hooks.state = [&a, common = hooks.state] {
+                nlohmann::json state = common();
+                state["lora"] = {{"rank", a.lora_rank}, {"base", fs::absolute(a.init_from).string()}, {"adapters", adapters}};
+                return state;
+            };
+        }
+    };
+    const run_result r = examples::build_and_train<Trainer>(backend, model, o, a, in, upload, model_hooks);
+    if (is_lora<Model> && !r.last_checkpoint.empty())
+        print_line("adapters only; a merged GPT-2 checkpoint: strata-gpt export --adapters " + r.last_checkpoint.string() +
+                   " --out DIR");
+    return examples::finish_run(r, a);
+}
+
+// The trainer the plan asks for, on backend B, for the model (the GPT, or its LoRA model).
+template <class B, class Model>
+int train_model(B& backend, const memory_plan& p, const Model& model, const train_options& o, run_context& ctx) {
+    return examples::with_planned_trainer<B, Model>(
+        p, [&]<class Trainer>() { return train_planned<Trainer>(backend, model, o, ctx); });
+}
+
+template <class B>
+int train_on(B& backend, const memory_plan& p, const gpt_config& config, const train_options& o, run_context& ctx) {
+    if (ctx.a.lora_rank > 0)
+        return train_model(backend, p, lora::make_gpt2_lora_model<B>(config, lora_config_of(ctx.a)), o, ctx);
+    return train_model(backend, p, gpt_model<float, B>(config), o, ctx);
+}
+
+// What the plan is for: the footprint on B of the GPT, or (LoRA) of its LoRA model.
+template <class B>
+model_footprint footprint_for(const train_args& a, const gpt_config& config) {
+    if (a.lora_rank > 0)
+        return footprint_of<B>(lora::make_gpt2_lora_model<B>(config, lora_config_of(a)), a.batch, a.seq_len);
+    return footprint_of<B>(gpt_model<float, B>(config), a.batch, a.seq_len);
+}
+
+using examples::inputs_of;
+
+// Flags that do not fit together, and a resume with other options than the run's.
+void check_consistency(const train_args& a) {
+    examples::check_run_flags(a);
+    if (!a.resume.empty() && !a.init_from.empty() && a.lora_rank == 0)
+        throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
+                    "drop --init-from to continue the run, or --resume to start afresh from the weights");
+    if (a.resume.empty()) return;
+    const auto state = read_json_file(fs::path(a.resume) / "trainer_state.json");
+    if (a.lora_rank > 0 && state.contains("lora") &&
+        examples::resolved(state["lora"].value("base", "")) != examples::resolved(a.init_from))
+        throw error("--resume " + a.resume + " is a LoRA run on the base " + state["lora"].value("base", "") +
+                        ", not on --init-from " + a.init_from,
+                    "pass the run's base model as --init-from");
+    examples::check_resumed_options(a, state);
+}
+
+}  // namespace
+
+int run_train(const train_args& a) {
+    const bool cuda = examples::use_cuda(a.device, "strata-gpt");
+    if (a.tf32 && !cuda) throw error("--tf32 applies to the CUDA backend's GEMMs only", "drop --tf32, or use --device cuda");
+    check_consistency(a);
+    // --out: writable, locked for the run's life, no other run's checkpoints (unless --resume or
+    // --overwrite); the outputs destroy no input. All before the data is read, let alone step 1.
+    std::optional<examples::run_lock> lock;
+    if (!a.plan_only) {
+        examples::check_outputs(a.out, {{"--metrics", a.metrics}, {"--trace", a.trace}}, inputs_of(a), a.overwrite);
+        lock.emplace(examples::prepare_run_directory(a.out, !a.resume.empty(), a.overwrite, inputs_of(a)));
+    }
+    if (a.threads > 0) Eigen::setNbThreads(a.threads);
+
+    // --init-from: a GPT-2 directory (Hugging Face's or strata's) gives the shape and the weights,
+    // and its vocab.json + merges.txt the tokenizer unless --tokenizer says otherwise.
+    std::optional<loaded_model<float>> init;
+    std::string tokenizer_spec = a.tokenizer;
+    if (a.lora_rank > 0 && a.init_from.empty())
+        throw error("--lora-rank fine-tunes adapters on a trained model, and no model was given",
+                    "pass --init-from CKPT (a strata-gpt checkpoint or a Hugging Face GPT-2 directory)");
+    if (a.lora_rank == 0 && (a.lora_alpha > 0))
+        throw error("--lora-alpha without --lora-rank", "add --lora-rank R (e.g. 8), or drop --lora-alpha");
+    if (!a.init_from.empty()) {
+        init = load_model_files<float>(a.init_from);
+        if (!a.tokenizer_given) tokenizer_spec = tokenizer_of_checkpoint(a.init_from);
+        if (a.seq_len > init->config.max_seq)
+            throw error("--seq-len " + std::to_string(a.seq_len) + " exceeds the context of " + a.init_from + " (" +
+                            std::to_string(init->config.max_seq) + ")",
+                        "lower --seq-len");
+    }
+    auto tok = make_tokenizer(tokenizer_spec);
+    const auto records = data::read_records(a.data, data::parse_record_format(a.format));
+    data::data_options data_options{.seq_len = a.seq_len, .val_fraction = a.val_fraction};
+    data_options.chat = examples::chat_template_for(a.chat_template, records.kind, tokenizer_spec,
+                                                    a.init_from.empty() ? a.resume : a.init_from, tok);
+    if (data_options.chat) print_line("chat template: " + data_options.chat->summary());
+    data::prepared_data prepared = std::visit([&](const auto& t) { return data::prepare_data(records, t, data_options); }, tok);
+    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
+    const auto vocab = static_cast<std::size_t>(std::visit([](const auto& t) { return t.vocab_size(); }, tok));
+    print_line("data: " + a.data + ": " + prepared.stats.summary());
+
+    gpt_config config{.vocab_size = vocab, .max_seq = a.seq_len, .n_layer = a.n_layer, .n_head = a.n_head, .n_embd = a.n_embd};
+    if (init) {
+        if (init->config.vocab_size != vocab)
+            throw error(a.init_from + " has a vocabulary of " + std::to_string(init->config.vocab_size) +
+                            " tokens, the tokenizer " + tokenizer_spec + " has " + std::to_string(vocab),
+                        "train with the tokenizer the model was trained with (--tokenizer)");
+        config = init->config;
+    }
+    config.validate();
+    train_options o = examples::train_options_of(a);
+
+    // The plan: placement and bytes per tier, refused before anything is allocated.
+    const fs::path storage_dir = a.storage_dir.empty() ? fs::temp_directory_path() / ("strata-" + std::to_string(::getpid()))
+                                                       : fs::path(a.storage_dir);
+    std::size_t default_device = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
+#ifdef STRATA_WITH_CUDA
+    if (cuda) default_device = cuda_backend::default_device_budget();
+#endif
+    const tier_bytes budgets = examples::budgets_of(a, default_device, storage_dir);
+    plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
+                         .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
+    request.optimizer = o.optimizer;
+#ifdef STRATA_WITH_CUDA
+    if (cuda) {  // the links the plan's transfer estimate uses, measured (a moment, 256 MiB each way)
+        cuda_backend probe(tier_options{});
+        request.links = measure_links(probe);
+    }
+    request.model = cuda ? footprint_for<cuda_backend>(a, config) : footprint_for<cpu_backend>(a, config);
+#else
+    request.model = footprint_for<cpu_backend>(a, config);
+#endif
+    const memory_plan p = plan(request);
+    o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
+    o.homes = p.trainer_homes();  // each group's tier (streamed plans)
+    print_line(fmt_model(config, o, cuda ? "CUDA" : "CPU"));
+    if (a.lora_rank > 0) {
+        const auto lc = lora_config_of(a);
+        print_line("LoRA: rank " + std::to_string(lc.rank) + ", alpha " + format_loss(lc.alpha) + " on " + a.lora_targets +
+                   "; every other weight frozen (base: " + a.init_from + ")");
+    }
+    if (cuda) print_line(std::string("GEMM math: ") + (a.tf32 ? "TF32 tensor cores (--tf32)" : "strict FP32"));
+    print_line(plan_table(p));
+    if (a.plan_only) return 0;
+
+    const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
+                             .storage_dir = a.storage_dir.empty() ? fs::path() : storage_dir,
+                             .io = examples::io_options_of(a)};
+    run_context ctx{a, prepared, eot, p.where == placement::streamed, {}, config, tokenizer_spec};
+    if (init) ctx.init_blocks = std::move(init->blocks);
+#ifdef STRATA_WITH_CUDA
+    if (cuda) {
+        ops<cuda_backend>::set_tf32(a.tf32);
+        cuda_backend backend(tiers);
+        return train_on(backend, p, config, o, ctx);
+    }
+#endif
+    cpu_backend backend(tiers);
+    return train_on(backend, p, config, o, ctx);
+}
+}  // namespace strata::gpt_cli
