@@ -216,7 +216,7 @@ int with_planned_trainer(const memory_plan& p, F&& f) {
     using R = typename Model::value_type;
     if (p.where != placement::streamed)
         return f.template operator()<trainer_t<R, B, resident_placement, moments_in<device_tier>, Model>>();
-    const bool on_storage = p.m_home == tier_id::storage;
+    const bool on_storage = p.state_home == tier_id::storage;
     if (p.slots >= 3)
         return on_storage ? f.template operator()<trainer_t<R, B, prefetch_pipeline<2>, moments_in<storage_tier>, Model>>()
                           : f.template operator()<trainer_t<R, B, prefetch_pipeline<2>, moments_in<host_tier>, Model>>();

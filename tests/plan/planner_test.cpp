@@ -287,8 +287,8 @@ TEST_CASE("a resident plan is what the resident trainer really allocates, on the
     REQUIRE(p.where == placement::resident);
     CHECK(p.weights_home == tier_id::device);
     CHECK(p.grads_home == tier_id::device);
-    CHECK(p.m_home == tier_id::device);
-    CHECK(p.v_home == tier_id::device);
+    CHECK(p.state_home == tier_id::device);
+    CHECK(p.state_home == tier_id::device);
     CHECK(p.activations_home == tier_id::device);
     CHECK(p.slots == 0);
     CHECK(p.total(tier_id::storage) == 0);
@@ -326,8 +326,8 @@ TEST_CASE("a device budget of a third of the resident footprint streams, within 
     CHECK(p.total(tier_id::device) <= third);
     CHECK(p.weights_home == tier_id::host);
     CHECK(p.grads_home == tier_id::host);
-    CHECK(p.m_home == tier_id::host);
-    CHECK(p.v_home == tier_id::host);
+    CHECK(p.state_home == tier_id::host);
+    CHECK(p.state_home == tier_id::host);
     CHECK(p.activations_home == tier_id::device);
     CHECK(p.slots == 3);  // three slots fit in a third here
     CHECK(p.bytes_of(plan_category::slots, tier_id::device) == 2 * 3 * p.largest_block_bytes);
@@ -430,8 +430,8 @@ TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold th
     r.where = placement::streamed;
     const memory_plan p = plan(r);
     CHECK(p.where == placement::streamed);
-    CHECK(p.m_home == tier_id::storage);
-    CHECK(p.v_home == tier_id::storage);
+    CHECK(p.state_home == tier_id::storage);
+    CHECK(p.state_home == tier_id::storage);
     CHECK(p.weights_home == tier_id::host);
     CHECK(p.bytes_of(plan_category::moments, tier_id::storage) == 2 * any.state_bytes);
     CHECK(p.bytes_of(plan_category::moments, tier_id::host) == 0);
@@ -460,7 +460,7 @@ TEST_CASE("moments go to storage when the host cannot hold them, and the error n
     plan_request r = request(c, {.device = any.min_streamed_device_bytes, .host = host, .storage = big});
     r.where = placement::streamed;
     const memory_plan p = plan(r);
-    CHECK(p.m_home == tier_id::storage);
+    CHECK(p.state_home == tier_id::storage);
     CHECK(p.total(tier_id::host) <= host);
     // the last groups' moments went to storage, as few as the host needed
     CHECK(p.homes.back().moments == tier_id::storage);
@@ -602,7 +602,7 @@ TEST_CASE("GPT-2 124M: 16 bytes per parameter, and a 1.5B model on an H200-sized
     const memory_plan s = plan(r);
     CHECK(s.where == placement::streamed);
     CHECK(s.total(tier_id::device) <= r.budgets.device);
-    CHECK(s.m_home == tier_id::host);
+    CHECK(s.state_home == tier_id::host);
 }
 
 TEST_CASE("long context: the planned activations hold two chunks of logits, not 2 x T x V") {

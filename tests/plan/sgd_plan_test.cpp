@@ -135,7 +135,7 @@ TEST_CASE("an SGD plan is what the trainer running SGD allocates: resident, stre
         const plan_request r = request(optimizer_kind::sgd, placement::streamed, true);
         const memory_plan p = plan(r);
         REQUIRE(p.slots == 3);
-        REQUIRE(p.m_home == tier_id::storage);
+        REQUIRE(p.state_home == tier_id::storage);
         check_exact<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<storage_tier>>>(p, r);
     }
 }

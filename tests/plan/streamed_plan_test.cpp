@@ -71,8 +71,8 @@ void check_streamed_plan(const gpt_config& c, double clip) {
     const memory_plan p = plan(r);
     REQUIRE(p.where == placement::streamed);
     REQUIRE(p.slots == Depth + 1);
-    REQUIRE(p.m_home == id_of<Moments>);
-    REQUIRE(p.v_home == id_of<Moments>);
+    REQUIRE(p.state_home == id_of<Moments>);
+    REQUIRE(p.state_home == id_of<Moments>);
     CHECK((p.total(tier_id::storage) > 0) == on_storage);
 
     // The trainer runs in exactly the plan's budgets.
@@ -154,7 +154,7 @@ TEST_CASE("the planner's own choice builds: its slots and moments' home name a t
     r.budgets.device = resident.total(tier_id::device) * 4 / 11;
     const memory_plan p = plan(r);
     REQUIRE(p.where == placement::streamed);
-    REQUIRE(p.m_home == tier_id::host);
+    REQUIRE(p.state_home == tier_id::host);
     REQUIRE((p.slots == 2 || p.slots == 3));
     // the device holds what it can: the embeddings and the final norm, and some first blocks
     const std::size_t G = c.n_layer + 2;

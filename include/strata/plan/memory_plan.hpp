@@ -85,11 +85,9 @@ struct memory_plan {
     placement where = placement::resident;
     tier_id weights_home = tier_id::device;
     tier_id grads_home = tier_id::device;
-    // The optimizer's state: the slowest tier any group's state uses. m_home and v_home are
-    // AdamW's names for it, kept for callers that name them (both equal state_home).
+    // The optimizer's state (every state tensor: AdamW's m and v, SGD's momentum): the slowest
+    // tier any group's state uses.
     tier_id state_home = tier_id::device;
-    tier_id m_home = tier_id::device;
-    tier_id v_home = tier_id::device;
     tier_id activations_home = tier_id::device;  // block inputs and kept activations
     std::size_t block_count = 0;   // transformer blocks
     std::size_t kept_blocks = 0;   // of them, those that keep their activations (the first ones)

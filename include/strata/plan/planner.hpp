@@ -207,7 +207,6 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     // State on storage: the host optimizer reads a group's state tensors into host buffers (two
     // sets of the largest storage group's size: the next group is read while one is updated).
     p.of(plan_category::staging).host += 2 * in.states * largest_stored;
-    p.m_home = p.v_home = p.state_home;
     return p;
 }
 
