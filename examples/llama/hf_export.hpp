@@ -90,8 +90,8 @@ inline void export_llama_directory(const std::filesystem::path& checkpoint, cons
     std::vector<entry> tensors;
     std::vector<std::string> missing;
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots())
-            for (const hf_tensor& t : hf_tensors_of(model, g, slot)) {
+        for (const auto& entry : model.groups()[g].entries())
+            for (const hf_tensor& t : hf_tensors_of(model, g, entry)) {
                 const std::string key = weights.contains(t.name) ? t.name
                                         : t.name.starts_with("model.") && weights.contains(t.name.substr(6))
                                             ? t.name.substr(6)

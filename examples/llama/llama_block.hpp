@@ -137,8 +137,8 @@ public:
             "self_attn.o_proj.weight",         "post_attention_layernorm.weight", "mlp.gate_proj.weight",
             "mlp.up_proj.weight",              "mlp.down_proj.weight"};
         for (size i = 0; i < param_count; ++i)
-            for (const auto& slot : layout.slots())
-                if (slot.spec.name == names[i]) m_offset[i] = slot.offset;
+            for (const auto& entry : layout.entries())
+                if (entry.spec.name == names[i]) m_offset[i] = entry.offset;
     }
 
     const llama_block_config& config() const { return m_config; }

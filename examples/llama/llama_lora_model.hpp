@@ -80,7 +80,7 @@ void upload_base_weights(Trainer& t, const Model& model, const llama_weights& ba
         std::vector<float> block(model.groups()[g].numel());
         t.download(kind::params, g, std::span<float>(block));  // the adapters as initialized
         const std::vector<float> from = base.group(g);
-        tensors += base_model.groups()[g].slots().size();
+        tensors += base_model.groups()[g].entries().size();
         copied += lora::copy_group_by_name(base_model, g, std::span<const float>(from), model, std::span<float>(block));
         t.upload(kind::params, g, std::span<const float>(block));
     }

@@ -37,7 +37,7 @@
 #include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
 #include <strata/model/decoder.hpp>        // strata::decoder_model, strata::decoder_config
 #include <strata/nn/cpu_ops.hpp>           // strata::ops<cpu_backend>
-#include <strata/tensor/param_layout.hpp>  // strata::param_slot
+#include <strata/tensor/param_layout.hpp>  // strata::param_entry
 #include <strata/train/checkpoint.hpp>     // strata::save_checkpoint, load_checkpoint, for_each_block
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -434,9 +434,9 @@ llama_config config_of(const strata::decoder_model<llama_block<R, B>, rmsnorm_la
 
 // ---- Hugging Face files ----
 
-// One tensor of a Hugging Face Llama file and where it lives in strata's parameter slot: the
-// whole slot, or (2-D weights) the transposed columns [column, column + shape[0]) of the
-// (in, out) slot, or (1-D biases) the elements [column, column + shape[0]) of the slot.
+// One tensor of a Hugging Face Llama file and where it lives in strata's parameter entry: the
+// whole entry, or (2-D weights) the transposed columns [column, column + shape[0]) of the
+// (in, out) entry, or (1-D biases) the elements [column, column + shape[0]) of the entry.
 struct hf_tensor {
     std::string name;
     std::vector<std::size_t> shape;  // as HF stores it: nn.Linear (out, in)
@@ -444,45 +444,45 @@ struct hf_tensor {
     std::size_t column = 0;
 };
 
-// The HF tensors of one parameter slot of group g (see the top of this file): the fused q|k|v
+// The HF tensors of one parameter entry of group g (see the top of this file): the fused q|k|v
 // weight (C, QKV) is q_proj (A, C), k_proj and v_proj (KV, C); its bias (QKV) is q_proj.bias (A),
 // k_proj.bias and v_proj.bias (KV). An untied head is lm_head.weight (V, C) as it is.
 template <class Model>
-std::vector<hf_tensor> hf_tensors_of(const Model& m, std::size_t g, const strata::param_slot& slot) {
-    const std::string name = m.hf_name(g, slot);
-    const auto& e = slot.spec.shape.extents();
+std::vector<hf_tensor> hf_tensors_of(const Model& m, std::size_t g, const strata::param_entry& entry) {
+    const std::string name = m.hf_name(g, entry);
+    const auto& e = entry.spec.shape.extents();
     const auto& b = m.block_layer_config();
     const std::size_t A = b.attn_channels(), KV = b.kv_heads() * b.head_size();
-    if (g != 0 && slot.spec.name == "self_attn.qkv_proj.bias") {
-        const std::string layer = name.substr(0, name.size() - slot.spec.name.size());
+    if (g != 0 && entry.spec.name == "self_attn.qkv_proj.bias") {
+        const std::string layer = name.substr(0, name.size() - entry.spec.name.size());
         return {{layer + "self_attn.q_proj.bias", {A}, false, 0},
                 {layer + "self_attn.k_proj.bias", {KV}, false, A},
                 {layer + "self_attn.v_proj.bias", {KV}, false, A + KV}};
     }
     if (g == 0 || e.size() != 2) return {{name, e}};  // embed_tokens, lm_head (V, C) and the norm gains as they are
     const std::size_t in = e[0], out = e[1];
-    if (slot.spec.name != "self_attn.qkv_proj.weight") return {{name, {out, in}, true, 0}};
-    const std::string layer = name.substr(0, name.size() - slot.spec.name.size());  // "model.layers.<l>."
+    if (entry.spec.name != "self_attn.qkv_proj.weight") return {{name, {out, in}, true, 0}};
+    const std::string layer = name.substr(0, name.size() - entry.spec.name.size());  // "model.layers.<l>."
     return {{layer + "self_attn.q_proj.weight", {A, in}, true, 0},
             {layer + "self_attn.k_proj.weight", {KV, in}, true, A},
             {layer + "self_attn.v_proj.weight", {KV, in}, true, A + KV}};
 }
 
 namespace detail {
-// HF tensor (out_n, in) <- columns [column, column + out_n) of the slot's (in, out) matrix.
+// HF tensor (out_n, in) <- columns [column, column + out_n) of the entry's (in, out) matrix.
 template <class R>
-std::vector<R> to_hf(const R* slot, std::size_t out, const hf_tensor& t) {
+std::vector<R> to_hf(const R* entry, std::size_t out, const hf_tensor& t) {
     const std::size_t rows = t.shape[0], in = t.shape[1];
     std::vector<R> hf(rows * in);
     for (std::size_t o = 0; o < rows; ++o)
-        for (std::size_t i = 0; i < in; ++i) hf[o * in + i] = slot[i * out + t.column + o];
+        for (std::size_t i = 0; i < in; ++i) hf[o * in + i] = entry[i * out + t.column + o];
     return hf;
 }
 template <class R>
-void from_hf(R* slot, std::size_t out, const hf_tensor& t, const std::vector<R>& hf) {
+void from_hf(R* entry, std::size_t out, const hf_tensor& t, const std::vector<R>& hf) {
     const std::size_t rows = t.shape[0], in = t.shape[1];
     for (std::size_t o = 0; o < rows; ++o)
-        for (std::size_t i = 0; i < in; ++i) slot[i * out + t.column + o] = hf[o * in + i];
+        for (std::size_t i = 0; i < in; ++i) entry[i * out + t.column + o] = hf[o * in + i];
 }
 inline std::string join(const std::vector<std::string>& names) {
     std::string list;
@@ -498,8 +498,8 @@ strata::safetensors_writer declared_model_tensors(
     strata::safetensors_writer w;
     w.set_metadata("format", "pt");
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots())
-            for (const hf_tensor& t : hf_tensors_of(model, g, slot)) w.declare<R>(t.name, t.shape);
+        for (const auto& entry : model.groups()[g].entries())
+            for (const hf_tensor& t : hf_tensors_of(model, g, entry)) w.declare<R>(t.name, t.shape);
     return w;
 }
 
@@ -542,11 +542,11 @@ void write_model_files_by_group(const strata::decoder_model<llama_block<R, B>, r
                                 ForEachBlock&& for_each_block, const std::filesystem::path& dir, const hf_identity& id) {
     declared_model_tensors(model).write_streamed(dir / "model.safetensors", [&](strata::safetensors_writer::stream& out) {
         for_each_block([&](std::size_t g, std::span<const R> block) {
-            for (const auto& slot : model.groups()[g].slots()) {
-                const R* p = block.data() + slot.offset;
-                for (const hf_tensor& t : hf_tensors_of(model, g, slot)) {
+            for (const auto& entry : model.groups()[g].entries()) {
+                const R* p = block.data() + entry.offset;
+                for (const hf_tensor& t : hf_tensors_of(model, g, entry)) {
                     if (t.transposed)
-                        out.write(t.name, std::span<const R>(to_hf(p, slot.spec.shape.extents()[1], t)));
+                        out.write(t.name, std::span<const R>(to_hf(p, entry.spec.shape.extents()[1], t)));
                     else
                         out.write(t.name, std::span<const R>(p + t.column, strata::shape(t.shape).numel()));
                 }
@@ -609,12 +609,12 @@ public:
     // Group g's parameter block in llama_model's layout.
     std::vector<float> group(std::size_t g) const {
         std::vector<float> block(m_model.groups()[g].numel(), 0.0f);
-        for (const auto& slot : m_model.groups()[g].slots()) {
-            float* p = block.data() + slot.offset;
-            for (const hf_tensor& t : hf_tensors_of(m_model, g, slot)) {
+        for (const auto& entry : m_model.groups()[g].entries()) {
+            float* p = block.data() + entry.offset;
+            for (const hf_tensor& t : hf_tensors_of(m_model, g, entry)) {
                 const auto values = read(key_of(t.name), t.shape);
                 if (t.transposed)
-                    detail::from_hf(p, slot.spec.shape.extents()[1], t, values);
+                    detail::from_hf(p, entry.spec.shape.extents()[1], t, values);
                 else
                     std::copy(values.begin(), values.end(), p + t.column);
             }
@@ -661,8 +661,8 @@ private:
         std::set<std::string> used;
         std::vector<std::string> missing;
         for (std::size_t g = 0; g < m_model.group_count(); ++g)
-            for (const auto& slot : m_model.groups()[g].slots())
-                for (const hf_tensor& t : hf_tensors_of(m_model, g, slot)) {
+            for (const auto& entry : m_model.groups()[g].entries())
+                for (const hf_tensor& t : hf_tensors_of(m_model, g, entry)) {
                     const std::string key = key_of(t.name);
                     if (key.empty()) {
                         missing.push_back(t.name);
@@ -697,7 +697,7 @@ private:
     }
 
     llama_config m_config;
-    llama_model<strata::cpu_backend> m_model;  // the layout: groups, slots, HF names
+    llama_model<strata::cpu_backend> m_model;  // the layout: groups, entries, HF names
     strata::hf_weights m_file;
     std::string m_model_path;
 };

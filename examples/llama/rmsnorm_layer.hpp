@@ -44,7 +44,7 @@ public:
             throw strata::error("rmsnorm layer: channels=" + std::to_string(c.channels) + ", eps=" +
                                     std::to_string(c.eps) + " is not a valid norm",
                                 "channels must be positive and eps > 0 (Llama: 1e-5 or 1e-6)");
-        m_weight = strata::param_layout::of<R>(params(c)).slots()[0].offset;
+        m_weight = strata::param_layout::of<R>(params(c)).entries()[0].offset;
     }
 
     static std::vector<strata::param_spec> params(const config_type& c) {

@@ -24,7 +24,7 @@
 
 #include <strata/core/error.hpp>           // strata::error
 #include <strata/io/safetensors.hpp>       // strata::safetensors_writer, strata::safetensors_file
-#include <strata/tensor/param_layout.hpp>  // strata::param_layout, strata::param_slot
+#include <strata/tensor/param_layout.hpp>  // strata::param_layout, strata::param_entry
 
 #include <algorithm>    // std::copy, std::min
 #include <charconv>     // std::to_chars, std::from_chars
@@ -103,7 +103,7 @@ void check_blocks(std::string_view what, const Config& c, const strata::param_la
         for (std::string_view m : {"lora_A", "lora_B"}) {
             const std::string name = proj + "." + std::string(m);
             bool found = false;
-            for (const auto& slot : layout.slots()) found = found || slot.spec.name == name;
+            for (const auto& entry : layout.entries()) found = found || entry.spec.name == name;
             if (!found)
                 throw strata::error(std::string(what) + ": the layout has no tensor '" + name + "' for target " + proj,
                                     "build the layout from gpt2_lora_block::params of the same config");
@@ -111,8 +111,8 @@ void check_blocks(std::string_view what, const Config& c, const strata::param_la
 }
 
 template <class R>
-std::span<R> tensor_of(std::span<R> block, const strata::param_slot& slot) {
-    return block.subspan(slot.offset, slot.spec.shape.numel());
+std::span<R> tensor_of(std::span<R> block, const strata::param_entry& entry) {
+    return block.subspan(entry.offset, entry.spec.shape.numel());
 }
 
 }  // namespace detail
@@ -293,8 +293,8 @@ void merge_adapters(const gpt2_lora_config& c, const strata::param_layout& lora_
         throw strata::error("merge_adapters: the plain block holds " + std::to_string(plain_block.size()) +
                                 " elements, its layout " + std::to_string(plain_layout.numel()),
                             "pass a whole block laid out by param_layout::of<R>(gpt_block_params(config.base()))");
-    for (const auto& to : plain_layout.slots()) {
-        const strata::param_slot& from = lora_layout.find(to.spec.name);
+    for (const auto& to : plain_layout.entries()) {
+        const strata::param_entry& from = lora_layout.find(to.spec.name);
         if (from.spec.shape != to.spec.shape)
             throw strata::error("merge_adapters: '" + to.spec.name + "' is " + to.spec.shape.to_string() +
                                     " in the plain block, " + from.spec.shape.to_string() + " in the LoRA block",

@@ -102,14 +102,14 @@ void init_lora_adapters(const strata::param_layout& layout, std::span<R> host_bl
         throw strata::error("init_lora_adapters: the host block holds " + std::to_string(host_block.size()) +
                                 " elements, the layout " + std::to_string(layout.numel()),
                             "pass the whole parameter block of the layer the layout describes");
-    for (const auto& slot : layout.slots()) {
-        const std::string& name = slot.spec.name;
-        R* p = host_block.data() + slot.offset;
-        const std::size_t n = slot.spec.shape.numel();
+    for (const auto& entry : layout.entries()) {
+        const std::string& name = entry.spec.name;
+        R* p = host_block.data() + entry.offset;
+        const std::size_t n = entry.spec.shape.numel();
         if (name == "lora_B" || name.ends_with(".lora_B")) {
             std::fill(p, p + n, R(0));
         } else if (name == "lora_A" || name.ends_with(".lora_A")) {
-            const double in = static_cast<double>(slot.spec.shape[0]), rank = static_cast<double>(slot.spec.shape[1]);
+            const double in = static_cast<double>(entry.spec.shape[0]), rank = static_cast<double>(entry.spec.shape[1]);
             const double bound = 1.0 / std::sqrt(in);
             for (std::size_t i = 0; i < n; ++i)
                 p[i] = static_cast<R>(how == lora_init::gaussian ? gen.normal(0.0, 1.0 / rank)

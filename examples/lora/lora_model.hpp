@@ -60,21 +60,21 @@ gpt2_lora_model<B> make_gpt2_lora_model(const strata::gpt_config& base, gpt2_lor
 template <class From, class To, class R>
 void copy_by_name(const From& from, const strata::host_blocks<R>& from_blocks,
                   const To& to, strata::host_blocks<R>& to_blocks) {
-    std::map<std::string, std::pair<std::size_t, const strata::param_slot*>> where;
+    std::map<std::string, std::pair<std::size_t, const strata::param_entry*>> where;
     for (std::size_t g = 0; g < from.group_count(); ++g)
-        for (const auto& slot : from.groups()[g].slots()) where[from.hf_name(g, slot)] = {g, &slot};
+        for (const auto& entry : from.groups()[g].entries()) where[from.hf_name(g, entry)] = {g, &entry};
     std::size_t copied = 0;
     for (std::size_t g = 0; g < to.group_count(); ++g)
-        for (const auto& slot : to.groups()[g].slots()) {
-            const auto it = where.find(to.hf_name(g, slot));
+        for (const auto& entry : to.groups()[g].entries()) {
+            const auto it = where.find(to.hf_name(g, entry));
             if (it == where.end()) continue;
             const auto [fg, fs] = it->second;
-            if (fs->spec.shape != slot.spec.shape)
+            if (fs->spec.shape != entry.spec.shape)
                 throw strata::error("'" + it->first + "' is " + fs->spec.shape.to_string() + " in the base model, " +
-                                        slot.spec.shape.to_string() + " in the LoRA model",
+                                        entry.spec.shape.to_string() + " in the LoRA model",
                                     "build the LoRA model from the base checkpoint's config");
             const R* src = from_blocks[fg].data() + fs->offset;
-            std::copy(src, src + slot.spec.shape.numel(), to_blocks[g].data() + slot.offset);
+            std::copy(src, src + entry.spec.shape.numel(), to_blocks[g].data() + entry.offset);
             ++copied;
         }
     if (copied != where.size())
@@ -88,15 +88,15 @@ template <class From, class To, class R>
 std::size_t copy_group_by_name(const From& from, std::size_t g, std::span<const R> from_block, const To& to,
                                std::span<R> to_block) {
     std::size_t copied = 0;
-    for (const auto& fs : from.groups()[g].slots())
-        for (const auto& slot : to.groups()[g].slots()) {
-            if (to.hf_name(g, slot) != from.hf_name(g, fs)) continue;
-            if (fs.spec.shape != slot.spec.shape)
+    for (const auto& fs : from.groups()[g].entries())
+        for (const auto& entry : to.groups()[g].entries()) {
+            if (to.hf_name(g, entry) != from.hf_name(g, fs)) continue;
+            if (fs.spec.shape != entry.spec.shape)
                 throw strata::error("'" + from.hf_name(g, fs) + "' is " + fs.spec.shape.to_string() + " in the base model, " +
-                                        slot.spec.shape.to_string() + " in the LoRA model",
+                                        entry.spec.shape.to_string() + " in the LoRA model",
                                     "build the LoRA model from the base checkpoint's config");
             const R* src = from_block.data() + fs.offset;
-            std::copy(src, src + slot.spec.shape.numel(), to_block.data() + slot.offset);
+            std::copy(src, src + entry.spec.shape.numel(), to_block.data() + entry.offset);
             ++copied;
         }
     return copied;

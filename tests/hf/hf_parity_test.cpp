@@ -90,9 +90,9 @@ struct fixture : test::reference {
     }
 };
 
-std::vector<float> slot_values(const host_blocks<float>& blocks, std::size_t g, const param_slot& slot) {
-    const float* p = blocks[g].data() + slot.offset;
-    return {p, p + slot.spec.shape.numel()};
+std::vector<float> entry_values(const host_blocks<float>& blocks, std::size_t g, const param_entry& entry) {
+    const float* p = blocks[g].data() + entry.offset;
+    return {p, p + entry.spec.shape.numel()};
 }
 
 // strata's logits (B, T, V) for the fixture's batch with `blocks` as weights.
@@ -128,11 +128,11 @@ TEST_CASE("HF parity: the comparison catches a misplaced tensor") {
     const fixture f(shapes[0]);
     auto blocks = f.hf.blocks;
     const model_t model(f.hf.config);
-    const auto& slots = model.groups()[model.block_group(0)].slots();
-    REQUIRE(slots[0].spec.name == "ln_1.weight");
-    REQUIRE(slots[1].spec.name == "ln_1.bias");
+    const auto& entries = model.groups()[model.block_group(0)].entries();
+    REQUIRE(entries[0].spec.name == "ln_1.weight");
+    REQUIRE(entries[1].spec.name == "ln_1.bias");
     float* block = blocks[model.block_group(0)].data();
-    std::swap_ranges(block + slots[0].offset, block + slots[0].offset + slots[0].spec.shape.numel(), block + slots[1].offset);
+    std::swap_ranges(block + entries[0].offset, block + entries[0].offset + entries[0].spec.shape.numel(), block + entries[1].offset);
     const auto& c = f.hf.config;
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     const auto d = compare("swapped ln_1", strata_logits(backend, f, blocks), f.tensor("logits", {f.batch, f.seq, c.vocab_size}));
@@ -166,9 +166,9 @@ TEST_CASE_TEMPLATE("HF parity: loss and every parameter's gradient after one bac
         std::string worst_name;
         std::size_t compared = 0;
         for (std::size_t g = 0; g < model.group_count(); ++g)
-            for (const auto& slot : model.groups()[g].slots()) {
-                const std::string hf = model.hf_name(g, slot);
-                const auto d = compare(hf, slot_values(grads, g, slot), f.tensor("grad." + hf, slot.spec.shape.extents()));
+            for (const auto& entry : model.groups()[g].entries()) {
+                const std::string hf = model.hf_name(g, entry);
+                const auto d = compare(hf, entry_values(grads, g, entry), f.tensor("grad." + hf, entry.spec.shape.extents()));
                 CHECK_MESSAGE(d.normalized() < gradient_tolerance, d.report);
                 if (d.normalized() >= worst) worst = d.normalized(), worst_name = hf;
                 ++compared;
@@ -213,11 +213,11 @@ TEST_CASE_TEMPLATE("HF parity: a 10-step AdamW trajectory with clipping on one b
         double worst_weight = 0, worst_key_move = 0;
         std::string worst_name;
         for (std::size_t g = 0; g < model.group_count(); ++g)
-            for (const auto& slot : model.groups()[g].slots()) {
-                const std::string hf = model.hf_name(g, slot);
-                const auto want_all = f.tensor("final." + hf, slot.spec.shape.extents());
+            for (const auto& entry : model.groups()[g].entries()) {
+                const std::string hf = model.hf_name(g, entry);
+                const auto want_all = f.tensor("final." + hf, entry.spec.shape.extents());
                 std::vector<float> want(want_all.begin(), want_all.end());
-                std::vector<float> got = slot_values(final_blocks, g, slot), start = slot_values(f.hf.blocks, g, slot);
+                std::vector<float> got = entry_values(final_blocks, g, entry), start = entry_values(f.hf.blocks, g, entry);
                 if (hf.ends_with("attn.c_attn.bias")) {
                     for (const auto* v : {&got, &want})
                         for (std::size_t i = C; i < 2 * C; ++i)

@@ -49,15 +49,15 @@ struct linear {
         explicit layer(const config_type& c) : m_c(c), m_layout(param_layout::of<R>(params(c))) {}
 
         void forward(typename B::stream& s, const R* p, R* out, R*, const R* inp, R* workspace, size Bn, size T) const {
-            op::matmul_forward(s, out, inp, p + m_layout.slots()[0].offset, p + m_layout.slots()[1].offset, Bn, T, m_c.in,
+            op::matmul_forward(s, out, inp, p + m_layout.entries()[0].offset, p + m_layout.entries()[1].offset, Bn, T, m_c.in,
                                m_c.out);
             if constexpr (F == flaw::stale_workspace) op::copy(s, workspace, inp, Bn * T * m_c.in);
         }
         void backward(typename B::stream& s, const R* p, R* g, R* dinp, const R* dout, const R*, const R* inp,
                       R* workspace, size Bn, size T) const {
-            R* dw = g + m_layout.slots()[0].offset;
-            R* db = g + m_layout.slots()[1].offset;
-            const R* w = p + m_layout.slots()[0].offset;
+            R* dw = g + m_layout.entries()[0].offset;
+            R* db = g + m_layout.entries()[1].offset;
+            const R* w = p + m_layout.entries()[0].offset;
             if constexpr (F == flaw::overwrites) op::zero(s, g, m_layout.numel());
             if constexpr (F == flaw::stale_workspace) {
                 // reads the copy of inp that forward parked in the workspace: scratch is not kept

@@ -175,8 +175,8 @@ TEST_CASE_TEMPLATE("GPT-2 assembled from its three configs trains bit for bit li
     REQUIRE(layers.group_count() == gpt.group_count());
     for (std::size_t g = 0; g < gpt.group_count(); ++g) {
         CHECK(layers.groups()[g].numel() == gpt.groups()[g].numel());
-        for (std::size_t i = 0; i < gpt.groups()[g].slots().size(); ++i)
-            CHECK(layers.hf_name(g, layers.groups()[g].slots()[i]) == gpt.hf_name(g, gpt.groups()[g].slots()[i]));
+        for (std::size_t i = 0; i < gpt.groups()[g].entries().size(); ++i)
+            CHECK(layers.hf_name(g, layers.groups()[g].entries()[i]) == gpt.hf_name(g, gpt.groups()[g].entries()[i]));
     }
     const auto reference = run<trainer_t<float, B>>(backend, gpt, o, 6);
     CHECK(reference.losses.back() < reference.losses.front());
@@ -200,9 +200,9 @@ TEST_CASE_TEMPLATE("an untied LM head: its own tensor in group 0; equal to the e
     const gpt2_from_layers<B> tied(decoder_shape(false), config, layernorm_config{.channels = config.n_embd});
     const gpt2_from_layers<B> untied(untied_shape, config, layernorm_config{.channels = config.n_embd});
     const auto& g0 = untied.groups()[0];
-    REQUIRE(g0.slots().size() == 3);  // wte, wpe, lm_head
-    CHECK(untied.hf_name(0, g0.slots()[2]) == "lm_head.weight");
-    CHECK(g0.slots()[2].spec.shape.numel() == config.vocab_size * config.n_embd);
+    REQUIRE(g0.entries().size() == 3);  // wte, wpe, lm_head
+    CHECK(untied.hf_name(0, g0.entries()[2]) == "lm_head.weight");
+    CHECK(g0.entries()[2].spec.shape.numel() == config.vocab_size * config.n_embd);
 
     using resident = trainer_t<float, B, resident_placement, moments_in<device_tier>, gpt2_from_layers<B>>;
     resident a(backend, tied, o), b(backend, untied, o);
@@ -212,17 +212,17 @@ TEST_CASE_TEMPLATE("an untied LM head: its own tensor in group 0; equal to the e
     std::vector<float> group0(g0.numel(), 0.0f);
     const auto& t0 = tied.groups()[0];
     for (std::size_t i = 0; i < 2; ++i)  // wte and wpe as they are
-        std::copy_n(blocks[0].begin() + t0.slots()[i].offset, t0.slots()[i].spec.shape.numel(),
-                    group0.begin() + g0.slots()[i].offset);
-    std::copy_n(blocks[0].begin() + t0.slots()[0].offset, t0.slots()[0].spec.shape.numel(),
-                group0.begin() + g0.slots()[2].offset);  // the head: a copy of wte
+        std::copy_n(blocks[0].begin() + t0.entries()[i].offset, t0.entries()[i].spec.shape.numel(),
+                    group0.begin() + g0.entries()[i].offset);
+    std::copy_n(blocks[0].begin() + t0.entries()[0].offset, t0.entries()[0].spec.shape.numel(),
+                group0.begin() + g0.entries()[2].offset);  // the head: a copy of wte
     for (std::size_t g = 0; g < blocks.size(); ++g) b.upload(kind::params, g, g == 0 ? group0 : blocks[g]);
     const auto batches = micro_batches(0, o.accum, o.batch, o.seq);
     CHECK(a.step(batches).loss == b.step(batches).loss);  // the same logits, bit for bit
     const auto after = download_blocks(b, kind::params);
-    CHECK_FALSE(std::equal(after[0].begin() + g0.slots()[0].offset,
-                           after[0].begin() + g0.slots()[0].offset + g0.slots()[0].spec.shape.numel(),
-                           after[0].begin() + g0.slots()[2].offset));
+    CHECK_FALSE(std::equal(after[0].begin() + g0.entries()[0].offset,
+                           after[0].begin() + g0.entries()[0].offset + g0.entries()[0].spec.shape.numel(),
+                           after[0].begin() + g0.entries()[2].offset));
 
     const auto r = run<resident>(backend, untied, o, 4);
     CHECK(r.losses.back() < r.losses.front());

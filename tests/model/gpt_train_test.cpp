@@ -75,23 +75,23 @@ TEST_CASE("a tiny GPT's gradients match central finite differences in double") {
     double worst = 0;
     std::size_t checked = 0;
     for (std::size_t g = 0; g < params.size(); ++g) {
-        for (const auto& slot : model.groups()[g].slots()) {
-            const std::size_t n = slot.spec.shape.numel();
+        for (const auto& entry : model.groups()[g].entries()) {
+            const std::size_t n = entry.spec.shape.numel();
             for (std::size_t i = 0; i < n; i += (n > 40 ? 7 : 1)) {  // a spread sample of each tensor
                 auto p = params;
                 const double h = 1e-5;
-                p[g][slot.offset + i] += h;
+                p[g][entry.offset + i] += h;
                 const double up = loss_at(p);
-                p[g][slot.offset + i] -= 2 * h;
+                p[g][entry.offset + i] -= 2 * h;
                 const double down = loss_at(p);
                 const double numeric = (up - down) / (2 * h);
-                const double analytic = grads[g][slot.offset + i];
+                const double analytic = grads[g][entry.offset + i];
                 // Relative error, with a floor of 1e-5 on the scale: a central difference of a loss
                 // L ~ 3 in double carries ~|L| eps / h ~ 1e-10 of rounding noise, so gradients that
                 // are exactly zero (the key biases' under softmax) read as ~1e-10 numerically.
                 const double err = std::abs(numeric - analytic) / std::max(1e-5, std::abs(numeric) + std::abs(analytic));
                 if (err > worst) worst = err;
-                INFO(model.hf_name(g, slot) << "[" << i << "]: numeric " << numeric << " analytic " << analytic);
+                INFO(model.hf_name(g, entry) << "[" << i << "]: numeric " << numeric << " analytic " << analytic);
                 CHECK(err < 5e-5);
                 ++checked;
             }

@@ -42,10 +42,10 @@ std::vector<std::vector<R>> random_blocks(const Model& model, std::uint64_t seed
     std::vector<std::vector<R>> blocks;
     for (const auto& layout : model.groups()) {
         auto& block = blocks.emplace_back(layout.numel(), R(0));
-        for (const auto& slot : layout.slots()) {
-            const bool gain = !slot.spec.decay && slot.spec.name.ends_with("weight");
-            for (std::size_t i = 0; i < slot.spec.shape.numel(); ++i)
-                block[slot.offset + i] = gain ? R(1) : static_cast<R>(gen.normal(0.0, 0.5));
+        for (const auto& entry : layout.entries()) {
+            const bool gain = !entry.spec.decay && entry.spec.name.ends_with("weight");
+            for (std::size_t i = 0; i < entry.spec.shape.numel(); ++i)
+                block[entry.offset + i] = gain ? R(1) : static_cast<R>(gen.normal(0.0, 0.5));
         }
     }
     return blocks;

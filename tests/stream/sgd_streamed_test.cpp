@@ -145,7 +145,7 @@ TEST_CASE_TEMPLATE("a checkpoint of an SGD run holds its momentum by name, recor
     const auto file = safetensors_file::open(saved / "optimizer.safetensors");
     std::size_t trainable_tensors = 0;
     for (const auto& layout : model.groups())
-        for (const auto& slot : layout.slots()) trainable_tensors += slot.spec.trainable;
+        for (const auto& entry : layout.entries()) trainable_tensors += entry.spec.trainable;
     CHECK(file.names().size() == trainable_tensors);
     for (const auto& name : file.names()) CHECK(name.starts_with("momentum."));
     CHECK(std::filesystem::file_size(saved / "optimizer.safetensors") ==

@@ -55,10 +55,10 @@ inline fs::path family_dir() { return fixtures_dir().parent_path() / "hf_llama_f
 template <class Model, class Visit>
 void for_each_hf_tensor(const Model& model, const std::vector<std::vector<float>>& blocks, Visit&& visit) {
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots()) {
-            const float* p = blocks[g].data() + slot.offset;
-            for (const llama::hf_tensor& hf : llama::hf_tensors_of(model, g, slot))
-                visit(hf, hf.transposed ? llama::detail::to_hf(p, slot.spec.shape.extents()[1], hf)
+        for (const auto& entry : model.groups()[g].entries()) {
+            const float* p = blocks[g].data() + entry.offset;
+            for (const llama::hf_tensor& hf : llama::hf_tensors_of(model, g, entry))
+                visit(hf, hf.transposed ? llama::detail::to_hf(p, entry.spec.shape.extents()[1], hf)
                                         : std::vector<float>(p + hf.column, p + hf.column + shape(hf.shape).numel()));
         }
 }

@@ -124,11 +124,11 @@ TEST_CASE("HF Llama parity: the comparison catches RoPE with the wrong pairing o
     const auto model = llama::make_llama_model<cpu_backend>(c);
     for (std::size_t l = 0; l < c.n_layer; ++l) {
         const std::size_t g = model.block_group(l);
-        const auto& slot = model.groups()[g].slots()[1];
-        REQUIRE(slot.spec.name == "self_attn.qkv_proj.weight");
+        const auto& entry = model.groups()[g].entries()[1];
+        REQUIRE(entry.spec.name == "self_attn.qkv_proj.weight");
         const std::size_t C = c.n_embd, HS = C / c.n_head;
-        float* qkv = interleaved[g].data() + slot.offset;  // (C, 3C)
-        const float* original = f.hf.blocks[g].data() + slot.offset;
+        float* qkv = interleaved[g].data() + entry.offset;  // (C, 3C)
+        const float* original = f.hf.blocks[g].data() + entry.offset;
         for (std::size_t row = 0; row < C; ++row)
             for (std::size_t head = 0; head < 2 * c.n_head; ++head)  // the q heads, then the k heads
                 for (std::size_t i = 0; i < HS / 2; ++i) {

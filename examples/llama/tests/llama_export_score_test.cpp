@@ -45,15 +45,15 @@ fs::path scratch(const std::string& what) {
 }
 
 // Weights with full float mantissas and magnitudes from 1e-3 to 1e3, so that rounding matters (the
-// slots only: the padding between them is not a weight, and stays 0 as a load leaves it).
+// entries only: the padding between them is not a weight, and stays 0 as a load leaves it).
 std::vector<std::vector<float>> varied_blocks(const llama::llama_model<cpu_backend>& model) {
     std::vector<std::vector<float>> blocks;
     std::size_t k = 0;
     for (const auto& group : model.groups()) {
         blocks.emplace_back(group.numel(), 0.0f);
-        for (const auto& slot : group.slots())
-            for (std::size_t i = 0; i < slot.spec.shape.numel(); ++i, ++k)
-                blocks.back()[slot.offset + i] =
+        for (const auto& entry : group.entries())
+            for (std::size_t i = 0; i < entry.spec.shape.numel(); ++i, ++k)
+                blocks.back()[entry.offset + i] =
                     static_cast<float>(std::sin(0.37 * double(k)) * std::pow(10.0, double(k % 7) - 3.0));
     }
     return blocks;

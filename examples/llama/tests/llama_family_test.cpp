@@ -209,9 +209,9 @@ TEST_CASE("llama block: GQA equals the multi-head block with copied k/v heads, b
         const std::size_t part = (c - a) / a, h = (c - a) % a / hs, d = c % hs;
         return a + part * kv + (h / group) * hs + d;
     };
-    for (std::size_t s = 0; s < gqa_layout.slots().size(); ++s) {
-        const auto& from = gqa_layout.slots()[s];
-        const auto& to = mha_layout.slots()[s];
+    for (std::size_t s = 0; s < gqa_layout.entries().size(); ++s) {
+        const auto& from = gqa_layout.entries()[s];
+        const auto& to = mha_layout.entries()[s];
         REQUIRE(from.spec.name == to.spec.name);
         if (from.spec.name == "self_attn.qkv_proj.weight") {
             for (std::size_t i = 0; i < C; ++i)

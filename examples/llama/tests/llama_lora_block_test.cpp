@@ -115,11 +115,11 @@ TEST_CASE("llama_lora_block: freshly initialized (B = 0), its output is llama_bl
     strata::rng gen(2024), plain_gen(2024);
     lora_block::initialize(all_five, layout, std::span<float>(block), gen);
     strata::detail::default_initialize(plain_layout, std::span<float>(plain), plain_gen);
-    for (const auto& slot : plain_layout.slots()) {  // the same base weights, draw for draw
-        const auto& mine = layout.find(slot.spec.name);
-        CHECK_MESSAGE(std::memcmp(block.data() + mine.offset, plain.data() + slot.offset,
-                                  slot.spec.shape.numel() * sizeof(float)) == 0,
-                      slot.spec.name);
+    for (const auto& entry : plain_layout.entries()) {  // the same base weights, draw for draw
+        const auto& mine = layout.find(entry.spec.name);
+        CHECK_MESSAGE(std::memcmp(block.data() + mine.offset, plain.data() + entry.offset,
+                                  entry.spec.shape.numel() * sizeof(float)) == 0,
+                      entry.spec.name);
     }
     const auto x = strata::kernels::cpu::random_vector<float>(B * T * 8, 9);
     const auto y = st::forward_output<llama_lora_block>(all_five, std::span<const float>(block), std::span<const float>(x), B, T);

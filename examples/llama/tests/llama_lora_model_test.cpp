@@ -74,11 +74,11 @@ TEST_CASE_TEMPLATE("llama LoRA: only the adapters move, the loss on new text fal
     CHECK(resident.after < 0.8 * resident.before);
     std::size_t frozen = 0, moved = 0;
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots()) {
-            const std::span<const float> before(resident.initial[g].data() + slot.offset, slot.spec.shape.numel());
-            const std::span<const float> after(resident.params[g].data() + slot.offset, slot.spec.shape.numel());
-            CAPTURE(model.hf_name(g, slot));
-            if (slot.spec.trainable) {
+        for (const auto& entry : model.groups()[g].entries()) {
+            const std::span<const float> before(resident.initial[g].data() + entry.offset, entry.spec.shape.numel());
+            const std::span<const float> after(resident.params[g].data() + entry.offset, entry.spec.shape.numel());
+            CAPTURE(model.hf_name(g, entry));
+            if (entry.spec.trainable) {
                 CHECK_FALSE(same(before, after));
                 ++moved;
             } else {

@@ -226,8 +226,8 @@ host_blocks<float> numbered_blocks(const Model& model) {
     float next = 1.0f;
     for (const auto& g : model.groups()) {
         blocks.emplace_back(g.numel(), 0.0f);
-        for (const auto& slot : g.slots())
-            for (std::size_t i = 0; i < slot.spec.shape.numel(); ++i) blocks.back()[slot.offset + i] = next++ / 4096.0f;
+        for (const auto& entry : g.entries())
+            for (std::size_t i = 0; i < entry.spec.shape.numel(); ++i) blocks.back()[entry.offset + i] = next++ / 4096.0f;
     }
     return blocks;
 }
@@ -253,10 +253,10 @@ TEST_CASE("llama model: HF Llama names, nn.Linear layouts, split q/k/v and confi
 
     // nn.Linear (out, in): HF's k_proj[o][i] is the fused (in, 3C) matrix's [i][C + o]; gate_proj[h][i] is [i][h].
     const auto& layout = model.groups()[1];
-    const float* qkv = blocks[1].data() + layout.slots()[1].offset;
-    const float* gate = blocks[1].data() + layout.slots()[4].offset;
-    REQUIRE(layout.slots()[1].spec.name == "self_attn.qkv_proj.weight");
-    REQUIRE(layout.slots()[4].spec.name == "mlp.gate_proj.weight");
+    const float* qkv = blocks[1].data() + layout.entries()[1].offset;
+    const float* gate = blocks[1].data() + layout.entries()[4].offset;
+    REQUIRE(layout.entries()[1].spec.name == "self_attn.qkv_proj.weight");
+    REQUIRE(layout.entries()[4].spec.name == "mlp.gate_proj.weight");
     const auto k_proj = file.get<float>("model.layers.0.self_attn.k_proj.weight");
     const auto gate_proj = file.get<float>("model.layers.0.mlp.gate_proj.weight");
     for (std::size_t o : {std::size_t{0}, std::size_t{5}, C - 1})
@@ -449,9 +449,9 @@ TEST_CASE("llama family: GQA + q/k/v biases + untied head export HF names (q/k/v
     CHECK_FALSE(file.contains("model.layers.1.self_attn.o_proj.bias"));
     // v_proj.bias is elements [A + KV, A + 2 KV) of the fused bias
     const auto& layout = model.groups()[1];
-    REQUIRE(layout.slots()[2].spec.name == "self_attn.qkv_proj.bias");
+    REQUIRE(layout.entries()[2].spec.name == "self_attn.qkv_proj.bias");
     const auto v_bias = file.get<float>("model.layers.0.self_attn.v_proj.bias");
-    for (std::size_t i = 0; i < KV; ++i) CHECK(v_bias[i] == blocks[1][layout.slots()[2].offset + A + KV + i]);
+    for (std::size_t i = 0; i < KV; ++i) CHECK(v_bias[i] == blocks[1][layout.entries()[2].offset + A + KV + i]);
     // lm_head is its own tensor, not a copy of embed_tokens
     const auto head = file.get<float>("lm_head.weight"), embed = file.get<float>("model.embed_tokens.weight");
     CHECK_FALSE(std::equal(head.begin(), head.end(), embed.begin()));
@@ -473,12 +473,12 @@ TEST_CASE("llama family: parameter_count counts the untied head, the biases and 
     const auto model = llama::make_llama_model<cpu_backend>(qwen);
     std::size_t n = 0;
     for (const auto& g : model.groups())
-        for (const auto& slot : g.slots()) n += slot.spec.shape.numel();
+        for (const auto& entry : g.entries()) n += entry.spec.shape.numel();
     CHECK(qwen.parameter_count() == n);
     const auto mha = llama::make_llama_model<cpu_backend>(tiny);
     std::size_t m = 0;
     for (const auto& g : mha.groups())
-        for (const auto& slot : g.slots()) m += slot.spec.shape.numel();
+        for (const auto& entry : g.entries()) m += entry.spec.shape.numel();
     CHECK(tiny.parameter_count() == m);
     const std::size_t V = tiny.vocab, C = tiny.n_embd, H = tiny.hidden, L = tiny.n_layer;
     CHECK(m == V * C + L * (2 * C + 4 * C * C + 3 * C * H) + C);  // today's formula, unchanged
@@ -499,21 +499,21 @@ TEST_CASE_TEMPLATE("llama family: an untied head equal to the embedding computes
     auto blocks = download_blocks(a, kind::params);
     // group 0 of the untied model: embed_tokens, then lm_head (a copy)
     const auto& g0 = untied.groups()[0];
-    REQUIRE(g0.slots().size() == 2);
-    REQUIRE(g0.slots()[1].spec.name == "lm_head.weight");
-    CHECK(untied.hf_name(0, g0.slots()[1]) == "lm_head.weight");
+    REQUIRE(g0.entries().size() == 2);
+    REQUIRE(g0.entries()[1].spec.name == "lm_head.weight");
+    CHECK(untied.hf_name(0, g0.entries()[1]) == "lm_head.weight");
     std::vector<float> group0(g0.numel(), 0.0f);
     const std::size_t VC = tiny.vocab * tiny.n_embd;
-    std::copy(blocks[0].begin(), blocks[0].begin() + VC, group0.begin() + g0.slots()[0].offset);
-    std::copy(blocks[0].begin(), blocks[0].begin() + VC, group0.begin() + g0.slots()[1].offset);
+    std::copy(blocks[0].begin(), blocks[0].begin() + VC, group0.begin() + g0.entries()[0].offset);
+    std::copy(blocks[0].begin(), blocks[0].begin() + VC, group0.begin() + g0.entries()[1].offset);
     for (std::size_t g = 0; g < blocks.size(); ++g) b.upload(kind::params, g, g == 0 ? group0 : blocks[g]);
     const auto batches = micro_batches(0, o.accum, o.batch, o.seq);
     const auto ra = a.step(batches), rb = b.step(batches);
     CHECK(ra.loss == rb.loss);  // the same logits, bit for bit
     // after the step the head and the embedding have moved apart (each got its own gradient)
     const auto after = download_blocks(b, kind::params);
-    CHECK_FALSE(std::equal(after[0].begin() + g0.slots()[0].offset, after[0].begin() + g0.slots()[0].offset + VC,
-                           after[0].begin() + g0.slots()[1].offset));
+    CHECK_FALSE(std::equal(after[0].begin() + g0.entries()[0].offset, after[0].begin() + g0.entries()[0].offset + VC,
+                           after[0].begin() + g0.entries()[1].offset));
     // and the loss falls when it trains on
     double last = rb.loss;
     for (int s = 1; s < 6; ++s) last = b.step(micro_batches(s, o.accum, o.batch, o.seq)).loss;
@@ -544,10 +544,10 @@ host_blocks<float> varied_weights(const Model& model, std::uint64_t seed) {
     host_blocks<float> blocks;
     for (const auto& g : model.groups()) {
         blocks.emplace_back(g.numel(), 0.0f);
-        for (const auto& slot : g.slots())
-            for (std::size_t i = 0; i < slot.spec.shape.numel(); ++i)
-                blocks.back()[slot.offset + i] =
-                    !slot.spec.decay && slot.spec.name.ends_with("weight") ? 1.0f : static_cast<float>(gen.normal(0.0, 0.3));
+        for (const auto& entry : g.entries())
+            for (std::size_t i = 0; i < entry.spec.shape.numel(); ++i)
+                blocks.back()[entry.offset + i] =
+                    !entry.spec.decay && entry.spec.name.ends_with("weight") ? 1.0f : static_cast<float>(gen.normal(0.0, 0.3));
     }
     return blocks;
 }

@@ -45,9 +45,9 @@ std::vector<std::vector<R>> random_blocks(const gpt2_lora_config& c, std::size_t
     for (std::size_t l = 0; l < layers; ++l) {
         std::vector<R> block(layout.numel(), R(0));
         std::uint32_t k = 0;
-        for (const auto& slot : layout.slots()) {
-            const auto v = strata::kernels::cpu::random_vector<R>(slot.spec.shape.numel(), seed + 97 * l + ++k, -0.5, 0.5);
-            std::copy(v.begin(), v.end(), block.begin() + static_cast<std::ptrdiff_t>(slot.offset));
+        for (const auto& entry : layout.entries()) {
+            const auto v = strata::kernels::cpu::random_vector<R>(entry.spec.shape.numel(), seed + 97 * l + ++k, -0.5, 0.5);
+            std::copy(v.begin(), v.end(), block.begin() + static_cast<std::ptrdiff_t>(entry.offset));
         }
         blocks.push_back(std::move(block));
     }
@@ -98,8 +98,8 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 }
 
 std::span<const float> tensor(const std::vector<float>& block, const std::string& name) {
-    const auto& slot = layout.find(name);
-    return std::span<const float>(block).subspan(slot.offset, slot.spec.shape.numel());
+    const auto& entry = layout.find(name);
+    return std::span<const float>(block).subspan(entry.offset, entry.spec.shape.numel());
 }
 
 TEST_CASE("adapters: save then load gives the adapters back bitwise and leaves the base alone") {
@@ -122,11 +122,11 @@ TEST_CASE("adapters: save then load gives the adapters back bitwise and leaves t
     const auto before = fresh;
     load(dir / "adapters.safetensors", fresh);
     for (std::size_t l = 0; l < n_layer; ++l)
-        for (const auto& slot : layout.slots()) {
+        for (const auto& entry : layout.entries()) {
             CAPTURE(l);
-            CAPTURE(slot.spec.name);
-            CHECK(same_bits(tensor(fresh[l], slot.spec.name),
-                            tensor(slot.spec.trainable ? trained[l] : before[l], slot.spec.name)));
+            CAPTURE(entry.spec.name);
+            CHECK(same_bits(tensor(fresh[l], entry.spec.name),
+                            tensor(entry.spec.trainable ? trained[l] : before[l], entry.spec.name)));
         }
     CHECK(dir.list() == std::vector<std::string>{"adapters.safetensors"});  // no temporary left behind
 }
@@ -229,30 +229,30 @@ TEST_CASE("adapters: the merged plain GPT-2 block computes what the adapted bloc
     lora::merge_adapters<float>(c, layout, adapted, plain_layout, merged);
 
     // untargeted tensors copied bitwise; targeted weights W + (alpha / r) A B
-    for (const auto& slot : plain_layout.slots()) {
-        const std::span<const float> got(merged.data() + slot.offset, slot.spec.shape.numel());
-        if (slot.spec.name != "attn.c_attn.weight" && slot.spec.name != "mlp.c_proj.weight") {
-            CHECK_MESSAGE(same_bits(got, tensor(adapted, slot.spec.name)), slot.spec.name);
+    for (const auto& entry : plain_layout.entries()) {
+        const std::span<const float> got(merged.data() + entry.offset, entry.spec.shape.numel());
+        if (entry.spec.name != "attn.c_attn.weight" && entry.spec.name != "mlp.c_proj.weight") {
+            CHECK_MESSAGE(same_bits(got, tensor(adapted, entry.spec.name)), entry.spec.name);
             continue;
         }
-        const std::string proj = slot.spec.name.substr(0, slot.spec.name.size() - std::string(".weight").size());
-        const auto W = tensor(adapted, slot.spec.name), A = tensor(adapted, proj + ".lora_A"),
+        const std::string proj = entry.spec.name.substr(0, entry.spec.name.size() - std::string(".weight").size());
+        const auto W = tensor(adapted, entry.spec.name), A = tensor(adapted, proj + ".lora_A"),
                    Bm = tensor(adapted, proj + ".lora_B");
-        const std::size_t in = slot.spec.shape[0], out = slot.spec.shape[1];
+        const std::size_t in = entry.spec.shape[0], out = entry.spec.shape[1];
         double worst = 0.0;
         for (std::size_t i = 0; i < in; ++i)
             for (std::size_t j = 0; j < out; ++j) {
                 const double ab = double(A[i * 2]) * Bm[j] + double(A[i * 2 + 1]) * Bm[out + j];
                 worst = std::max(worst, std::abs(got[i * out + j] - (W[i * out + j] + 2.0 * ab)));
             }
-        CHECK_MESSAGE(worst < 1e-6, slot.spec.name);
+        CHECK_MESSAGE(worst < 1e-6, entry.spec.name);
     }
 
     // The base alone (B = 0 merges to the base weights, bitwise), for the size of the adapters' effect.
     auto unadapted = adapted;
     for (const char* name : {"attn.c_attn.lora_B", "mlp.c_proj.lora_B"}) {
-        const auto& slot = layout.find(name);
-        std::fill_n(unadapted.begin() + static_cast<std::ptrdiff_t>(slot.offset), slot.spec.shape.numel(), 0.0f);
+        const auto& entry = layout.find(name);
+        std::fill_n(unadapted.begin() + static_cast<std::ptrdiff_t>(entry.offset), entry.spec.shape.numel(), 0.0f);
     }
     std::vector<float> base(plain_layout.numel(), 0.0f);
     lora::merge_adapters<float>(c, layout, unadapted, plain_layout, base);

@@ -111,11 +111,11 @@ TEST_CASE("gpt2_lora_block: freshly initialized (B = 0), its output is strata's 
     lora_block::initialize(c, layout, std::span<float>(block), gen);
     plain_block::initialize(c.base(), plain_layout, std::span<float>(plain), plain_gen);
     // the same base weights, draw for draw
-    for (const auto& slot : plain_layout.slots()) {
-        const auto& mine = layout.find(slot.spec.name);
-        CHECK_MESSAGE(std::memcmp(block.data() + mine.offset, plain.data() + slot.offset,
-                                  slot.spec.shape.numel() * sizeof(float)) == 0,
-                      slot.spec.name);
+    for (const auto& entry : plain_layout.entries()) {
+        const auto& mine = layout.find(entry.spec.name);
+        CHECK_MESSAGE(std::memcmp(block.data() + mine.offset, plain.data() + entry.offset,
+                                  entry.spec.shape.numel() * sizeof(float)) == 0,
+                      entry.spec.name);
     }
     const auto x = strata::kernels::cpu::random_vector<float>(B * T * c.n_embd, 9);
     const auto y = st::forward_output<gpt2_lora_block>(c, std::span<const float>(block), std::span<const float>(x), B, T);

@@ -54,6 +54,9 @@ public:
     cuda_backend& operator=(const cuda_backend&) = delete;
 
     int device() const { return m_device; }
+    // Makes this backend's GPU the calling thread's current device (a data-parallel rank's
+    // thread calls it before it works with this backend).
+    void make_current() const { cuda::check(cudaSetDevice(m_device), "cudaSetDevice"); }
     tier_budget& budget(tier_id t) { return m_tiers.budget(t); }
     const std::filesystem::path& storage_dir() const { return m_tiers.storage_dir(); }
 

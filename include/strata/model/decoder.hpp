@@ -105,13 +105,13 @@ concept initializes_itself = requires(const typename L::config_type& c, const pa
 
 template <class R>
 void default_initialize(const param_layout& layout, std::span<R> block, rng& gen) {
-    for (const auto& slot : layout.slots()) {
-        R* p = block.data() + slot.offset;
-        const std::size_t n = slot.spec.shape.numel();
-        if (slot.spec.decay)
+    for (const auto& entry : layout.entries()) {
+        R* p = block.data() + entry.offset;
+        const std::size_t n = entry.spec.shape.numel();
+        if (entry.spec.decay)
             for (std::size_t i = 0; i < n; ++i) p[i] = static_cast<R>(gen.normal(0.0, 0.02));
         else
-            std::fill(p, p + n, slot.spec.name.ends_with("weight") ? R(1) : R(0));
+            std::fill(p, p + n, entry.spec.name.ends_with("weight") ? R(1) : R(0));
     }
 }
 }  // namespace detail
@@ -175,11 +175,11 @@ public:
     std::size_t max_seq() const { return m_config.max_seq; }
 
     // The checkpoint name of a parameter ("transformer.h.3.attn.c_attn.weight" with the defaults).
-    std::string hf_name(std::size_t group, const param_slot& slot) const {
-        if (group == 0) return !m_config.tied_head && slot.spec.name == m_config.lm_head ? m_config.lm_head
-                                                                                        : m_config.root + slot.spec.name;
-        if (group == final_group()) return m_config.root + slot.spec.name;  // final_prefix + the norm's name
-        return m_config.root + m_config.block_prefix + std::to_string(group - 1) + "." + slot.spec.name;
+    std::string hf_name(std::size_t group, const param_entry& entry) const {
+        if (group == 0) return !m_config.tied_head && entry.spec.name == m_config.lm_head ? m_config.lm_head
+                                                                                        : m_config.root + entry.spec.name;
+        if (group == final_group()) return m_config.root + entry.spec.name;  // final_prefix + the norm's name
+        return m_config.root + m_config.block_prefix + std::to_string(group - 1) + "." + entry.spec.name;
     }
 
     // Group by group from one generator (a seed fixes the model).
@@ -410,17 +410,17 @@ private:
 
     template <class P>
     P* wte(P* group0) const {
-        return group0 + m_groups[0].slots()[0].offset;
+        return group0 + m_groups[0].entries()[0].offset;
     }
     // The LM head's (V, C) weights: the token embedding when tied.
     template <class P>
     P* head(P* group0) const {
         return m_config.tied_head ? wte(group0)
-                                  : group0 + m_groups[0].slots()[m_config.learned_positions ? 2 : 1].offset;
+                                  : group0 + m_groups[0].entries()[m_config.learned_positions ? 2 : 1].offset;
     }
     template <class P>
     P* wpe(P* group0) const {
-        return m_config.learned_positions ? group0 + m_groups[0].slots()[1].offset : static_cast<P*>(nullptr);
+        return m_config.learned_positions ? group0 + m_groups[0].entries()[1].offset : static_cast<P*>(nullptr);
     }
 
     void check_size(const activations& act, std::size_t batch, std::size_t seq) const {

@@ -59,10 +59,10 @@ public:
     // tests/train/initialize_test.cpp): N(0, 0.02) weights, the residual projections scaled by
     // 1 / sqrt(2 n_layer), zero biases, unit layernorm gains.
     static void initialize(const gpt_config& c, const param_layout& layout, std::span<R> block, rng& gen) {
-        for (const auto& slot : layout.slots()) {
-            R* p = block.data() + slot.offset;
-            const size n = slot.spec.shape.numel();
-            const std::string& name = slot.spec.name;
+        for (const auto& entry : layout.entries()) {
+            R* p = block.data() + entry.offset;
+            const size n = entry.spec.shape.numel();
+            const std::string& name = entry.spec.name;
             if (name.ends_with(".bias")) {
                 std::fill(p, p + n, R(0));
             } else if (name.starts_with("ln_")) {
@@ -78,7 +78,7 @@ public:
 
     void forward(stream& s, const R* p, R* out, R* acts, const R* x, R*, size B, size T) const {
         const size BT = B * T, C = m_c.n_embd, NH = m_c.n_head;
-        auto P = [&](int i) { return p + m_layout.slots()[i].offset; };
+        auto P = [&](int i) { return p + m_layout.entries()[i].offset; };
         const saved a = carve(acts, B, T);
         op::layernorm_forward(s, a.ln1, a.ln1_stats, a.ln1_stats + BT, x, P(0), P(1), B, T, C);
         op::matmul_forward(s, a.qkv, a.ln1, P(2), P(3), B, T, C, 3 * C);
@@ -104,7 +104,7 @@ public:
 
     void decode(stream& s, const R* p, R* out, const R* x, R* cache, R* w, size pos, size n) const {
         const size C = m_c.n_embd, NH = m_c.n_head;
-        auto P = [&](int i) { return p + m_layout.slots()[i].offset; };
+        auto P = [&](int i) { return p + m_layout.entries()[i].offset; };
         auto take = [&](size count) {
             R* q = w;
             w += count;
@@ -137,8 +137,8 @@ public:
     void backward(stream& s, const R* p, R* g, R* dinp, const R* dout, const R* acts, const R* x, R* w, size B,
                   size T) const {
         const size BT = B * T, C = m_c.n_embd, NH = m_c.n_head;
-        auto P = [&](int i) { return p + m_layout.slots()[i].offset; };
-        auto G = [&](int i) { return g + m_layout.slots()[i].offset; };
+        auto P = [&](int i) { return p + m_layout.entries()[i].offset; };
+        auto G = [&](int i) { return g + m_layout.entries()[i].offset; };
         const saved a = carve(const_cast<R*>(acts), B, T);  // read only below
         R* dfch_gelu = w;                  // (B, T, 4C)
         R* dfch = dfch_gelu + BT * 4 * C;  // (B, T, 4C)

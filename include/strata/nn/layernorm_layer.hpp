@@ -69,8 +69,8 @@ public:
     }
 
 private:
-    std::size_t weight_offset() const { return m_layout.slots()[0].offset; }
-    std::size_t bias_offset() const { return m_layout.slots()[1].offset; }
+    std::size_t weight_offset() const { return m_layout.entries()[0].offset; }
+    std::size_t bias_offset() const { return m_layout.entries()[1].offset; }
 
     config_type m_config;
     param_layout m_layout;

@@ -88,6 +88,10 @@ public:
         std::vector<std::size_t> grad_bytes;  // by group: its gradients' bytes (0: frozen)
         std::vector<event>* last_d2h; // by group: the newest gradient copy to the host
         bool first_micro = true;
+        // false on a data-parallel rank that does not own the host state (train/rank_link.hpp):
+        // its gradients never go home: every micro-batch's slot starts from zero, and is free
+        // again once done() is told that its reduction over the ranks is over.
+        bool grads_home = true;
         // Called on the host just before group g's weights are copied to the device (may wait:
         // the trainer's optimizer may still be writing them); empty: nothing to wait for.
         std::function<void(std::size_t)> before_h2d;
@@ -127,7 +131,9 @@ public:
         return m_grad_slots[slot_of(m_used)].device_data().get();
     }
 
-    void done(std::size_t g, stream& compute, group_use u) {
+    // `reduced` (data-parallel): the event after which the slot's gradients are summed over the
+    // ranks; they go home (or the slot is free) only then. Null: when compute has finished.
+    void done(std::size_t g, stream& compute, group_use u, const event* reduced = nullptr) {
         // A wrong group or use here would release the wrong slot, or copy a slot's gradients into
         // another group's home.
         if (m_used >= m_pass.order.size() || m_pass.order[m_used].first != g || m_pass.order[m_used].second != u)
@@ -139,7 +145,13 @@ public:
         event finished = compute.record();
         m_param_free[k] = finished;
         if (u == group_use::backward && m_pass.grad_bytes[g] > 0) {
-            m_d2h.wait(finished);
+            const event& final_grads = reduced ? *reduced : finished;
+            if (!m_pass.grads_home) {
+                m_grad_free[k] = final_grads;
+                ++m_used;
+                return;
+            }
+            m_d2h.wait(final_grads);
             const std::size_t bytes = m_pass.grad_bytes[g];
             (*m_pass.last_d2h)[g] =
                 m_backend.copy(m_pass.host_grads[g], tier_id::host, m_grad_slots[k].device_data().get(), tier_id::device,
@@ -173,7 +185,7 @@ private:
         if (u == group_use::backward && m_pass.grad_bytes[g] > 0) {
             m_h2d.wait(m_grad_free[k]);  // the slot's previous gradients have reached the host
             R* slot = m_grad_slots[k].device_data().get();
-            if (m_pass.first_micro) {
+            if (m_pass.first_micro || !m_pass.grads_home) {
                 op::zero(m_h2d, slot, m_grad_slots[k].numel());
             } else {
                 m_h2d.wait((*m_pass.last_d2h)[g]);  // the previous micro-batch's gradients are home

@@ -29,7 +29,9 @@ struct param_spec {
     bool trainable = true;  // false: frozen (no gradient, no AdamW moments; e.g. LoRA's base weights)
 };
 
-struct param_slot {
+// One tensor's entry in a layout: its spec and where it starts in the group's block. (A "slot" is
+// something else: a device buffer that blocks or activations take in turn, in the pipeline.)
+struct param_entry {
     param_spec spec;
     std::size_t offset;  // in elements from the start of the block
 };
@@ -48,13 +50,13 @@ public:
         layout.m_element_bytes = sizeof(T);
         std::size_t offset = 0;
         const std::size_t align = tensor_alignment_bytes / sizeof(T);
-        for (auto& s : specs) layout.m_slots.push_back({std::move(s), 0});
+        for (auto& s : specs) layout.m_entries.push_back({std::move(s), 0});
         for (bool trainable : {true, false}) {  // the trainable prefix first
-            for (auto& slot : layout.m_slots) {
-                if (slot.spec.trainable != trainable) continue;
+            for (auto& entry : layout.m_entries) {
+                if (entry.spec.trainable != trainable) continue;
                 offset = round_up(offset, align);
-                slot.offset = offset;
-                offset += slot.spec.shape.numel();
+                entry.offset = offset;
+                offset += entry.spec.shape.numel();
             }
             if (trainable) layout.m_trainable_numel = round_up(offset * sizeof(T), page_size) / sizeof(T);
         }
@@ -63,35 +65,35 @@ public:
         return layout;
     }
 
-    const std::vector<param_slot>& slots() const { return m_slots; }
+    const std::vector<param_entry>& entries() const { return m_entries; }
     // Elements in the block including alignment gaps and the page padding (gaps stay zero).
     std::size_t numel() const { return m_numel; }
     std::size_t bytes() const { return m_numel * m_element_bytes; }
     // Elements of the trainable prefix (gradients, AdamW m and v), page padding included; every
-    // trainable slot ends inside it. 0: the whole group is frozen.
+    // trainable entry ends inside it. 0: the whole group is frozen.
     std::size_t trainable_numel() const { return m_trainable_numel; }
     std::size_t trainable_bytes() const { return m_trainable_numel * m_element_bytes; }
     bool frozen() const { return m_trainable_numel == 0; }
     // Real parameters, without gaps.
     std::size_t parameter_count() const {
         std::size_t n = 0;
-        for (auto& s : m_slots) n += s.spec.shape.numel();
+        for (auto& s : m_entries) n += s.spec.shape.numel();
         return n;
     }
     std::size_t trainable_parameter_count() const {
         std::size_t n = 0;
-        for (auto& s : m_slots) n += s.spec.trainable ? s.spec.shape.numel() : 0;
+        for (auto& s : m_entries) n += s.spec.trainable ? s.spec.shape.numel() : 0;
         return n;
     }
 
-    const param_slot& find(const std::string& name) const {
-        for (auto& s : m_slots)
+    const param_entry& find(const std::string& name) const {
+        for (auto& s : m_entries)
             if (s.spec.name == name) return s;
         throw error("no parameter named '" + name + "' in this layer");
     }
 
 private:
-    std::vector<param_slot> m_slots;
+    std::vector<param_entry> m_entries;
     std::size_t m_used = 0;
     std::size_t m_numel = 0;
     std::size_t m_trainable_numel = 0;

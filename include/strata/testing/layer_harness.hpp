@@ -212,9 +212,9 @@ template <class R>
 std::vector<R> random_params(const param_layout& layout, std::uint32_t seed, double range) {
     std::vector<R> block(layout.numel(), R(0));
     std::uint32_t k = 0;
-    for (const auto& slot : layout.slots()) {
-        const auto values = kernels::cpu::random_vector<R>(slot.spec.shape.numel(), seed + 101 * ++k, -range, range);
-        std::copy(values.begin(), values.end(), block.begin() + static_cast<std::ptrdiff_t>(slot.offset));
+    for (const auto& entry : layout.entries()) {
+        const auto values = kernels::cpu::random_vector<R>(entry.spec.shape.numel(), seed + 101 * ++k, -range, range);
+        std::copy(values.begin(), values.end(), block.begin() + static_cast<std::ptrdiff_t>(entry.offset));
     }
     return block;
 }
@@ -233,11 +233,11 @@ template <class R>
 std::vector<R> initial_grads(const param_layout& layout, std::optional<std::uint32_t> seed) {
     std::vector<R> block(layout.numel(), gradient_sentinel<R>);
     std::uint32_t k = 0;
-    for (const auto& slot : layout.slots()) {
-        ++k;  // counted over every slot: an all-trainable layer sees the values random_params gives
-        if (!slot.spec.trainable) continue;
-        const std::size_t n = slot.spec.shape.numel();
-        const auto first = block.begin() + static_cast<std::ptrdiff_t>(slot.offset);
+    for (const auto& entry : layout.entries()) {
+        ++k;  // counted over every entry: an all-trainable layer sees the values random_params gives
+        if (!entry.spec.trainable) continue;
+        const std::size_t n = entry.spec.shape.numel();
+        const auto first = block.begin() + static_cast<std::ptrdiff_t>(entry.offset);
         if (seed) {
             const auto values = kernels::cpu::random_vector<R>(n, *seed + 101 * k, -1.0, 1.0);
             std::copy(values.begin(), values.end(), first);
@@ -256,12 +256,12 @@ tensor_result untouched_outside_trainable(const std::string& when, const param_l
     std::vector<bool> trainable(grads.size(), false);
     std::string frozen_names;
     std::size_t frozen = 0;
-    for (const auto& slot : layout.slots()) {
-        if (!slot.spec.trainable) {
-            frozen_names += (frozen++ ? ", " : "") + slot.spec.name;
+    for (const auto& entry : layout.entries()) {
+        if (!entry.spec.trainable) {
+            frozen_names += (frozen++ ? ", " : "") + entry.spec.name;
             continue;
         }
-        std::fill_n(trainable.begin() + static_cast<std::ptrdiff_t>(slot.offset), slot.spec.shape.numel(), true);
+        std::fill_n(trainable.begin() + static_cast<std::ptrdiff_t>(entry.offset), entry.spec.shape.numel(), true);
     }
     const std::string name = "gradients outside the trainable tensors untouched (" + when + "; frozen: " +
                              (frozen == 0 ? std::string("none")
@@ -273,10 +273,10 @@ tensor_result untouched_outside_trainable(const std::string& when, const param_l
         std::string where = i < layout.trainable_numel() ? "alignment gap or padding of the gradient block"
                                                          : "past the gradient block (trainable_numel() = " +
                                                                std::to_string(layout.trainable_numel()) + ")";
-        for (const auto& slot : layout.slots())
-            if (!slot.spec.trainable && i >= slot.offset && i < slot.offset + slot.spec.shape.numel())
-                where = "the gradient of frozen tensor '" + slot.spec.name + "' (element " +
-                        std::to_string(i - slot.offset) + ")";
+        for (const auto& entry : layout.entries())
+            if (!entry.spec.trainable && i >= entry.offset && i < entry.offset + entry.spec.shape.numel())
+                where = "the gradient of frozen tensor '" + entry.spec.name + "' (element " +
+                        std::to_string(i - entry.offset) + ")";
         std::ostringstream text;
         text.precision(17);
         text << "written at [" << i << "], " << where << ": " << grads[i] << " (was " << before[i]
@@ -287,8 +287,8 @@ tensor_result untouched_outside_trainable(const std::string& when, const param_l
 }
 
 // The report line of a frozen tensor: no gradient, nothing to compare.
-inline tensor_result frozen_tensor(const param_slot& slot) {
-    return {"d" + slot.spec.name, 0.0, true, "frozen: trainable = false, no gradient", true};
+inline tensor_result frozen_tensor(const param_entry& entry) {
+    return {"d" + entry.spec.name, 0.0, true, "frozen: trainable = false, no gradient", true};
 }
 
 // The inputs every check draws from the same seeds, so precisions and backends see the same
@@ -322,9 +322,9 @@ tensor_result bitwise(const std::string& name, const std::vector<R>& actual, con
 
 // Per-tensor slices of a parameter block.
 template <class R>
-std::vector<R> slice(const std::vector<R>& block, const param_slot& slot) {
-    const auto first = block.begin() + static_cast<std::ptrdiff_t>(slot.offset);
-    return std::vector<R>(first, first + static_cast<std::ptrdiff_t>(slot.spec.shape.numel()));
+std::vector<R> slice(const std::vector<R>& block, const param_entry& entry) {
+    const auto first = block.begin() + static_cast<std::ptrdiff_t>(entry.offset);
+    return std::vector<R>(first, first + static_cast<std::ptrdiff_t>(entry.spec.shape.numel()));
 }
 
 }  // namespace detail
@@ -387,11 +387,11 @@ layer_report check_gradients(const typename LayerT<double, cpu_backend>::config_
         report.tensors.push_back({name, worst.error, worst.error <= tolerance,
                                   worst.describe("analytic vs numeric (index in the checked sample)")});
     };
-    for (const auto& slot : rig.layout.slots()) {
-        if (slot.spec.trainable)
-            check_tensor("d" + slot.spec.name, params, slot.offset, slot.spec.shape.numel(), dparams);
+    for (const auto& entry : rig.layout.entries()) {
+        if (entry.spec.trainable)
+            check_tensor("d" + entry.spec.name, params, entry.offset, entry.spec.shape.numel(), dparams);
         else
-            report.tensors.push_back(detail::frozen_tensor(slot));
+            report.tensors.push_back(detail::frozen_tensor(entry));
     }
     check_tensor("dinp", inp, 0, inp.size(), dinp);
     return report;
@@ -468,19 +468,19 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
     const auto [out_ckpt, grads_ckpt, dinp_ckpt] = run(2, true);
     const auto [out_nodinp, grads_nodinp, dinp_untouched] = run(1, false);
     report.tensors.push_back(detail::bitwise("out (recomputed vs plain)", out_ckpt, out_plain));
-    for (const auto& slot : rig.layout.slots()) {
-        if (slot.spec.trainable)
-            report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (checkpointed vs plain)",
-                                                     detail::slice(grads_ckpt, slot), detail::slice(grads_plain, slot)));
+    for (const auto& entry : rig.layout.entries()) {
+        if (entry.spec.trainable)
+            report.tensors.push_back(detail::bitwise("d" + entry.spec.name + " (checkpointed vs plain)",
+                                                     detail::slice(grads_ckpt, entry), detail::slice(grads_plain, entry)));
         else
-            report.tensors.push_back(detail::frozen_tensor(slot));
+            report.tensors.push_back(detail::frozen_tensor(entry));
     }
     report.tensors.push_back(detail::bitwise("dinp (checkpointed vs plain)", dinp_ckpt, dinp_plain));
-    for (const auto& slot : rig.layout.slots())
-        if (slot.spec.trainable)
-            report.tensors.push_back(detail::bitwise("d" + slot.spec.name + " (dinp = null vs plain)",
-                                                     detail::slice(grads_nodinp, slot),
-                                                     detail::slice(grads_plain, slot)));
+    for (const auto& entry : rig.layout.entries())
+        if (entry.spec.trainable)
+            report.tensors.push_back(detail::bitwise("d" + entry.spec.name + " (dinp = null vs plain)",
+                                                     detail::slice(grads_nodinp, entry),
+                                                     detail::slice(grads_plain, entry)));
     report.tensors.push_back(detail::bitwise("dinp left alone when null", dinp_untouched, p.dinp0));
     report.invariants.push_back(detail::untouched_outside_trainable("plain", rig.layout, grads_plain, p.grads0));
     report.invariants.push_back(detail::untouched_outside_trainable("checkpointed", rig.layout, grads_ckpt, p.grads0));
@@ -628,11 +628,11 @@ layer_report check_backend_parity(const typename LayerT<float, cpu_backend>::con
         report.tensors.push_back({name, error, error <= tolerance, text.str()});
     };
     nmse("out", out, out_ref);
-    for (const auto& slot : layout.slots()) {
-        if (slot.spec.trainable)
-            nmse("d" + slot.spec.name, detail::slice(grads, slot), detail::slice(grads_ref, slot));
+    for (const auto& entry : layout.entries()) {
+        if (entry.spec.trainable)
+            nmse("d" + entry.spec.name, detail::slice(grads, entry), detail::slice(grads_ref, entry));
         else
-            report.tensors.push_back(detail::frozen_tensor(slot));
+            report.tensors.push_back(detail::frozen_tensor(entry));
     }
     nmse("dinp", dinp, dinp_ref);
     return report;

@@ -89,7 +89,7 @@ safetensors_writer declared_model_tensors(const gpt_model<R, B>& model) {
     safetensors_writer w;
     w.set_metadata("format", "pt");
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& slot : model.groups()[g].slots()) w.declare<R>(model.hf_name(g, slot), slot.spec.shape.extents());
+        for (const auto& entry : model.groups()[g].entries()) w.declare<R>(model.hf_name(g, entry), entry.spec.shape.extents());
     return w;
 }
 
@@ -107,8 +107,8 @@ void write_model_files_by_group(const gpt_model<R, B>& model, ForEachBlock&& for
                                 const std::filesystem::path& dir) {
     declared_model_tensors(model).write_streamed(dir / "model.safetensors", [&](safetensors_writer::stream& out) {
         for_each_block([&](std::size_t g, std::span<const R> block) {
-            for (const auto& slot : model.groups()[g].slots())
-                out.write(model.hf_name(g, slot), block.subspan(slot.offset, slot.spec.shape.numel()));
+            for (const auto& entry : model.groups()[g].entries())
+                out.write(model.hf_name(g, entry), block.subspan(entry.offset, entry.spec.shape.numel()));
         });
     });
     write_json_file(dir / "config.json", gpt_config_of(model).to_hf_json());
@@ -174,8 +174,8 @@ loaded_model<R> load_model_files(const std::filesystem::path& dir) {
     std::vector<std::string> missing;
     for (std::size_t g = 0; g < model.group_count(); ++g) {
         out.blocks.emplace_back(model.groups()[g].numel(), R(0));
-        for (const auto& slot : model.groups()[g].slots()) {
-            const std::string name = model.hf_name(g, slot);
+        for (const auto& entry : model.groups()[g].entries()) {
+            const std::string name = model.hf_name(g, entry);
             const std::string key = detail::hf_key(file, name);
             if (key.empty()) {
                 missing.push_back(name);
@@ -183,12 +183,12 @@ loaded_model<R> load_model_files(const std::filesystem::path& dir) {
             }
             used.insert(key);
             const auto& info = file.info(key);
-            std::span<R> dst(out.blocks[g].data() + slot.offset, slot.spec.shape.numel());
+            std::span<R> dst(out.blocks[g].data() + entry.offset, entry.spec.shape.numel());
             if (info.dtype == safetensors_dtype_v<R>) {
-                file.copy_to<R>(key, dst, slot.spec.shape.extents());
+                file.copy_to<R>(key, dst, entry.spec.shape.extents());
             } else if (info.dtype == safetensors_dtype::f32) {  // e.g. float file into a double model
                 std::vector<float> tmp(dst.size());
-                file.copy_to<float>(key, std::span<float>(tmp), slot.spec.shape.extents());
+                file.copy_to<float>(key, std::span<float>(tmp), entry.spec.shape.extents());
                 std::copy(tmp.begin(), tmp.end(), dst.begin());
             } else {
                 throw error("'" + (dir / "model.safetensors").string() + "': tensor '" + key + "' has dtype " +
@@ -256,9 +256,9 @@ safetensors_writer declared_optimizer_tensors(const Model& model,
     w.set_metadata("format", "pt");
     for (std::size_t g = 0; g < model.group_count(); ++g)
         for (const std::string_view state : states)
-            for (const auto& slot : model.groups()[g].slots())
-                if (slot.spec.trainable)
-                    w.declare<R>(std::string(state) + "." + model.hf_name(g, slot), slot.spec.shape.extents());
+            for (const auto& entry : model.groups()[g].entries())
+                if (entry.spec.trainable)
+                    w.declare<R>(std::string(state) + "." + model.hf_name(g, entry), entry.spec.shape.extents());
     return w;
 }
 
@@ -352,10 +352,10 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
                         if (block.empty()) continue;  // frozen: no optimizer state
                         for (std::size_t i = 0; i < states.size(); ++i) {
                             t.download(kind::optimizer_state(i), g, block);
-                            for (const auto& slot : model.groups()[g].slots())
-                                if (slot.spec.trainable)
-                                    out.write(std::string(states[i]) + "." + model.hf_name(g, slot),
-                                              std::span<const R>(block.subspan(slot.offset, slot.spec.shape.numel())));
+                            for (const auto& entry : model.groups()[g].entries())
+                                if (entry.spec.trainable)
+                                    out.write(std::string(states[i]) + "." + model.hf_name(g, entry),
+                                              std::span<const R>(block.subspan(entry.offset, entry.spec.shape.numel())));
                         }
                     }
                 });
@@ -420,11 +420,11 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, Rea
         std::vector<R> block(t.model().groups()[g].trainable_numel());
         for (std::size_t i = 0; i < states.size(); ++i) {
             std::fill(block.begin(), block.end(), R(0));
-            for (const auto& slot : t.model().groups()[g].slots()) {
-                if (!slot.spec.trainable || !opt) continue;
-                const std::size_t n = slot.spec.shape.numel();
-                opt->copy_to<R>(std::string(states[i]) + "." + t.model().hf_name(g, slot),
-                                std::span<R>(block.data() + slot.offset, n), slot.spec.shape.extents());
+            for (const auto& entry : t.model().groups()[g].entries()) {
+                if (!entry.spec.trainable || !opt) continue;
+                const std::size_t n = entry.spec.shape.numel();
+                opt->copy_to<R>(std::string(states[i]) + "." + t.model().hf_name(g, entry),
+                                std::span<R>(block.data() + entry.offset, n), entry.spec.shape.extents());
             }
             t.upload(kind::optimizer_state(i), g, block);
         }

@@ -63,6 +63,7 @@
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/tier/group_home.hpp>            // group_home
 #include <strata/train/initialize.hpp>           // initialize_groups
+#include <strata/train/rank_link.hpp>            // rank_link
 #include <strata/train/trainer.hpp>              // train_options, step_result, trainer
 
 #include <array>        // std::array
@@ -83,12 +84,19 @@ public:
     using event = typename B::event;
     using op = ops<B>;
     using state_kind = trainer_state_kind;
+    using link = rank_link<R, stream, event>;
 
-    tiered_trainer(B& backend, const model_type& model, train_options options)
+    // `dp` and `owner`: one rank of a data-parallel group (train/data_parallel.hpp builds them):
+    // rank 0 (owner null) owns the host state; rank r > 0 names rank 0's trainer as its owner and
+    // allocates no host state of its own. Default: a single-device trainer.
+    tiered_trainer(B& backend, const model_type& model, train_options options, link dp = {},
+                   tiered_trainer* owner = nullptr)
         : m_backend(backend),
           m_model(model),
           m_options(std::move(options)),
           m_homes(homes_of(model, m_options)),
+          m_link(std::move(dp)),
+          m_owner(check_owner(m_link, owner, model, m_homes)),
           m_compute(backend.make_stream("compute")),
           m_optimizer_thread("optimizer"),
           m_io(backend.make_stream("storage I/O")),
@@ -111,6 +119,7 @@ public:
             return std::string(optimizer().name()) + "." + std::string(states[i]) + "." + suffix;
         };
         std::size_t largest_stored = 0;
+        if (m_link.parallel()) m_reduce.emplace(backend.make_stream("reduce"));
         for (std::size_t g = 0; g < n; ++g) {
             const std::string name = "g" + std::to_string(g);
             const shape s{groups[g].numel()}, ts{groups[g].trainable_numel()};
@@ -124,6 +133,11 @@ public:
                 }
                 continue;
             }
+            if (used_at_both_ends(g)) {  // pinned: a device copy for the whole step
+                m_dev_params[g].emplace(backend, s, "pinned.params." + name);
+                if (trains) m_dev_grads[g].emplace(backend, ts, "pinned.grads." + name);
+            }
+            if (m_owner) continue;  // the host state is the owner's
             m_params[g].emplace(backend, s, "params." + name);
             std::fill(m_params[g]->span().begin(), m_params[g]->span().end(), R(0));
             if (trains) {
@@ -136,10 +150,6 @@ public:
                         m_state[g].emplace_back(backend, ts, state_name(i, name));
                 }
                 if (!m_stored_state[g].empty()) largest_stored = std::max(largest_stored, ts.numel());
-            }
-            if (used_at_both_ends(g)) {  // pinned: a device copy for the whole step
-                m_dev_params[g].emplace(backend, s, "pinned.params." + name);
-                if (trains) m_dev_grads[g].emplace(backend, ts, "pinned.grads." + name);
             }
         }
         m_last_d2h.resize(n);
@@ -171,7 +181,12 @@ public:
     void finish_updates() {
         m_optimizer_thread.synchronize();
         m_io.synchronize();
+        if (m_owner)
+            for (const auto& e : m_owner->m_updated) e.wait();  // named: the owner's updates of the host state
     }
+
+    // This trainer's place in a data-parallel group (rank 0 of 1 when it trains alone).
+    const link& rank() const { return m_link; }
 
     const model_type& model() const { return m_model; }
     const train_options& options() const { return m_options; }
@@ -192,6 +207,7 @@ public:
     void for_each_stream(F&& f) {
         f("H2D", m_engine.h2d());
         f("compute", m_compute);
+        if (m_reduce) f("reduce", *m_reduce);
         f("D2H", m_engine.d2h());
         f("optimizer", m_optimizer_thread);
         f("storage I/O", m_io);
@@ -200,6 +216,10 @@ public:
     // The model's initialization from a seed (initialize_groups: one generator per group, all
     // cores), straight into each group's home.
     void initialize(std::uint64_t seed) {
+        if (m_owner)
+            throw error("initialize() on data-parallel rank " + std::to_string(m_link.rank) +
+                            ": the host state is rank 0's",
+                        "initialize rank 0 and copy the device-homed groups to the others (data_parallel_trainer does)");
         finish_updates();
         std::mutex copying;  // device-homed groups: one copy at a time on the compute stream
         auto home = [&](std::size_t g) { return m_params[g] ? m_params[g]->span() : std::span<R>{}; };
@@ -222,6 +242,23 @@ public:
             return step_or_throw(micro, counted);
         } catch (...) {
             drain();  // named: nothing of the failed step runs after the error leaves
+            throw;
+        }
+    }
+
+    // One rank's share of a data-parallel step (train/data_parallel.hpp): `share` holds accum
+    // micro-batches, `counted` the targets that count over the whole step (every rank's share),
+    // so that every rank scales its gradients and its loss alike. Every rank of the group calls
+    // it at once, each on its own thread; each returns the same result.
+    step_result step_share(std::span<const data::batch> share, std::size_t counted) {
+        const std::size_t mine = detail::check_micro_batches(share, m_options, m_step + 1, m_model.vocab_size());
+        if (counted < mine)
+            throw error("step_share: " + std::to_string(counted) + " counted targets over the step, fewer than this rank's " +
+                        std::to_string(mine));
+        try {
+            return step_or_throw(share, counted);
+        } catch (...) {
+            drain();
             throw;
         }
     }
@@ -274,6 +311,10 @@ private:
         r.grad_norm = detail::global_norm(m_model.groups(), m_norm_partials_host.span());
         for (std::size_t k = 0; k < micro.size(); ++k)
             for (R x : m_staged_losses[k].span()) r.loss += static_cast<double>(x);
+        if (m_link.parallel()) {  // the whole step's loss, the same bits on every rank
+            r.loss = m_link.exchange->sum(m_link.rank, r.loss);
+            r.tokens *= m_link.ranks;
+        }
         r.loss /= static_cast<double>(counted);
         detail::check_finite(r, update);  // before any update is scheduled, clipping or not
         // As the resident trainer: scale only when the norm is over the max, by R(coefficient).
@@ -320,6 +361,26 @@ private:
         return o.homes;
     }
 
+    static tiered_trainer* check_owner(const link& dp, tiered_trainer* owner, const model_type& model,
+                                       const std::vector<group_home>& homes) {
+        if (dp.ranks == 0 || dp.rank >= dp.ranks)
+            throw error("rank_link: rank " + std::to_string(dp.rank) + " of " + std::to_string(dp.ranks) + " ranks");
+        if (dp.parallel() && (!dp.all_reduce || dp.exchange == nullptr || dp.exchange->size() != dp.ranks))
+            throw error("rank_link of " + std::to_string(dp.ranks) + " ranks without its all_reduce or exchange",
+                        "make the ranks with data_parallel_trainer");
+        if ((dp.rank == 0) != (owner == nullptr))
+            throw error("data-parallel rank " + std::to_string(dp.rank) +
+                            (owner ? " names an owner: rank 0 owns the host state itself"
+                                   : " names no owner: ranks above 0 stream rank 0's host state"));
+        if (owner && (&owner->m_model != &model || owner->m_homes != homes))
+            throw error("data-parallel rank " + std::to_string(dp.rank) + " has another model or other homes than rank 0",
+                        "every rank trains the same model object with the same plan");
+        return owner;
+    }
+
+    // The host state of group g: this trainer's, or on a rank above 0 the owner's.
+    tiered_trainer& host_side() { return m_owner ? *m_owner : *this; }
+
     bool on_device(std::size_t g) const { return m_homes[g].weights == tier_id::device; }
     // Groups used at both ends of a pass: when host-homed, on the device for the whole step.
     bool used_at_both_ends(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
@@ -343,9 +404,10 @@ private:
 
     // group g's sum of squares into its partial, on the compute stream, from its device gradients
     // (none for a frozen group).
-    void sum_of_squares(std::size_t g, const R* grads) {
+    void sum_of_squares(std::size_t g, const R* grads) { sum_of_squares(m_compute, g, grads); }
+    void sum_of_squares(stream& s, std::size_t g, const R* grads) {
         if (m_model.groups()[g].frozen()) return;
-        op::sum_of_squares(m_compute, m_norm_partials.device_data().get() + g, m_norm_workspace.device_data().get(), grads,
+        op::sum_of_squares(s, m_norm_partials.device_data().get() + g, m_norm_workspace.device_data().get(), grads,
                            m_model.groups()[g].trainable_numel());
     }
 
@@ -365,6 +427,7 @@ private:
             return t.m_engine.grads(g, s);
         }
         void done(std::size_t g, stream& s, group_use u) {
+            if (t.m_link.parallel() && u == group_use::backward) return t.done_parallel(g, s, last_micro);
             if (!t.streams(g)) return;  // summed in end_backward, after their last use
             // The slot holds the block's final gradients; summed before done() releases the slot
             // (its "free" event, which the D2H copy and the slot's next user wait for, follows).
@@ -372,6 +435,39 @@ private:
             t.m_engine.done(g, s, u);
         }
     };
+
+    // Data-parallel: group g's backward of this micro-batch is enqueued on compute. Its gradients
+    // are summed over the ranks on the reduce stream, behind it, while compute goes on with the
+    // blocks before it:
+    //   streamed  every micro-batch: the slot holds this rank's micro-batch (on the owner, plus
+    //             the step's gradients so far, brought back from the host); after the sum the
+    //             owner's slot goes home, the others' is free;
+    //   on the device (device-homed, pinned) at the last micro-batch: each rank's accumulated
+    //             gradients, summed once; group 0 in end_backward (its backward ends there).
+    // The sums of squares of the norm follow each sum on the reduce stream, of the summed
+    // gradients, so every rank computes the same norm.
+    void done_parallel(std::size_t g, stream& s, bool last_micro) {
+        stream& reduce = *m_reduce;
+        if (streams(g)) {
+            R* slot = m_engine.grads_in_use();
+            if (slot == nullptr) return m_engine.done(g, s, group_use::backward);  // frozen
+            reduce.wait(s.record());
+            m_link.all_reduce(reduce, slot, m_model.groups()[g].trainable_numel());
+            if (last_micro) sum_of_squares(reduce, g, slot);
+            const event reduced = reduce.record();
+            return m_engine.done(g, s, group_use::backward, &reduced);
+        }
+        if (last_micro && g != 0 && m_dev_grads[g]) reduce_device_grads(g, s);
+    }
+
+    // Group g's device gradients summed over the ranks, then its sum of squares, on the reduce stream.
+    void reduce_device_grads(std::size_t g, stream& s) {
+        stream& reduce = *m_reduce;
+        R* grads = m_dev_grads[g]->device_data().get();
+        reduce.wait(s.record());
+        m_link.all_reduce(reduce, grads, m_model.groups()[g].trainable_numel());
+        sum_of_squares(reduce, g, grads);
+    }
 
     typename pipeline_engine<R, B, Depth>::pass make_pass(bool backward, bool first_micro) {
         typename pipeline_engine<R, B, Depth>::pass p;
@@ -386,15 +482,17 @@ private:
         p.host_grads.assign(n, nullptr);
         p.bytes.assign(n, 0);
         p.grad_bytes.assign(n, 0);
+        auto& home = host_side();
         for (std::size_t g = 0; g < n; ++g)
             if (streams(g)) {
-                p.host_params[g] = m_params[g]->data();
-                p.bytes[g] = m_params[g]->bytes();
-                if (m_grads[g]) {
-                    p.host_grads[g] = m_grads[g]->data();
-                    p.grad_bytes[g] = m_grads[g]->bytes();
+                p.host_params[g] = home.m_params[g]->data();
+                p.bytes[g] = home.m_params[g]->bytes();
+                if (home.m_grads[g]) {
+                    p.host_grads[g] = m_owner ? nullptr : home.m_grads[g]->data();
+                    p.grad_bytes[g] = home.m_grads[g]->bytes();
                 }
             }
+        p.grads_home = m_owner == nullptr;
         p.last_d2h = &m_last_d2h;
         p.first_micro = first_micro;
         p.before_h2d = [this](std::size_t g) { wait_updated(g); };
@@ -413,7 +511,7 @@ private:
 
     // Named host wait: the previous step's update of host group g has finished, so its host
     // weights are final. Called just before they are first copied to the device in a pass.
-    void wait_updated(std::size_t g) { m_updated[g].wait(); }
+    void wait_updated(std::size_t g) { host_side().m_updated[g].wait(); }
 
     // At the start of a pass: the device gradients of the groups that keep them on the device
     // start from zero (a step's, not an evaluation's); the pinned groups' weights go up at first
@@ -429,7 +527,7 @@ private:
         auto& dev = *m_dev_params[g];
         if (!m_uploaded[g]) {
             wait_updated(g);
-            m_compute.wait(dev.copy_from(*m_params[g], m_engine.h2d()));
+            m_compute.wait(dev.copy_from(*host_side().m_params[g], m_engine.h2d()));
             m_engine.counters().h2d_bytes += dev.bytes();
             m_uploaded[g] = true;
         }
@@ -437,11 +535,18 @@ private:
     }
     // After the last backward: the sums of squares of the groups whose gradients are on the device
     // (device-homed and pinned), and the pinned groups' gradients to the host.
+    // Data-parallel: group 0's gradients are summed over the ranks first (the others were, as
+    // their backward ended: done_parallel), and compute and the copies home wait for every sum.
     void end_backward() {
-        for (std::size_t g = 0; g < m_homes.size(); ++g)
-            if (!streams(g) && m_dev_grads[g]) sum_of_squares(g, m_dev_grads[g]->device_data().get());
+        if (m_link.parallel()) {
+            if (m_dev_grads[0]) reduce_device_grads(0, m_compute);
+            m_compute.wait(m_reduce->record());
+        } else {
+            for (std::size_t g = 0; g < m_homes.size(); ++g)
+                if (!streams(g) && m_dev_grads[g]) sum_of_squares(g, m_dev_grads[g]->device_data().get());
+        }
         for (std::size_t g = 0; g < m_homes.size(); ++g) {
-            if (!pinned(g) || !m_grads[g]) continue;  // frozen: nothing comes back
+            if (!pinned(g) || !m_grads[g]) continue;  // frozen, or not this rank's to bring home
             m_engine.d2h().wait(m_compute.record());
             m_last_d2h[g] = m_grads[g]->copy_from(*m_dev_grads[g], m_engine.d2h());
             m_engine.counters().d2h_bytes += m_grads[g]->bytes();
@@ -458,13 +563,13 @@ private:
             if (!on_device(g) || groups[g].frozen()) continue;
             R* grad = m_dev_grads[g]->device_data().get();
             if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
-            for (const auto& slot : groups[g].slots()) {
-                if (!slot.spec.trainable) continue;
-                const std::size_t o = slot.offset, n = slot.spec.shape.numel();
+            for (const auto& entry : groups[g].entries()) {
+                if (!entry.spec.trainable) continue;
+                const std::size_t o = entry.offset, n = entry.spec.shape.numel();
                 for (std::size_t i = 0; i < state.size(); ++i) state[i] = m_dev_state[g][i].device_data().get() + o;
                 optimizer().template update_device<op>(m_compute, m_dev_params[g]->device_data().get() + o, grad + o,
                                                        std::span<R* const>(state), n,
-                                                       {.lr = lr, .step = update, .decay = slot.spec.decay});
+                                                       {.lr = lr, .step = update, .decay = entry.spec.decay});
             }
         }
     }
@@ -536,12 +641,12 @@ private:
         R* p = m_params[g]->data();
         R* grad = m_grads[g]->data();
         std::vector<std::span<R>> slices(state.size());
-        for (const auto& slot : m_model.groups()[g].slots()) {
-            if (!slot.spec.trainable) continue;
-            const std::size_t o = slot.offset, n = slot.spec.shape.numel();
+        for (const auto& entry : m_model.groups()[g].entries()) {
+            if (!entry.spec.trainable) continue;
+            const std::size_t o = entry.offset, n = entry.spec.shape.numel();
             for (std::size_t i = 0; i < state.size(); ++i) slices[i] = {state[i] + o, n};
             m_optimizer.step_block(std::span<R>(p + o, n), std::span<const R>(grad + o, n),
-                                   optimizer_state<R>(slices), {.lr = lr, .step = update, .decay = slot.spec.decay},
+                                   optimizer_state<R>(slices), {.lr = lr, .step = update, .decay = entry.spec.decay},
                                    grad_scale);
         }
     }
@@ -564,6 +669,10 @@ private:
     }
 
     void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
+        if (m_owner && !on_device(g))
+            throw error("data-parallel rank " + std::to_string(m_link.rank) + " keeps no host state of group " +
+                            std::to_string(g) + ": rank 0 does",
+                        "read and write host-homed groups through rank 0 (data_parallel_trainer does)");
         finish_updates();  // the state of the last step, complete
         using part = state_kind::part;
         if (k.of != part::params && m_model.groups()[g].frozen())
@@ -617,6 +726,9 @@ private:
     const model_type& m_model;
     train_options m_options;
     std::vector<group_home> m_homes;  // by group
+    link m_link;
+    tiered_trainer* m_owner;  // data-parallel ranks above 0: rank 0's trainer, which holds the host state
+    std::optional<stream> m_reduce;  // data-parallel: the gradients' sums over the ranks
     stream m_compute;
     cpu::stream m_optimizer_thread;
     stream m_io;
