@@ -141,6 +141,8 @@ nlohmann::json recorded_options(const Args& a, long warmup) {
         options["optimizer"] = a.optimizer;
         if (a.optimizer == "sgd") options["momentum"] = a.momentum;
     }
+    // Data-parallel ranks: the global batch is gpus x accum x batch (checkpoints before --gpus: 1).
+    if constexpr (requires { a.gpus; }) options["gpus"] = a.gpus;
     return options;
 }
 
@@ -207,7 +209,7 @@ inline std::string flag_of_setting(const std::string& setting) {
         {"init_from", "--init-from"},   {"n_layer", "--n-layer"},
         {"n_head", "--n-head"},         {"n_embd", "--n-embd"},
         {"activations", "--activations"}, {"moments", "--moments"},
-        {"steps", "--steps"},
+        {"steps", "--steps"},           {"ranks", "--gpus"},
     };
     for (const auto& [name, flag] : flags)
         if (setting == name) return flag;

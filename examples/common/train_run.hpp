@@ -14,6 +14,12 @@
 #include <strata/train/run.hpp>        // run_training, run_options, run_hooks, run_result, checkpoint_plan
 #include <strata/train/schedule.hpp>   // parse_lr_kind, validate
 #include <strata/train/trainer.hpp>    // train_options
+#include <strata/comm/thread_communicator.hpp>  // thread_group, thread_communicator
+#include <strata/train/data_parallel.hpp>       // data_parallel_trainer
+#if defined(STRATA_WITH_CUDA) && defined(STRATA_HAVE_NCCL)
+#include <strata/comm/nccl_communicator.hpp>  // nccl_group, nccl_communicator
+#include <strata/cuda.hpp>                    // cuda_backend
+#endif
 
 #include "example_cli.hpp"  // tokenizer_kind, tokenizer_files
 #include "run_checks.hpp"   // check_threads, contents_of_save, check_checkpoints_fit, recorded_options, interrupt_guard
@@ -26,6 +32,7 @@
 #include <iostream>    // std::cout
 #include <optional>    // std::optional
 #include <string>      // std::string
+#include <vector>      // std::vector
 
 namespace strata::examples {
 
@@ -107,15 +114,12 @@ struct run_inputs {
     bool streamed = false;                // a streamed plan: every step traced (transfer_hidden_fraction)
 };
 
-// The trainer of the plan (Trainer) built and initialized from --seed, `upload(t)` putting the
+// The trainer `t` (built since `built`) initialized from --seed, `upload(t)` putting the
 // program's starting weights in (--init-from), then run_training with the program's loaders,
 // options and hooks, `model_hooks(hooks, t)` adding its model's (the files of a checkpoint).
-template <class Trainer, class B, class Model, class Args, class Upload, class ModelHooks>
-run_result build_and_train(B& backend, const Model& model, const train_options& o, const Args& a, const run_inputs& in,
-                           Upload&& upload, ModelHooks&& model_hooks) {
-    const auto built = std::chrono::steady_clock::now();
-    Trainer t(backend, model, o);
-    std::cout << format_pinning(backend.pinning()) << std::endl;
+template <class T, class Model, class Args, class Upload, class ModelHooks>
+run_result train_built(T& t, std::chrono::steady_clock::time_point built, const Model& model, const Args& a,
+                       const run_inputs& in, Upload&& upload, ModelHooks&& model_hooks) {
     t.initialize(a.seed);
     std::cout << fmt::format("trainer built and {} groups initialized in {:.1f} s", model.groups().size(),
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count())
@@ -131,6 +135,67 @@ run_result build_and_train(B& backend, const Model& model, const train_options& 
     model_hooks(hooks, t);
     interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop
     return run_training(t, train_loader, validation ? &*validation : nullptr, options, hooks);
+}
+
+// The trainer of the plan (Trainer) built on `backend`, then train_built.
+template <class Trainer, class B, class Model, class Args, class Upload, class ModelHooks>
+run_result build_and_train(B& backend, const Model& model, const train_options& o, const Args& a, const run_inputs& in,
+                           Upload&& upload, ModelHooks&& model_hooks) {
+    const auto built = std::chrono::steady_clock::now();
+    Trainer t(backend, model, o);
+    std::cout << format_pinning(backend.pinning()) << std::endl;
+    return train_built(t, built, model, a, in, upload, model_hooks);
+}
+
+// The communicators of data-parallel ranks on backend B: ranks as threads on the CPU backend
+// (thread_communicator), NCCL on the CUDA backend (one thread per GPU of this process).
+template <class B>
+struct rank_group {
+    static constexpr bool available = false;  // no communicator for B in this build
+};
+template <>
+struct rank_group<cpu_backend> {
+    static constexpr bool available = true;
+    thread_group group;
+    std::vector<thread_communicator> comms;
+    explicit rank_group(const std::vector<cpu_backend*>& backends) : group(backends.size()) {
+        for (std::size_t r = 0; r < backends.size(); ++r) comms.emplace_back(group, r);
+    }
+};
+#if defined(STRATA_WITH_CUDA) && defined(STRATA_HAVE_NCCL)
+template <>
+struct rank_group<cuda_backend> {
+    static constexpr bool available = true;
+    nccl_group group;
+    std::vector<nccl_communicator> comms;
+    explicit rank_group(const std::vector<cuda_backend*>& backends) : group(devices_of(backends)) {
+        for (std::size_t r = 0; r < backends.size(); ++r) comms.emplace_back(group, r);
+    }
+    static std::vector<int> devices_of(const std::vector<cuda_backend*>& backends) {
+        std::vector<int> devices;
+        for (auto* b : backends) devices.push_back(b->device());
+        return devices;
+    }
+};
+#endif
+
+// build_and_train over several devices (--gpus N): data_parallel_trainer of Trainer, one rank
+// per backend, the ranks' communicators made here.
+template <class Trainer, class B, class Model, class Args, class Upload, class ModelHooks>
+run_result build_and_train_parallel(const std::vector<B*>& backends, const Model& model, const train_options& o,
+                                    const Args& a, const run_inputs& in, Upload&& upload, ModelHooks&& model_hooks) {
+    if constexpr (rank_group<B>::available) {
+        const auto built = std::chrono::steady_clock::now();
+        rank_group<B> ranks(backends);
+        using comm = typename decltype(ranks.comms)::value_type;
+        data_parallel_trainer<Trainer, comm> t(backends, std::move(ranks.comms), model, o);
+        std::cout << format_pinning(backends[0]->pinning()) << " (rank 0; the host state is its)" << std::endl;
+        return train_built(t, built, model, a, in, upload, model_hooks);
+    } else {
+        throw error(std::string("data-parallel training on the ") + std::string(B::name) +
+                        " backend needs NCCL, and this build has none",
+                    "build with the CUDA Toolkit's NCCL (libnccl-dev), or train on one device", {"ranks"});
+    }
 }
 
 // The run's last lines after run_training (which said what it saved); the exit code: the

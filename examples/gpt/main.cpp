@@ -183,6 +183,11 @@ int main(int argc, char** argv) {
     train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str()->check(count_in(1, 1L << 24));
     train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str()->check(count_in(1, 1L << 24));
     train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str()->check(count_in(1, 1L << 24));
+    train->add_option("--gpus", t.gpus,
+                      "data-parallel ranks, each on its share of the batch (global batch: gpus x accum x batch): "
+                      "GPUs 0..N-1 over NCCL, or on the CPU backend N ranks as threads; the host state is kept once")
+        ->capture_default_str()
+        ->check(count_in(1, 64));
     train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str()->check(count_in(1, max_count));
     train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str()->check(real_in(0, 1e6));
     train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));

@@ -27,6 +27,8 @@
 #include <algorithm>    // std::min
 #include <filesystem>   // std::filesystem
 #include <iostream>     // std::cout
+#include <memory>       // std::unique_ptr
+#include <type_traits>  // std::is_same_v, std::remove_reference_t
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -61,11 +63,11 @@ lora::gpt2_lora_config lora_config_of(const train_args& a) {
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
-std::string fmt_model(const gpt_config& c, const train_options& o, std::string_view backend) {
+std::string fmt_model(const gpt_config& c, const train_options& o, std::size_t ranks, std::string_view backend) {
     return "model: GPT-2 architecture, " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
            " heads, " + std::to_string(c.n_embd) + " channels, vocab " + std::to_string(c.vocab_size) + ", context " +
            std::to_string(c.max_seq) + ": " + std::to_string(c.parameter_count()) + " parameters; batch " +
-           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) + ", " +
+           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) + (ranks > 1 ? " x " + std::to_string(ranks) + " data-parallel ranks" : std::string()) + ", " +
            std::string(backend) + " backend";
 }
 
@@ -87,19 +89,21 @@ constexpr bool is_lora = !is_gpt_model<Model>::value;
 
 // The plan's trainer (Trainer) for the model, from --init-from's weights or the seed's, trained by
 // strata::run_training with the model's checkpoint files (examples/common/train_run.hpp).
+// --gpus N > 1: a data_parallel_trainer of Trainer, one rank per backend.
 template <class Trainer, class B, class Model>
-int train_planned(B& backend, const Model& model, const train_options& o, run_context& ctx) {
+int train_planned(const std::vector<B*>& backends, const Model& model, const train_options& o, run_context& ctx) {
     const train_args& a = ctx.a;
     const examples::run_inputs in{"strata-gpt", a.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed};
-    const auto upload = [&](Trainer& t) {
+    const auto upload = [&](auto& t) {
+        using T = std::remove_reference_t<decltype(t)>;
         if constexpr (is_lora<Model>)  // the base checkpoint's weights by name; the adapters as initialized
             lora::upload_base_weights(t, model, ctx.init_config, ctx.init_blocks);
         else
-            for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(Trainer::state_kind::params, g, ctx.init_blocks[g]);
+            for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(T::state_kind::params, g, ctx.init_blocks[g]);
     };
     // The GPT's checkpoints are GPT-2 directories (run_training's default); a LoRA run's hold the
     // adapters alone (the base is --init-from's, unchanged): export merges them.
-    const auto model_hooks = [&](run_hooks& hooks, Trainer& t) {
+    const auto model_hooks = [&](run_hooks& hooks, auto& t) {
         if constexpr (is_lora<Model>) {
             static constexpr const char* adapters = "adapters.safetensors";
             hooks.write_model = [&t, &model](const fs::path& dir) { lora::save_model_adapters(t, model, dir / adapters); };
@@ -112,7 +116,9 @@ int train_planned(B& backend, const Model& model, const train_options& o, run_co
             };
         }
     };
-    const run_result r = examples::build_and_train<Trainer>(backend, model, o, a, in, upload, model_hooks);
+    const run_result r =
+        backends.size() > 1 ? examples::build_and_train_parallel<Trainer>(backends, model, o, a, in, upload, model_hooks)
+                            : examples::build_and_train<Trainer>(*backends[0], model, o, a, in, upload, model_hooks);
     if (is_lora<Model> && !r.last_checkpoint.empty())
         print_line("adapters only; a merged GPT-2 checkpoint: strata-gpt export --adapters " + r.last_checkpoint.string() +
                    " --out DIR");
@@ -121,16 +127,28 @@ int train_planned(B& backend, const Model& model, const train_options& o, run_co
 
 // The trainer the plan asks for, on backend B, for the model (the GPT, or its LoRA model).
 template <class B, class Model>
-int train_model(B& backend, const memory_plan& p, const Model& model, const train_options& o, run_context& ctx) {
+int train_model(const std::vector<B*>& backends, const memory_plan& p, const Model& model, const train_options& o,
+                run_context& ctx) {
     return examples::with_planned_trainer<B, Model>(
-        p, [&]<class Trainer>() { return train_planned<Trainer>(backend, model, o, ctx); });
+        p, [&]<class Trainer>() { return train_planned<Trainer>(backends, model, o, ctx); });
 }
 
+// One backend per rank (--gpus): rank r on GPU r, or the r-th CPU rank.
 template <class B>
-int train_on(B& backend, const memory_plan& p, const gpt_config& config, const train_options& o, run_context& ctx) {
+int train_on(const tier_options& tiers, const memory_plan& p, const gpt_config& config, const train_options& o,
+             run_context& ctx) {
+    std::vector<std::unique_ptr<B>> owned;
+    std::vector<B*> backends;
+    for (std::size_t r = 0; r < ctx.a.gpus; ++r) {
+        if constexpr (std::is_same_v<B, cpu_backend>)
+            owned.push_back(std::make_unique<B>(tiers));
+        else
+            owned.push_back(std::make_unique<B>(tiers, static_cast<int>(r)));
+        backends.push_back(owned.back().get());
+    }
     if (ctx.a.lora_rank > 0)
-        return train_model(backend, p, lora::make_gpt2_lora_model<B>(config, lora_config_of(ctx.a)), o, ctx);
-    return train_model(backend, p, gpt_model<float, B>(config), o, ctx);
+        return train_model(backends, p, lora::make_gpt2_lora_model<B>(config, lora_config_of(ctx.a)), o, ctx);
+    return train_model(backends, p, gpt_model<float, B>(config), o, ctx);
 }
 
 // What the plan is for: the footprint on B of the GPT, or (LoRA) of its LoRA model.
@@ -164,6 +182,12 @@ void check_consistency(const train_args& a) {
 int run_train(const train_args& a) {
     const bool cuda = examples::use_cuda(a.device, "strata-gpt");
     if (a.tf32 && !cuda) throw error("--tf32 applies to the CUDA backend's GEMMs only", "drop --tf32, or use --device cuda");
+#ifdef STRATA_WITH_CUDA
+    if (cuda && a.gpus > static_cast<std::size_t>(cuda::device_count()))
+        throw error("--gpus " + std::to_string(a.gpus) + ": this machine has " + std::to_string(cuda::device_count()) +
+                        " GPU(s)",
+                    "train on at most as many ranks as GPUs (CUDA_VISIBLE_DEVICES chooses which)");
+#endif
     check_consistency(a);
     // --out: writable, locked for the run's life, no other run's checkpoints (unless --resume or
     // --overwrite); the outputs destroy no input. All before the data is read, let alone step 1.
@@ -224,6 +248,7 @@ int run_train(const train_args& a) {
     plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
                          .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
     request.optimizer = o.optimizer;
+    request.ranks = a.gpus;
 #ifdef STRATA_WITH_CUDA
     if (cuda) {  // the links the plan's transfer estimate uses, measured (a moment, 256 MiB each way)
         cuda_backend probe(tier_options{});
@@ -236,7 +261,7 @@ int run_train(const train_args& a) {
     const memory_plan p = plan(request);
     o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
     o.homes = p.trainer_homes();  // each group's tier (streamed plans)
-    print_line(fmt_model(config, o, cuda ? "CUDA" : "CPU"));
+    print_line(fmt_model(config, o, a.gpus, cuda ? "CUDA" : "CPU"));
     if (a.lora_rank > 0) {
         const auto lc = lora_config_of(a);
         print_line("LoRA: rank " + std::to_string(lc.rank) + ", alpha " + format_loss(lc.alpha) + " on " + a.lora_targets +
@@ -254,11 +279,9 @@ int run_train(const train_args& a) {
 #ifdef STRATA_WITH_CUDA
     if (cuda) {
         ops<cuda_backend>::set_tf32(a.tf32);
-        cuda_backend backend(tiers);
-        return train_on(backend, p, config, o, ctx);
+        return train_on<cuda_backend>(tiers, p, config, o, ctx);
     }
 #endif
-    cpu_backend backend(tiers);
-    return train_on(backend, p, config, o, ctx);
+    return train_on<cpu_backend>(tiers, p, config, o, ctx);
 }
 }  // namespace strata::gpt_cli

@@ -14,6 +14,7 @@ struct train_args {
     std::string chat_template;  // --chat-template: "" (auto for chat records, none otherwise), auto, none or FILE
     std::size_t n_layer = 4, n_head = 4, n_embd = 128, seq_len = 128;
     std::size_t batch = 8, accum = 1;
+    std::size_t gpus = 1;  // data-parallel ranks: GPUs 0..N-1 (CUDA, NCCL) or N CPU ranks as threads
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8;
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
     std::string optimizer = "adamw";  // adamw or sgd (with momentum)

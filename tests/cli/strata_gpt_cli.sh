@@ -79,6 +79,27 @@ if "$gpt" train "${common[@]}" --lr 0.05 --steps 4 --out "$work/sgd-half" --resu
 fi
 grep -q -- '--optimizer "sgd" -> "adamw"' "$work/sgd-adamw.err" || fail "SGD resumed as AdamW: $(cat "$work/sgd-adamw.err")"
 
+# --gpus 2 (on the CPU backend: two ranks as threads), each rank on its own micro-batch: the step's
+# global batch is --accum 2's on one device, so the losses agree to FP32 reduction-order rounding
+# (1e-6 relative); the plan names the ranks; streamed, stopped and resumed it continues bitwise;
+# a resume with another --gpus is refused
+"$gpt" train "${common[@]}" --accum 2 --steps 4 --out "$work/accum2" --metrics "$work/accum2.jsonl" > /dev/null
+"$gpt" train "${common[@]}" --gpus 2 --steps 4 --out "$work/dp" --metrics "$work/dp.jsonl" > "$work/dp.log"
+grep -q "data parallel: 2 ranks" "$work/dp.log" || fail "--gpus 2: no ranks in the plan: $(head -12 "$work/dp.log")"
+paste <(grep -o '"loss":[^,}]*' "$work/accum2.jsonl" | cut -d: -f2) <(grep -o '"loss":[^,}]*' "$work/dp.jsonl" | cut -d: -f2) |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) bad = 1; n++ } END { exit !(n == 4 && !bad) }' ||
+  fail "--gpus 2 losses differ from --accum 2's beyond 1e-6:\n$(grep -o '"loss":[^,}]*' "$work/accum2.jsonl")\n---\n$(grep -o '"loss":[^,}]*' "$work/dp.jsonl")"
+"$gpt" train "${common[@]}" "${streamed[@]}" --gpus 2 --steps 4 --out "$work/dp-streamed" --metrics "$work/dp-streamed.jsonl" > /dev/null
+"$gpt" train "${common[@]}" "${streamed[@]}" --gpus 2 --steps 4 --stop-at 2 --out "$work/dp-half" --metrics "$work/dp-half.jsonl" > /dev/null
+"$gpt" train "${common[@]}" "${streamed[@]}" --gpus 2 --steps 4 --out "$work/dp-half" --metrics "$work/dp-half.jsonl" \
+  --resume "$work/dp-half" > /dev/null
+[[ "$(grep -o '"loss":[^,}]*' "$work/dp-half.jsonl")" == "$(grep -o '"loss":[^,}]*' "$work/dp-streamed.jsonl")" ]] ||
+  fail "--gpus 2 streamed, stopped and resumed, differs from the run in one go"
+if "$gpt" train "${common[@]}" --steps 4 --out "$work/dp" --resume "$work/dp/step-000004" 2> "$work/dp-one.err" > /dev/null; then
+  fail "a --gpus 2 run resumed on one rank"
+fi
+grep -q -- '--gpus 2 -> 1' "$work/dp-one.err" || fail "--gpus change not named: $(cat "$work/dp-one.err")"
+
 if "$gpt" train "${common[@]}" --steps 1 --device-budget 64K --out "$work/nofit" 2> "$work/nofit.err"; then
   fail "a device budget too small for any plan was accepted"
 fi

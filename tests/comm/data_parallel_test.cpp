@@ -20,6 +20,7 @@
 #include <strata/comm/thread_communicator.hpp>  // thread_group, thread_communicator
 #include <strata/core/bytes.hpp>                // round_up, page_size
 #include <strata/nn/cpu_ops.hpp>
+#include <strata/plan/planner.hpp>  // plan, plan_request, footprint_of
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>     // download_blocks
 #include <strata/train/data_parallel.hpp>  // data_parallel_trainer
@@ -187,6 +188,17 @@ TEST_CASE("data parallel: the host state exists once, in rank 0; the other ranks
     }
     CHECK(used[1] + state == used[0]);  // the others: the same, less the state
     CHECK(used[2] == used[1]);
+    // The plan for 3 ranks counts exactly that: the state once, the staging 3 times.
+    plan_request request{.model = footprint_of<cpu_backend>(model, o.batch, o.seq), .accum = o.accum,
+                         .activations = activation_policy::recompute,
+                         .budgets = {.device = 256 << 20, .host = 256 << 20, .storage = 256 << 20},
+                         .where = placement::streamed, .slots = 3};
+    request.ranks = 3;
+    const memory_plan p = plan(request);
+    CHECK(p.total(tier_id::host) == used[0] + used[1] + used[2]);
+    CHECK(plan_table(p).find("data parallel: 3 ranks") != std::string::npos);
+    request.ranks = 1;
+    CHECK(plan(request).total(tier_id::host) == used[0]);
 }
 
 TEST_CASE("data parallel: a non-finite loss stops every rank with the same error and changes nothing") {

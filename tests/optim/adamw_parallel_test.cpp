@@ -69,9 +69,9 @@ TEST_CASE("adamw_update_parallel is bitwise equal to adamw_update<float> for 1, 
     const std::vector<adamw_path> paths = strata_test::available_paths();
     for (const std::size_t threads : {1, 2, 3}) {
         strata::host_thread_pool pool(threads);
-        // Sizes below one chunk (caller alone), just past a few chunks, and a million odd.
+        // Sizes below one chunk (caller alone), just past a few chunks, and eight chunks and an odd tail.
         const std::size_t a_few_chunks = 3 * strata::adamw_parallel_min_chunk + 5;
-        for (const std::size_t n : {std::size_t{0}, std::size_t{17}, a_few_chunks, std::size_t{1000003}}) {
+        for (const std::size_t n : {std::size_t{0}, std::size_t{17}, a_few_chunks, 8 * strata::adamw_parallel_min_chunk + 3}) {
             for (const adamw_path path : paths) {
                 for (const bool decay : {true, false}) {
                     CAPTURE(threads);

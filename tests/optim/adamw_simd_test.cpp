@@ -107,14 +107,14 @@ TEST_CASE("every available path equals adamw_update<float> bit for bit on small 
     }
 }
 
-TEST_CASE("every available path equals adamw_update<float> bit for bit on a million odd-sized elements") {
+TEST_CASE("every available path equals adamw_update<float> bit for bit on 100003 elements (odd-sized views)") {
     for (const auto& h : strata_test::hparam_sets()) {
         for (const bool decay : {true, false}) {
             CAPTURE(h.beta1);
             CAPTURE(h.eps);
             CAPTURE(h.weight_decay);
             CAPTURE(decay);
-            check_paths_against_reference(1000003, {3, 1, 14, 6}, h, decay, 1000 + (decay ? 1u : 0u), 3);
+            check_paths_against_reference(100003, {3, 1, 14, 6}, h, decay, 1000 + (decay ? 1u : 0u), 3);
         }
     }
 }

@@ -122,6 +122,11 @@ struct memory_plan {
     std::size_t fewest_activation_bytes = 0;  // ... with every block recomputing
     std::size_t device_staging_bytes = 0;  // the grad-norm partial sums and workspace (both placements)
     std::size_t norm_partials_bytes = 0;   // the grad-norm partial sums (on the device and the host)
+    // Data parallel: the ranks (devices) the plan is for. The device column is each rank's; the
+    // host's holds the state once and rank_staging_bytes (tokens, targets, losses, norm
+    // partials) once per rank.
+    std::size_t ranks = 1;
+    std::size_t rank_staging_bytes = 0;
     // The least device memory any streamed plan needs: 2 slots x (the largest block's weights +
     // gradients) + the pinned groups (weights + grads) + activations (every block recomputing) +
     // the grad norm's staging.

@@ -97,6 +97,10 @@ inline std::string plan_table(const memory_plan& p) {
                            detail::short_bytes(p.block_input_bytes));
     out += "\n";
     if (p.where == placement::streamed) out += "per step: " + traffic_summary(p) + "\n";
+    if (p.ranks > 1)
+        out += fmt::format("data parallel: {} ranks; the device column is each rank's, the host holds the state once "
+                           "and {} of staging per rank\n",
+                           p.ranks, detail::short_bytes(p.rank_staging_bytes));
 
     auto row = [&](const std::string& label, auto cell) {
         out += fmt::format("{:<14}", label);

@@ -79,6 +79,9 @@ struct plan_request {
     std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
     link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
     optimizer_kind optimizer = optimizer_kind::adamw;  // whose state tensors to count (train_options::optimizer)
+    // Data-parallel ranks (devices) training the plan at once (train/data_parallel.hpp): each has
+    // the device footprint planned here, and its own host staging; the host state exists once.
+    std::size_t ranks = 1;
 };
 
 namespace detail {
@@ -132,6 +135,10 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_
     p.norm_partials_bytes = in.partials;
     p.of(plan_category::staging).device = in.partials + in.norm_workspace;
     p.of(plan_category::staging).host += in.partials;
+    // Every rank stages its own micro-batches and norm partials on the host; the state is rank 0's.
+    p.ranks = r.ranks;
+    p.rank_staging_bytes = in.step_staging + in.partials;
+    p.of(plan_category::staging).host += (r.ranks - 1) * p.rank_staging_bytes;
     return p;
 }
 
@@ -282,6 +289,7 @@ inline void validate(const plan_request& r) {
     auto positive = [](std::size_t v, const char* name) {
         if (v == 0) throw error(std::string("memory plan: ") + name + " must be positive");
     };
+    positive(r.ranks, "the count of data-parallel ranks");
     positive(model.batch, "the micro-batch");
     positive(model.seq, "the sequence length");
     positive(r.accum, "accum");

@@ -47,6 +47,7 @@
 #include <memory>     // std::unique_ptr
 #include <span>       // std::span
 #include <string>     // std::string
+#include <string_view>  // std::string_view
 #include <vector>     // std::vector
 
 namespace strata {
@@ -100,6 +101,7 @@ public:
                 dp.exchange = &m_exchange;
             }
             m_backends.push_back(backends[r]);
+            detail::make_current(*backends[r]);  // its streams and memory on its device
             m_ranks.push_back(std::make_unique<Trainer>(*backends[r], model, options, std::move(dp),
                                                         r == 0 ? nullptr : m_ranks[0].get()));
         }
@@ -111,13 +113,21 @@ public:
     // The ranks above 0 stream rank 0's host state, which their queued copies may still read:
     // they go first.
     ~data_parallel_trainer() {
-        while (!m_ranks.empty()) m_ranks.pop_back();
+        while (!m_ranks.empty()) {
+            detail::make_current(*m_backends[m_ranks.size() - 1]);
+            m_ranks.pop_back();
+        }
     }
     data_parallel_trainer(const data_parallel_trainer&) = delete;
     data_parallel_trainer& operator=(const data_parallel_trainer&) = delete;
 
     std::size_t ranks() const { return m_ranks.size(); }
-    Trainer& rank(std::size_t r) { return *m_ranks.at(r); }
+    // Rank r's trainer, its device made current on the calling thread (CUDA: every call a
+    // rank's trainer makes runs on the current device).
+    Trainer& rank(std::size_t r) {
+        detail::make_current(*m_backends.at(r));
+        return *m_ranks[r];
+    }
 
     const model_type& model() const { return m_ranks[0]->model(); }
     // The step's options: one rank's, with accum = ranks x the rank's accum (the micro-batches step() takes).
@@ -142,7 +152,16 @@ public:
         return sum;
     }
     void finish_updates() {
-        for (auto& t : m_ranks) t->finish_updates();
+        for (std::size_t r = 0; r < m_ranks.size(); ++r) rank(r).finish_updates();
+    }
+    // Every rank's streams, their tracks named "rank r: H2D" (a trace shows each rank's link).
+    template <class F>
+    void for_each_stream(F&& f) {
+        for (std::size_t r = 0; r < m_ranks.size(); ++r)
+            rank(r).for_each_stream([&](std::string_view track, auto& s) {
+                const std::string name = "rank " + std::to_string(r) + ": " + std::string(track);
+                f(std::string_view(name), s);
+            });
     }
 
     // ranks x accum micro-batches: rank r takes micro[r accum, (r + 1) accum).
@@ -163,21 +182,21 @@ public:
     }
 
     // Validation on rank 0 (the same number a single device gives).
-    double evaluate(std::span<const data::batch> batches) { return m_ranks[0]->evaluate(batches); }
+    double evaluate(std::span<const data::batch> batches) { return rank(0).evaluate(batches); }
 
     // Rank 0 initializes (the host state and its device replicas); the other ranks' device
     // replicas are copies of rank 0's.
     void initialize(std::uint64_t seed) {
-        m_ranks[0]->initialize(seed);
+        rank(0).initialize(seed);
         copy_device_groups(state_kind::params);
     }
 
-    void download(state_kind k, std::size_t g, std::span<R> out) { m_ranks[0]->download(k, g, out); }
+    void download(state_kind k, std::size_t g, std::span<R> out) { rank(0).download(k, g, out); }
     // Into rank 0, and into every rank's replica of a device-homed group.
     void upload(state_kind k, std::size_t g, std::span<const R> in) {
         const bool replicated = homes()[g].weights == tier_id::device;
         for (std::size_t r = 0; r < m_ranks.size(); ++r)
-            if (r == 0 || replicated) m_ranks[r]->upload(k, g, in);
+            if (r == 0 || replicated) rank(r).upload(k, g, in);
     }
 
 private:
@@ -223,8 +242,8 @@ private:
         for (std::size_t g = 0; g < groups.size(); ++g) {
             if (homes()[g].weights != tier_id::device || m_ranks.size() == 1) continue;
             block.resize(groups[g].numel());
-            m_ranks[0]->download(k, g, block);
-            for (std::size_t r = 1; r < m_ranks.size(); ++r) m_ranks[r]->upload(k, g, block);
+            rank(0).download(k, g, block);
+            for (std::size_t r = 1; r < m_ranks.size(); ++r) rank(r).upload(k, g, block);
         }
     }
 
