@@ -57,10 +57,7 @@ std::vector<group_home> mixed_homes() {  // tiny_gpt: embeddings, 3 blocks, fina
     return {group_home::device(), group_home::host(), group_home::storage(), group_home::device(), group_home::host()};
 }
 
-struct run_record {
-    std::vector<double> losses, norms;
-    test::trainer_state<float> state;
-};
+using run_record = test::run_result<float>;  // losses, norms, and the state after them
 
 // `steps` global steps of ranks x accum micro-batches (step s: micro_batches(s, ranks x accum)).
 template <class Trainer>
@@ -96,18 +93,8 @@ template <class Trainer>
 run_record run_one_device(std::size_t ranks, train_options o, int steps) {
     test::scratch_tiers tiers("dp-one");
     cpu_backend backend(tiers.options());
-    gpt_model<float, cpu_backend> model(tiny_gpt);
     o.accum *= ranks;
-    Trainer t(backend, model, o);
-    t.initialize(21);
-    run_record rec;
-    for (int s = 0; s < steps; ++s) {
-        const step_result r = t.step(micro_batches(s, o.accum, o.batch, o.seq));
-        rec.losses.push_back(r.loss);
-        rec.norms.push_back(r.grad_norm);
-    }
-    rec.state = test::state_of(t);
-    return rec;
+    return test::run<Trainer>(backend, tiny_gpt, o, steps);
 }
 
 double relative(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-30); }
