@@ -188,6 +188,78 @@ TEST_CASE("data parallel: the host state exists once, in rank 0; the other ranks
     CHECK(plan(request).total(tier_id::host) == used[0]);
 }
 
+TEST_CASE("data parallel: one rank keeps each device-homed group's optimizer state; the plan counts the fullest rank") {
+    test::scratch_tiers tiers("dp-owners");
+    std::vector<std::unique_ptr<cpu_backend>> backends;
+    std::vector<cpu_backend*> pointers;
+    thread_group group(3, std::chrono::seconds(60));
+    std::vector<thread_communicator> comms;
+    for (std::size_t r = 0; r < 3; ++r) {
+        backends.push_back(std::make_unique<cpu_backend>(tiers.options()));
+        pointers.push_back(backends.back().get());
+        comms.emplace_back(group, r);
+    }
+    gpt_model<float, cpu_backend> model(tiny_gpt);
+    const train_options o = rank_options();
+    std::vector<std::size_t> before;  // device bytes the ranks' backends held before the trainers
+    for (auto* b : pointers) before.push_back(b->budget(tier_id::device).used());
+    data_parallel_trainer<resident, thread_communicator> dp(pointers, std::move(comms), model, o);
+    // tiny_gpt's 5 groups, all on the device: their state goes to ranks 0, 1, 2, 0, 1.
+    const std::vector<std::size_t> owners{0, 1, 2, 0, 1};
+    std::size_t fullest = 0, state_sum = 0;
+    for (std::size_t r = 0; r < 3; ++r) fullest = std::max(fullest, pointers[r]->budget(tier_id::device).used() - before[r]);
+    for (std::size_t g = 0; g < 5; ++g) {
+        CHECK(dp.rank(0).state_owner(g) == owners[g]);
+        state_sum += 2 * round_up(model.groups()[g].trainable_numel() * sizeof(float), page_size);
+    }
+    plan_request request{.model = footprint_of<cpu_backend>(model, o.batch, o.seq), .accum = o.accum,
+                         .activations = activation_policy::recompute,
+                         .budgets = {.device = 256 << 20, .host = 256 << 20, .storage = 256 << 20},
+                         .where = placement::resident};
+    const std::size_t one_device = plan(request).total(tier_id::device);
+    request.ranks = 3;
+    const memory_plan p = plan(request);
+    CHECK(p.total(tier_id::device) == fullest);  // the plan counts what the fullest rank allocates
+    CHECK(p.total(tier_id::device) < one_device);
+    // Together the ranks hold the moments once: one device's bytes, less the state, per rank.
+    std::size_t all = 0;
+    for (std::size_t r = 0; r < 3; ++r) all += pointers[r]->budget(tier_id::device).used() - before[r];
+    CHECK(all == 3 * (one_device - state_sum) + state_sum);
+    // A rank asked for a group's state it does not keep says who does.
+    std::vector<float> m(model.groups()[1].trainable_numel());
+    CHECK_THROWS_WITH_AS(dp.rank(0).download(trainer_state_kind::adam_m, 1, m), doctest::Contains("rank 1 does"), error);
+}
+
+TEST_CASE("data parallel: the state read from a run and written into a new one continues it bitwise") {
+    train_options o = rank_options();
+    o.homes = mixed_homes();
+    const run_record whole = run_data_parallel<streamed_host>(2, o, 4);
+    test::scratch_tiers tiers("dp-resume");
+    cpu_backend b0(tiers.options()), b1(tiers.options());
+    gpt_model<float, cpu_backend> model(tiny_gpt);
+    test::trainer_state<float> saved;
+    {
+        thread_group group(2, std::chrono::seconds(60));
+        data_parallel_trainer<streamed_host, thread_communicator> dp({&b0, &b1}, {{group, 0}, {group, 1}}, model, o);
+        dp.initialize(21);
+        for (int s = 0; s < 2; ++s) dp.step(micro_batches(s, 2 * o.accum, o.batch, o.seq));
+        saved = test::state_of(dp);
+    }
+    thread_group group(2, std::chrono::seconds(60));
+    data_parallel_trainer<streamed_host, thread_communicator> dp({&b0, &b1}, {{group, 0}, {group, 1}}, model, o);
+    for (std::size_t g = 0; g < model.groups().size(); ++g) {
+        dp.upload(trainer_state_kind::params, g, saved.params[g]);
+        dp.upload(trainer_state_kind::adam_m, g, saved.m[g]);
+        dp.upload(trainer_state_kind::adam_v, g, saved.v[g]);
+    }
+    dp.set_step_count(2);
+    std::vector<double> losses;
+    for (int s = 2; s < 4; ++s) losses.push_back(dp.step(micro_batches(s, 2 * o.accum, o.batch, o.seq)).loss);
+    CHECK(losses[0] == whole.losses[2]);  // bitwise
+    CHECK(losses[1] == whole.losses[3]);
+    CHECK(test::state_of(dp) == whole.state);
+}
+
 TEST_CASE("data parallel: a non-finite loss stops every rank with the same error and changes nothing") {
     test::scratch_tiers tiers("dp-nan");
     cpu_backend b0(tiers.options()), b1(tiers.options());

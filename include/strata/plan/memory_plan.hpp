@@ -122,8 +122,9 @@ struct memory_plan {
     std::size_t fewest_activation_bytes = 0;  // ... with every block recomputing
     std::size_t device_staging_bytes = 0;  // the grad-norm partial sums and workspace (both placements)
     std::size_t norm_partials_bytes = 0;   // the grad-norm partial sums (on the device and the host)
-    // Data parallel: the ranks (devices) the plan is for. The device column is each rank's; the
-    // host's holds the state once and rank_staging_bytes (tokens, targets, losses, norm
+    // Data parallel: the ranks (devices) the plan is for. The device column is the fullest rank's
+    // (the device-homed groups' optimizer state is spread over the ranks: device_state_owners);
+    // the host's holds the state once and rank_staging_bytes (tokens, targets, losses, norm
     // partials) once per rank.
     std::size_t ranks = 1;
     std::size_t rank_staging_bytes = 0;

@@ -98,8 +98,9 @@ inline std::string plan_table(const memory_plan& p) {
     out += "\n";
     if (p.where == placement::streamed) out += "per step: " + traffic_summary(p) + "\n";
     if (p.ranks > 1)
-        out += fmt::format("data parallel: {} ranks; the device column is each rank's, the host holds the state once "
-                           "and {} of staging per rank\n",
+        out += fmt::format("data parallel: {} ranks; the device column is the fullest rank's (one rank keeps and updates "
+                           "each device-homed group's optimizer state), the host holds its state once and {} of "
+                           "staging per rank\n",
                            p.ranks, detail::short_bytes(p.rank_staging_bytes));
 
     auto row = [&](const std::string& label, auto cell) {

@@ -142,12 +142,30 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_
     return p;
 }
 
+// Data parallel: the device bytes of the optimizer state on the rank that keeps the most of it
+// (device_state_owners: the trainer's assignment of the device-homed groups' state to ranks).
+inline std::size_t largest_rank_device_state(const plan_inputs& in, const std::vector<group_home>& homes,
+                                             std::size_t ranks) {
+    const auto& trainable = in.model.trainable_bytes;
+    std::vector<bool> device_state(trainable.size());
+    for (std::size_t g = 0; g < trainable.size(); ++g)
+        device_state[g] = homes[g].weights == tier_id::device && trainable[g] > 0;
+    const auto owner = device_state_owners(device_state, ranks);
+    std::vector<std::size_t> per_rank(ranks, 0);
+    for (std::size_t g = 0; g < trainable.size(); ++g)
+        if (device_state[g]) per_rank[owner[g]] += in.states * trainable[g];
+    return *std::max_element(per_rank.begin(), per_rank.end());
+}
+
 inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, kept_activations kept) {
     memory_plan p = base_plan(r, in, kept);
     p.where = placement::resident;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.trainable_state;
-    p.of(plan_category::moments).device = in.states * in.trainable_state;
+    p.of(plan_category::moments).device =
+        r.ranks > 1 ? largest_rank_device_state(in, std::vector<group_home>(in.model.group_bytes.size(), group_home::device()),
+                                                r.ranks)
+                    : in.states * in.trainable_state;
     return p;
 }
 
@@ -186,6 +204,7 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
             largest_block_grads = std::max(largest_block_grads, t);
         }
     }
+    if (r.ranks > 1) p.of(plan_category::moments).device = largest_rank_device_state(in, homes, r.ranks);
     // A step's traffic: per micro-batch, each streamed block's weights go up for its forward and
     // again for its backward, its gradients come down after the backward and (after the first
     // micro-batch) go up again to accumulate; the pinned groups' weights go up and their gradients

@@ -15,6 +15,7 @@
 
 #include <cstddef>  // std::size_t
 #include <string>   // std::string, std::to_string
+#include <vector>   // std::vector
 
 namespace strata {
 
@@ -38,6 +39,20 @@ inline void validate(const group_home& h, std::size_t g) {
                         " tier with the optimizer's state in the " + std::string(name_of(h.moments)) +
                         " tier is not a home any trainer implements",
                     "device weights keep their optimizer state on the device; host weights keep it on the host or storage");
+}
+
+// Data parallel: which rank keeps and updates the optimizer state of each device-homed group.
+// Device-homed groups are on every rank (weights and gradients); their optimizer state is not
+// copied: the k-th device-homed group with state (device_state[g]: device-homed and trainable)
+// belongs to rank k mod ranks, which alone updates it and then broadcasts its weights. Groups
+// without device state get rank 0 (their update, if any, is the host's). The trainer and the
+// planner both ask this function, so the plan counts what the trainer allocates.
+inline std::vector<std::size_t> device_state_owners(const std::vector<bool>& device_state, std::size_t ranks) {
+    std::vector<std::size_t> owner(device_state.size(), 0);
+    std::size_t k = 0;
+    for (std::size_t g = 0; g < device_state.size(); ++g)
+        if (device_state[g]) owner[g] = ranks == 0 ? 0 : k++ % ranks;
+    return owner;
 }
 
 }  // namespace strata

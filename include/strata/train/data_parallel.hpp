@@ -15,8 +15,10 @@
 //     it; the global norm is taken of the summed gradients, so every rank has the same one;
 //   - the loss is summed over the ranks in rank order (rank_exchange): every rank sees the
 //     same loss and norm and takes the same decision (a non-finite one stops them all);
-//   - device-homed groups are replicas: each rank updates its own copy with the same summed
-//     gradients, so the copies stay bitwise equal (as DDP does);
+//   - device-homed groups' weights and gradients are on every rank; the optimizer state of each
+//     is kept by one rank (device_state_owners: round robin over the device-homed groups), which
+//     alone updates the group and broadcasts the new weights, so every group is updated once
+//     and each device holds about 1/N of the device-homed optimizer state;
 //   - host-homed groups (streamed, pinned, moments on storage) exist ONCE, in rank 0's trainer:
 //     only rank 0's summed gradients come home, its optimizer thread updates each group once,
 //     and every rank waits for that update before it copies the group's weights to its device
@@ -31,8 +33,8 @@
 //
 // The step's rank threads: rank 0 runs on the caller's thread, rank r > 0 on a worker of its own
 // (a cpu::stream). A rank whose step throws aborts the group (communicator and exchange) so that
-// no other rank waits for it; the first error is rethrown. Checkpoints read through rank 0 (the
-// host state and its device replicas) and write to every rank that keeps a copy.
+// no other rank waits for it; the first error is rethrown. Checkpoints read each tensor from the
+// rank that keeps it and write it to every rank that keeps a copy.
 #pragma once
 
 #include <strata/backend/cpu/stream.hpp>    // cpu::stream (the ranks' threads)
@@ -98,6 +100,9 @@ public:
             if (n > 1) {
                 Comm* comm = &m_comms[r];
                 dp.all_reduce = [comm](auto& s, R* data, std::size_t count) { return comm->all_reduce(s, data, count); };
+                dp.broadcast = [comm](auto& s, R* data, std::size_t count, std::size_t root) {
+                    return comm->broadcast(s, data, count, root);
+                };
                 dp.exchange = &m_exchange;
             }
             m_backends.push_back(backends[r]);
@@ -191,15 +196,23 @@ public:
         copy_device_groups(state_kind::params);
     }
 
-    void download(state_kind k, std::size_t g, std::span<R> out) { rank(0).download(k, g, out); }
-    // Into rank 0, and into every rank's replica of a device-homed group.
+    // From the rank that keeps it: the host state and the device weights from rank 0, a
+    // device-homed group's optimizer state from its owner.
+    void download(state_kind k, std::size_t g, std::span<R> out) { rank(keeper(k, g)).download(k, g, out); }
+    // Into every rank that keeps a copy: a device-homed group's weights and gradients on every
+    // rank, its optimizer state on its owner; the host state in rank 0.
     void upload(state_kind k, std::size_t g, std::span<const R> in) {
-        const bool replicated = homes()[g].weights == tier_id::device;
+        const bool replicated = homes()[g].weights == tier_id::device && k.of != state_kind::part::optimizer;
         for (std::size_t r = 0; r < m_ranks.size(); ++r)
-            if (r == 0 || replicated) rank(r).upload(k, g, in);
+            if (r == keeper(k, g) || replicated) rank(r).upload(k, g, in);
     }
 
 private:
+    std::size_t keeper(state_kind k, std::size_t g) const {
+        const bool on_device = homes()[g].weights == tier_id::device;
+        return on_device && k.of == state_kind::part::optimizer ? m_ranks[0]->state_owner(g) : 0;
+    }
+
     std::span<const data::batch> share(std::span<const data::batch> micro, std::size_t r) const {
         const std::size_t accum = rank_options().accum;
         return micro.subspan(r * accum, accum);

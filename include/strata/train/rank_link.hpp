@@ -7,6 +7,8 @@
 //                trainer does not depend on which one);
 //   exchange     sums a host value over the ranks in rank order (the step's loss), so that every
 //                rank takes the same decision on the same number (a NaN on one rank stops all);
+//   broadcast    copies a device buffer from one rank to all (a device-homed group's weights,
+//                from the rank that keeps its optimizer state and updates it: device_state_owners);
 //   rank         rank 0 owns the host state: the host-homed groups' weights, gradients and
 //                optimizer state exist once, in rank 0's trainer; the others stream the weights
 //                from there and never write them (see tiered_trainer).
@@ -85,6 +87,7 @@ struct rank_link {
     std::size_t rank = 0;
     std::size_t ranks = 1;
     std::function<Event(Stream&, R*, std::size_t)> all_reduce;  // empty when ranks == 1
+    std::function<Event(Stream&, R*, std::size_t, std::size_t)> broadcast;  // (data, n, root); empty when ranks == 1
     rank_exchange* exchange = nullptr;                           // null when ranks == 1
 
     bool parallel() const { return ranks > 1; }

@@ -120,6 +120,9 @@ public:
         };
         std::size_t largest_stored = 0;
         if (m_link.parallel()) m_reduce.emplace(backend.make_stream("reduce"));
+        std::vector<bool> device_state(n);
+        for (std::size_t g = 0; g < n; ++g) device_state[g] = on_device(g) && !groups[g].frozen();
+        m_state_owner = device_state_owners(device_state, m_link.ranks);
         for (std::size_t g = 0; g < n; ++g) {
             const std::string name = "g" + std::to_string(g);
             const shape s{groups[g].numel()}, ts{groups[g].trainable_numel()};
@@ -128,8 +131,9 @@ public:
                 m_dev_params[g].emplace(backend, s, "params." + name);
                 if (trains) {
                     m_dev_grads[g].emplace(backend, ts, "grads." + name);
-                    for (std::size_t i = 0; i < states.size(); ++i)
-                        m_dev_state[g].emplace_back(backend, ts, state_name(i, name));
+                    if (m_link.rank == m_state_owner[g])  // data parallel: one rank keeps it
+                        for (std::size_t i = 0; i < states.size(); ++i)
+                            m_dev_state[g].emplace_back(backend, ts, state_name(i, name));
                 }
                 continue;
             }
@@ -187,6 +191,8 @@ public:
 
     // This trainer's place in a data-parallel group (rank 0 of 1 when it trains alone).
     const link& rank() const { return m_link; }
+    // The rank that keeps device-homed group g's optimizer state and updates it (0 alone).
+    std::size_t state_owner(std::size_t g) const { return m_state_owner.at(g); }
 
     const model_type& model() const { return m_model; }
     const train_options& options() const { return m_options; }
@@ -555,22 +561,27 @@ private:
 
     // The device-homed groups' updates, on the compute stream, as the resident trainer runs them:
     // gradients scaled in place by the clip coefficient when it is < 1, then the optimizer's
-    // kernel per tensor.
+    // kernel per tensor. Data parallel: only the rank that keeps the group's state updates it
+    // (device_state_owners), then broadcasts the weights, in group order on every rank.
     void update_device_groups(double coefficient, double lr, long update) {
         const auto& groups = m_model.groups();
         std::vector<R*> state(optimizer().state_names().size());
         for (std::size_t g = 0; g < groups.size(); ++g) {
             if (!on_device(g) || groups[g].frozen()) continue;
-            R* grad = m_dev_grads[g]->device_data().get();
-            if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
-            for (const auto& entry : groups[g].entries()) {
-                if (!entry.spec.trainable) continue;
-                const std::size_t o = entry.offset, n = entry.spec.shape.numel();
-                for (std::size_t i = 0; i < state.size(); ++i) state[i] = m_dev_state[g][i].device_data().get() + o;
-                optimizer().template update_device<op>(m_compute, m_dev_params[g]->device_data().get() + o, grad + o,
-                                                       std::span<R* const>(state), n,
-                                                       {.lr = lr, .step = update, .decay = entry.spec.decay});
+            R* params = m_dev_params[g]->device_data().get();
+            if (m_link.rank == m_state_owner[g]) {
+                R* grad = m_dev_grads[g]->device_data().get();
+                if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
+                for (const auto& entry : groups[g].entries()) {
+                    if (!entry.spec.trainable) continue;
+                    const std::size_t o = entry.offset, n = entry.spec.shape.numel();
+                    for (std::size_t i = 0; i < state.size(); ++i) state[i] = m_dev_state[g][i].device_data().get() + o;
+                    optimizer().template update_device<op>(m_compute, params + o, grad + o, std::span<R* const>(state), n,
+                                                           {.lr = lr, .step = update, .decay = entry.spec.decay});
+                }
             }
+            // Data parallel: the owner's updated weights reach every rank before its next step.
+            if (m_link.parallel()) m_link.broadcast(m_compute, params, m_dev_params[g]->numel(), m_state_owner[g]);
         }
     }
 
@@ -688,6 +699,10 @@ private:
                 throw error("trainer: block size mismatch for group " + std::to_string(g));
         };
         if (on_device(g)) {  // behind the device updates, on the compute stream
+            if (k.of == part::optimizer && m_link.rank != m_state_owner[g])
+                throw error("data-parallel rank " + std::to_string(m_link.rank) + " keeps no optimizer state of group " +
+                                std::to_string(g) + ": rank " + std::to_string(m_state_owner[g]) + " does",
+                            "read and write it through its owner (data_parallel_trainer does)");
             auto& t = k.of == part::params  ? *m_dev_params[g]
                       : k.of == part::grads ? *m_dev_grads[g]
                                             : m_dev_state[g][k.index];
@@ -729,6 +744,7 @@ private:
     link m_link;
     tiered_trainer* m_owner;  // data-parallel ranks above 0: rank 0's trainer, which holds the host state
     std::optional<stream> m_reduce;  // data-parallel: the gradients' sums over the ranks
+    std::vector<std::size_t> m_state_owner;  // by group: the rank that keeps its device optimizer state
     stream m_compute;
     cpu::stream m_optimizer_thread;
     stream m_io;
