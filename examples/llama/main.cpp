@@ -91,7 +91,7 @@ struct train_args {
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
     std::string out = "runs/llama", metrics, trace, device = "auto";
-    std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
+    std::string save = "full";  // what each checkpoint holds: full, weights (no optimizer state) or none
     std::string placement = "auto", moments = "host", storage_dir;
     std::string device_budget, host_budget, storage_budget;  // bytes per tier (empty: the defaults)
     std::string io_engine = "auto";                          // the storage tier's I/O engine

@@ -290,7 +290,7 @@ std::uint64_t checkpoint_bytes(const Model& model, checkpoint_contents contents,
 // The error names the bytes needed and free; `hint` says what the caller can do instead.
 inline void check_checkpoint_fits(std::uint64_t bytes, std::uint64_t free, long copies, const std::string& where,
                                   const std::string& hint = "write the checkpoints to a disk with more free space, "
-                                                            "save the weights without AdamW's moments, or save none") {
+                                                            "save the weights without the optimizer's state, or save none") {
     if (copies <= 0) return;
     std::uint64_t needed = 0;
     const bool overflows = __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(copies), &needed);

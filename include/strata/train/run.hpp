@@ -34,7 +34,7 @@
 //      Every checkpoint is kept: a save never touches an earlier one.
 //
 // Resume (run_options::resume): load_checkpoint, with hooks.read_model for the weights, restores
-// the weights, AdamW's moments and the step; trainer_state.json the loader's cursor, the loss
+// the weights, the optimizer's state and the step; trainer_state.json the loader's cursor, the loss
 // curves and the run's first loss. The next step then draws the batches, and computes the bits, the
 // uninterrupted run would have, provided the trainer was built with the run's options (the caller
 // compares them: the examples' check_resume_options). stop_at stops early without changing the
@@ -505,7 +505,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
         notes << fmt::format("trace of steps 2-3: {} (open it in ui.perfetto.dev)", o.trace.string()) << std::endl;
     if (!result.last_checkpoint.empty())
         notes << fmt::format("saved {}{} (loss curve: {})", result.last_checkpoint.string(),
-                             *o.checkpoints == checkpoint_contents::weights ? " (weights only: no AdamW moments)" : "",
+                             *o.checkpoints == checkpoint_contents::weights ? " (weights only: no optimizer state)" : "",
                              result.loss_plot.string())
               << std::endl;
     return result;
