@@ -68,6 +68,23 @@ inline void check_stop_at(long stop_at, long steps) {
                     "stop at a step within --steps (the schedule stays that of --steps)");
 }
 
+// ---- the optimizer ----
+
+// --optimizer adamw|sgd, --momentum (SGD's) and --weight-decay (either's) into a.optimizer,
+// a.momentum and a.weight_decay; train_options_of makes them train_options::optimizer, sgd and
+// adamw, and recorded_options records them for a resume to compare.
+template <class Args>
+void add_optimizer_options(CLI::App& train, Args& a) {
+    train.add_option("--optimizer", a.optimizer, "adamw, or sgd (with --momentum; torch.optim.SGD's step)")
+        ->check(CLI::IsMember({"adamw", "sgd"}))
+        ->capture_default_str();
+    train.add_option("--momentum", a.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
+    train.add_option("--weight-decay", a.weight_decay,
+                     "weight decay of 2-D weights and embeddings: AdamW's decoupled, SGD's coupled (added to the gradient)")
+        ->capture_default_str()
+        ->check(real_in(0, 1e6));
+}
+
 // ---- checkpoints that the disk can hold (--save) ----
 
 // --save full|weights|none: what each checkpoint holds (none: no checkpoint is written at all).
@@ -144,10 +161,9 @@ nlohmann::json recorded_options(const Args& a, long warmup) {
     nlohmann::json options{{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
                            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
                            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
-    if constexpr (requires { a.optimizer; a.momentum; }) {  // a CLI with --optimizer (checkpoints before it: AdamW)
-        options["optimizer"] = a.optimizer;
-        if (a.optimizer == "sgd") options["momentum"] = a.momentum;
-    }
+    // checkpoints written before --optimizer lack the key (they are AdamW's): check_resume_options skips it
+    options["optimizer"] = a.optimizer;
+    if (a.optimizer == "sgd") options["momentum"] = a.momentum;
     return options;
 }
 

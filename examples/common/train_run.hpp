@@ -48,10 +48,8 @@ train_options train_options_of(const Args& a) {
                   .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
     o.adamw.weight_decay = a.weight_decay;
-    if constexpr (requires { a.optimizer; a.momentum; }) {  // a program with --optimizer
-        o.optimizer = optimizer_kind_from_string(a.optimizer);
-        o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
-    }
+    o.optimizer = optimizer_kind_from_string(a.optimizer);
+    o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
     o.clip = a.clip;
     return o;
 }

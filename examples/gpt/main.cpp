@@ -8,7 +8,7 @@
 
 #include "../common/config_file.hpp"    // apply_config_file
 #include "../common/example_cli.hpp"    // tokenizer_help, chat_template_help, add_tier_options, add_activation_options
-#include "../common/run_checks.hpp"     // count_in, real_in, unsigned_number, add_save_option, flag_hint_for
+#include "../common/run_checks.hpp"     // count_in, real_in, unsigned_number, add_optimizer_options, add_save_option, flag_hint_for
 #include "../common/run_directory.hpp"  // resolve_checkpoint
 #include "export.hpp"                   // the export command (export.cpp): export_args, run_export
 #include "sample.hpp"                   // the sample command (sample.cpp): sample_args, run_sample
@@ -50,9 +50,7 @@ int main(int argc, char** argv) {
     train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));
     train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)")->check(count_in(0, max_count));
     train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
-    train->add_option("--optimizer", t.optimizer, "adamw, or sgd (with --momentum; torch.optim.SGD's step)")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
-    train->add_option("--momentum", t.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
-    train->add_option("--weight-decay", t.weight_decay, "weight decay of 2-D weights and embeddings: AdamW's decoupled, SGD's coupled (added to the gradient)")->capture_default_str()->check(real_in(0, 1e6));
+    examples::add_optimizer_options(*train, t);
     train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str()->check(real_in(0, 1e30));
     train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str()->check(real_in(0, 0.9));
     train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));
