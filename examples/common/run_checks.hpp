@@ -7,6 +7,7 @@
 
 #include <strata/core/bytes.hpp>          // format_bytes_short
 #include <strata/core/error.hpp>          // strata::error
+#include <strata/optim/optimizers.hpp>    // sgd_optimizer
 #include <strata/train/checkpoint.hpp>    // checkpoint_contents, check_checkpoint_fits
 #include <strata/train/run.hpp>           // checkpoint_plan
 
@@ -67,6 +68,23 @@ inline void check_stop_at(long stop_at, long steps) {
                     "stop at a step within --steps (the schedule stays that of --steps)");
 }
 
+// ---- the optimizer ----
+
+// --optimizer adamw|sgd, --momentum (SGD's) and --weight-decay (either's) into a.optimizer,
+// a.momentum and a.weight_decay; train_options_of makes them train_options::optimizer, sgd and
+// adamw, and recorded_options records them for a resume to compare.
+template <class Args>
+void add_optimizer_options(CLI::App& train, Args& a) {
+    train.add_option("--optimizer", a.optimizer, "adamw, or sgd (with --momentum; torch.optim.SGD's step)")
+        ->check(CLI::IsMember({"adamw", "sgd"}))
+        ->capture_default_str();
+    train.add_option("--momentum", a.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
+    train.add_option("--weight-decay", a.weight_decay,
+                     "weight decay of 2-D weights and embeddings: AdamW's decoupled, SGD's coupled (added to the gradient)")
+        ->capture_default_str()
+        ->check(real_in(0, 1e6));
+}
+
 // ---- checkpoints that the disk can hold (--save) ----
 
 // --save full|weights|none: what each checkpoint holds (none: no checkpoint is written at all).
@@ -74,8 +92,9 @@ inline const std::vector<std::string> save_choices{"full", "weights", "none"};
 
 inline void add_save_option(CLI::App& train, std::string& save) {
     train.add_option("--save", save,
-                     "what each checkpoint holds: full (weights, AdamW moments, state: a bitwise resume), weights "
-                     "(no moments: a third of the bytes; a resume starts AdamW afresh) or none (no checkpoint at all)")
+                     "what each checkpoint holds: full (weights, optimizer state, trainer state: a bitwise resume), weights "
+                     "(no optimizer state: a third of the bytes with AdamW, half with SGD; a resume starts the "
+                     "optimizer afresh) or none (no checkpoint at all)")
         ->check(CLI::IsMember(save_choices))
         ->capture_default_str();
 }
@@ -106,7 +125,7 @@ void check_checkpoints_fit(const Args& a, const checkpoint_plan& plan) {
         return;
     }
     std::string hint = "another --out on a disk with more free space";
-    if (a.save == "full") hint += ", --save weights (the weights without AdamW's moments)";
+    if (a.save == "full") hint += ", --save weights (the weights without the optimizer's state)";
     hint += ", or --save none (no checkpoint)";
     if (plan.count > 1)
         hint += "; every checkpoint is kept (each --save-every " + std::to_string(a.save_every) +
@@ -116,15 +135,20 @@ void check_checkpoints_fit(const Args& a, const checkpoint_plan& plan) {
               << " in " << a.out << " (" << format_bytes_short(plan.free_bytes) << " free)" << std::endl;
 }
 
-// The line a resume from a checkpoint without AdamW's moments (--save weights) prints. The
-// trainer's step count drives AdamW's bias correction too, so it is not reset: with zero moments
-// and a correction near 1 the next updates are larger than a fresh optimizer's (up to about 6x
-// at beta1 0.9, beta2 0.999, fading over some hundred steps).
-inline std::string fresh_optimizer_note(const std::string& checkpoint, long step) {
-    return "note: " + checkpoint + " holds the weights without AdamW's moments (--save weights): the optimizer starts "
-           "afresh (moments at zero; bias correction continues from step " + std::to_string(step) +
-           ", so the next updates are larger than the run's were), and this run is not the one an uninterrupted "
-           "run would have been";
+// The line a resume from a checkpoint without the optimizer's state (--save weights) prints;
+// `optimizer` is the checkpoint's (checkpoint_optimizer). For AdamW, the trainer's step count
+// drives the bias correction too, so it is not reset: with zero moments and a correction near 1
+// the next updates are larger than a fresh optimizer's (up to about 6x at beta1 0.9, beta2 0.999,
+// fading over some hundred steps). SGD's momentum buffer at zero is what its first step starts from.
+inline std::string fresh_optimizer_note(const std::string& checkpoint, long step, const std::string& optimizer) {
+    const std::string afresh =
+        optimizer == sgd_optimizer::name()
+            ? "without SGD's momentum (--save weights): the optimizer starts afresh (momentum at zero, as at step 1)"
+            : "without AdamW's moments (--save weights): the optimizer starts afresh (moments at zero; bias "
+              "correction continues from step " + std::to_string(step) +
+                  ", so the next updates are larger than the run's were)";
+    return "note: " + checkpoint + " holds the weights " + afresh +
+           ", and this run is not the one an uninterrupted run would have been";
 }
 
 // ---- a resumed run has the options it was saved with ----
@@ -137,10 +161,9 @@ nlohmann::json recorded_options(const Args& a, long warmup) {
     nlohmann::json options{{"batch", a.batch}, {"accum", a.accum}, {"seq_len", a.seq_len}, {"lr", a.lr},
                            {"min_lr", a.min_lr}, {"schedule", a.schedule}, {"warmup", warmup},
                            {"steps", a.steps}, {"weight_decay", a.weight_decay}, {"clip", a.clip}};
-    if constexpr (requires { a.optimizer; a.momentum; }) {  // a CLI with --optimizer (checkpoints before it: AdamW)
-        options["optimizer"] = a.optimizer;
-        if (a.optimizer == "sgd") options["momentum"] = a.momentum;
-    }
+    // checkpoints written before --optimizer lack the key (they are AdamW's): check_resume_options skips it
+    options["optimizer"] = a.optimizer;
+    if (a.optimizer == "sgd") options["momentum"] = a.momentum;
     // Data-parallel ranks: the global batch is gpus x accum x batch (checkpoints before --gpus: 1).
     if constexpr (requires { a.gpus; }) options["gpus"] = a.gpus;
     return options;

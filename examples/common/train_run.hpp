@@ -1,7 +1,7 @@
 // The part of a `train` command that strata-gpt and strata-llama share around strata::run_training
 // (train/run.hpp, the step loop): the trainer's and the run's options from their flags, the hooks that speak in
 // flags (the checkpoint plan printed and refused with --save's choices, the note of a resume
-// without AdamW's moments, SIGINT / SIGTERM), the trainer_state.json fields both record, and the
+// without the optimizer's state, SIGINT / SIGTERM), the trainer_state.json fields both record, and the
 // run's last lines. A program adds its model's hooks (the files of a checkpoint, its own state).
 // Example code, not library code: both programs include it.
 #pragma once
@@ -55,10 +55,8 @@ train_options train_options_of(const Args& a) {
                   .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
     o.adamw.weight_decay = a.weight_decay;
-    if constexpr (requires { a.optimizer; a.momentum; }) {  // a program with --optimizer
-        o.optimizer = optimizer_kind_from_string(a.optimizer);
-        o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
-    }
+    o.optimizer = optimizer_kind_from_string(a.optimizer);
+    o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
     o.clip = a.clip;
     return o;
 }
@@ -98,7 +96,8 @@ run_hooks cli_hooks(const Args& a, const std::string& tokenizer, const std::stri
     };
     h.check_checkpoints = [&a](const checkpoint_plan& plan) { check_checkpoints_fit(a, plan); };
     h.on_resume = [&a](const nlohmann::json& state) {
-        if (!moments_saved(state)) std::cout << fresh_optimizer_note(a.resume, state.value("step", 0L)) << std::endl;
+        if (!moments_saved(state))
+            std::cout << fresh_optimizer_note(a.resume, state.value("step", 0L), checkpoint_optimizer(state)) << std::endl;
     };
     h.stop_requested = [] { return interrupt_guard::interrupted(); };
     return h;

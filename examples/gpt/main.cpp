@@ -4,163 +4,25 @@
 //   strata-gpt train --init-from CKPT --lora-rank R --data FILE    (LoRA: only adapters train)
 //   strata-gpt export --adapters DIR --out DIR  (a LoRA run's adapters merged into its base)
 //   strata-gpt sample --checkpoint DIR --prompt TEXT [--device cpu|cuda] [options]
-#include <strata/data/loader.hpp>
-#include <strata/data/records.hpp>
-#include <strata/data/tokenize.hpp>
-#include <strata/io/json_file.hpp>
-#include <strata/model/gpt.hpp>
-#include <strata/model/generator.hpp>  // sample: the generator (KV cache) on either backend
-#include <strata/plan/planner.hpp>
-#include <strata/report/trace.hpp>
-#include <strata/train/streamed_trainer.hpp>
-#include <strata/nn/cpu_ops.hpp>
-#include <strata/report/loss_plot.hpp>
-#include <strata/report/metrics.hpp>
-#include <strata/report/progress.hpp>
-#include <strata/strata.hpp>
-#include <strata/text/byte_tokenizer.hpp>
-#include <strata/text/gpt2_tokenizer.hpp>
-#include <strata/train/checkpoint.hpp>
-#include <strata/train/trainer.hpp>
-#ifdef STRATA_WITH_CUDA
-#include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
-#endif
+#include <strata/core/error.hpp>  // strata::error
 
 #include "../common/config_file.hpp"    // apply_config_file
-#include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer
-#include "../common/run_checks.hpp"     // validators, add_save_option, flag_hint_for
-#include "../common/run_directory.hpp"  // resolve_checkpoint, is_within
-#include "../lora/lora_model.hpp"        // LoRA: gpt2_lora_model, adapters, merging
-#include "train.hpp"                     // the train command (train.cpp): train_args, run_train
+#include "../common/example_cli.hpp"    // tokenizer_help, chat_template_help, add_tier_options, add_activation_options
+#include "../common/run_checks.hpp"     // count_in, real_in, unsigned_number, add_optimizer_options, add_save_option, flag_hint_for
+#include "../common/run_directory.hpp"  // resolve_checkpoint
+#include "export.hpp"                   // the export command (export.cpp): export_args, run_export
+#include "sample.hpp"                   // the sample command (sample.cpp): sample_args, run_sample
+#include "train.hpp"                    // the train command (train.cpp): train_args, run_train
 
-#include <CLI/CLI.hpp>
-#include <Eigen/Core>
-#include <fmt/format.h>
+#include <CLI/CLI.hpp>  // CLI::App
 
-#include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <optional>
-#include <string>
-#include <variant>
-#include <vector>
+#include <exception>  // std::exception
+#include <iostream>   // std::cerr
+#include <string>     // std::string
 
-namespace fs = std::filesystem;
 using namespace strata;
-
-namespace {
-
-using examples::make_tokenizer;
-using examples::tokenizer_of_checkpoint;
-
-using gpt_cli::run_train;
-using gpt_cli::train_args;
-
-void print_line(const std::string& s) { std::cout << s << std::endl; }
-
-// export: a LoRA run's adapters merged into its base model, written as a plain GPT-2 checkpoint
-// (model.safetensors + config.json, loadable by strata-gpt sample, --init-from and transformers).
-struct export_args {
-    std::string adapters, base, out;
-    bool overwrite = false;
-};
-
-// export replaces --out whole: never an input, and only a previous export unless --overwrite.
-void check_export_out(const export_args& a, const fs::path& adapters, const std::string& base) {
-    for (const auto& [flag, in] : std::vector<examples::named_path>{{"--adapters", adapters}, {"--base", base}})
-        if (examples::is_within(a.out, in) || examples::is_within(in, a.out))
-            throw error("--out '" + a.out + "' is or holds the " + flag + " input '" + in.string() +
-                            "': writing it would destroy the input",
-                        "pick another --out");
-    const fs::path state = fs::path(a.out) / "trainer_state.json";
-    const bool previous_export = fs::exists(state) && read_json_file(state).value("format", "") == "strata-gpt LoRA merge 1";
-    if (fs::exists(a.out) && !fs::is_empty(a.out) && !previous_export && !a.overwrite)
-        throw error("--out '" + a.out + "' exists and is not a merge strata-gpt export wrote: refusing to replace it",
-                    "pick another --out, or pass --overwrite");
-}
-
-int run_export(const export_args& a) {
-    fs::path adapters = a.adapters;
-    std::string base = a.base;
-    if (fs::is_directory(adapters)) {  // a checkpoint directory of a LoRA run: its state names the base
-        const auto state_path = adapters / "trainer_state.json";
-        if (base.empty() && fs::exists(state_path)) {
-            const auto state = read_json_file(state_path);
-            if (state.contains("lora") && state["lora"].contains("base")) base = state["lora"]["base"].get<std::string>();
-        }
-        adapters /= "adapters.safetensors";
-    }
-    if (!fs::exists(adapters))
-        throw error("'" + adapters.string() + "' does not exist", "pass a LoRA run's checkpoint (OUT/step-N) or its adapters.safetensors");
-    if (base.empty())
-        throw error("the base model of '" + adapters.string() + "' is unknown", "pass --base DIR (the --init-from of the LoRA run)");
-    check_export_out(a, adapters, base);
-    auto loaded = load_model_files<float>(base);
-    auto lc = lora::config_of(adapters);
-    lc.n_head = loaded.config.n_head;
-    const auto merged = lora::merged_blocks(loaded.config, lc, loaded.blocks, adapters);
-    const fs::path tmp = fs::path(a.out).string() + ".tmp-" + std::to_string(::getpid());
-    fs::remove_all(tmp);
-    fs::create_directories(tmp);
-    write_model_files(gpt_model<float, cpu_backend>(loaded.config), merged, tmp);
-    for (const char* f : {"vocab.json", "merges.txt"})
-        if (fs::exists(fs::path(base) / f)) fs::copy_file(fs::path(base) / f, tmp / f);
-    write_json_file(tmp / "trainer_state.json", nlohmann::json{{"format", "strata-gpt LoRA merge 1"},
-                                                 {"tokenizer", examples::tokenizer_kind(tokenizer_of_checkpoint(base))},
-                                                 {"base", fs::absolute(base).string()},
-                                                 {"adapters", fs::absolute(adapters).string()}});
-    commit_directory_atomically(tmp, a.out, {.replace_existing = true});
-    print_line("merged " + adapters.string() + " (rank " + std::to_string(lc.rank) + ", " +
-               std::to_string(lc.targets.size()) + " projections x " + std::to_string(lc.n_layer) + " layers) into " +
-               base + ": " + a.out);
-    return 0;
-}
-
-struct sample_args {
-    std::string checkpoint, prompt, device = "auto";
-    std::size_t max_new_tokens = 200, top_k = 40;
-    double temperature = 0.8;
-    std::uint64_t seed = 42;
-};
-
-int run_sample(const sample_args& a) {
-    const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
-    auto loaded = load_model_files<float>(checkpoint);
-    auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
-    const token_id eot = std::visit([](const auto& t) { return t.eot_id(); }, tok);
-    const bool cuda = examples::use_cuda(a.device, "strata-gpt");
-    // the prompt begins a document as in training (an hf tokenizer's BOS first, as tokenizer(text))
-    std::vector<token_id> prompt = std::visit([&](const auto& t) { return data::encode_document(t, a.prompt); }, tok);
-    sample_options so;
-    so.max_new_tokens = a.max_new_tokens;
-    so.temperature = a.temperature;
-    so.top_k = a.top_k;
-    so.seed = a.seed;
-    so.bos = eot;
-    // The weights and the KV cache live in the device tier (the tiers' default budgets).
-    auto generate = [&]<class B>(B& backend) {
-        const gpt_model<float, B> model(loaded.config);  // its blocks decode with a KV cache
-        generator<gpt_model<float, B>> gen(backend, model, loaded.blocks);
-        loaded.blocks = {};  // uploaded: the host copy is not needed again
-        return gen.generate(prompt, so);
-    };
-    std::vector<token_id> ids;
-#ifdef STRATA_WITH_CUDA
-    if (cuda) {
-        cuda_backend backend(tier_options{});
-        ids = generate(backend);
-    }
-#endif
-    if (!cuda) {
-        cpu_backend backend(tier_options{});
-        ids = generate(backend);
-    }
-    std::cout << a.prompt << std::visit([&](const auto& t) { return t.decode(ids); }, tok) << std::endl;
-    return 0;
-}
-
-}  // namespace
+using gpt_cli::export_args, gpt_cli::sample_args, gpt_cli::train_args;
+using gpt_cli::run_export, gpt_cli::run_sample, gpt_cli::run_train;
 
 int main(int argc, char** argv) {
     CLI::App app{"strata-gpt: train a GPT-2-architecture model with strata, and sample from it"};
@@ -193,9 +55,7 @@ int main(int argc, char** argv) {
     train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));
     train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)")->check(count_in(0, max_count));
     train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
-    train->add_option("--optimizer", t.optimizer, "adamw, or sgd (with --momentum; torch.optim.SGD's step)")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
-    train->add_option("--momentum", t.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
-    train->add_option("--weight-decay", t.weight_decay, "weight decay of 2-D weights and embeddings: AdamW's decoupled, SGD's coupled (added to the gradient)")->capture_default_str()->check(real_in(0, 1e6));
+    examples::add_optimizer_options(*train, t);
     train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str()->check(real_in(0, 1e30));
     train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str()->check(real_in(0, 0.9));
     train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));
@@ -211,7 +71,7 @@ int main(int argc, char** argv) {
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     examples::add_tier_options(*train, t);
-    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files; puts the AdamW moments there when streaming");
+    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files; puts the optimizer's state (AdamW's moments, SGD's momentum) there when streaming");
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();

@@ -22,7 +22,7 @@ struct train_args {
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
     std::string out = "runs/gpt", resume, metrics, device = "auto";
-    std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
+    std::string save = "full";  // what each checkpoint holds: full, weights (no optimizer state) or none
     long stop_at = 0;  // stop (and save) after this step without changing the schedule
     std::string placement = "auto", device_budget, host_budget, storage_dir, storage_budget, trace;
     std::string io_engine = "auto";  // the storage tier's I/O engine

@@ -15,7 +15,7 @@
 // Face Llamas of a shape the block has).
 #include "../common/config_file.hpp"    // apply_config_file
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
-#include "../common/run_checks.hpp"     // check_resumed_options
+#include "../common/run_checks.hpp"     // check_resumed_options, add_optimizer_options
 #include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, resolve_checkpoint
 #include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
 #include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
@@ -88,10 +88,12 @@ struct train_args {
     std::size_t batch = 8, accum = 1;
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8, stop_at = 0;
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
+    std::string optimizer = "adamw";  // adamw or sgd (with momentum)
+    double momentum = 0.9;            // SGD's
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
     std::string out = "runs/llama", metrics, trace, device = "auto";
-    std::string save = "full";  // what each checkpoint holds: full, weights (no AdamW moments) or none
+    std::string save = "full";  // what each checkpoint holds: full, weights (no optimizer state) or none
     std::string placement = "auto", moments = "host", storage_dir;
     std::string device_budget, host_budget, storage_budget;  // bytes per tier (empty: the defaults)
     std::string io_engine = "auto";                          // the storage tier's I/O engine
@@ -279,7 +281,7 @@ int run_train(const train_args& a) {
     const auto lock = examples::prepare_run_directory(a.out, !a.resume.empty(), a.overwrite, inputs_of(a));
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
-    // --init-from (weights) and --resume (weights, moments, step, data cursor) take the model's
+    // --init-from (weights) and --resume (weights, optimizer state, step, data cursor) take the model's
     // shape, and unless --tokenizer says otherwise the tokenizer, from the checkpoint. Its weights
     // are read later, group by group, straight into the trainer.
     const std::string from = a.resume.empty() ? a.init_from : a.resume;
@@ -351,7 +353,7 @@ int run_train(const train_args& a) {
             const plan_request request{.model = footprint_of<B>(model, a.batch, a.seq_len), .accum = a.accum,
                                        .activations = examples::activation_policy_of(a), .budgets = budgets,
                                        .where = placement_from_string(a.placement),
-                                       .moments_on_storage = a.moments == "storage"};
+                                       .moments_on_storage = a.moments == "storage", .optimizer = o.optimizer};
             const memory_plan p = plan(request);
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)
@@ -520,7 +522,7 @@ int main(int argc, char** argv) {
     train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));
     train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)")->check(count_in(0, max_count));
     train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
-    train->add_option("--weight-decay", t.weight_decay, "AdamW decoupled weight decay (2-D weights and embeddings)")->capture_default_str()->check(real_in(0, 1e6));
+    examples::add_optimizer_options(*train, t);
     train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str()->check(real_in(0, 1e30));
     train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str()->check(real_in(0, 0.9));
     train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));
@@ -529,14 +531,14 @@ int main(int argc, char** argv) {
     train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg")->capture_default_str();
     train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end); every one is kept")->capture_default_str()->check(count_in(0, max_count));
     examples::add_save_option(*train, t.save);
-    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (OUT/step-N, or OUT: its latest; weights, AdamW moments unless saved with --save weights, step, data position) with the same data and options")->check(CLI::ExistingDirectory);
+    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (OUT/step-N, or OUT: its latest; weights, the optimizer's state unless saved with --save weights, step, data position) with the same data and options")->check(CLI::ExistingDirectory);
     train->add_flag("--allow-option-changes", t.allow_option_changes, "resume with options that differ from the checkpoint's (each change is printed; the run no longer equals one never interrupted)");
     train->add_flag("--overwrite", t.overwrite, "start afresh in an --out holding another run's checkpoints (they are removed), and overwrite --metrics/--trace files strata did not write");
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE (appended to when resuming)");
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
-    train->add_option("--moments", t.moments, "home of the AdamW moments when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
+    train->add_option("--moments", t.moments, "home of the optimizer's state (AdamW's moments, SGD's momentum) when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
     examples::add_tier_options(*train, t);
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");

@@ -275,8 +275,8 @@ tail -n 1 "$work/save-none.log" | grep -q "no checkpoint saved (--save none)" ||
 refuses "--save none with --save-every 1" "$gpt" train "${tiny[@]}" --steps 2 --save none --save-every 1 --out "$work/x"
 refuses "--save none with --stop-at 1" "$gpt" train "${tiny[@]}" --steps 2 --save none --stop-at 1 --out "$work/x"
 refuses "--save: half not in {full,weights,none}" "$gpt" train "${tiny[@]}" --steps 2 --save half --out "$work/x"
-# weights: the model and the trainer state, no AdamW moments; a resume says the optimizer starts
-# afresh and trains on with finite losses
+# weights: the model and the trainer state, no optimizer state (here AdamW's moments); a resume
+# says the optimizer starts afresh and trains on with finite losses
 "$gpt" train "${tiny[@]}" --steps 4 --stop-at 2 --save weights --out "$work/save-w" --metrics "$work/save-w.jsonl" \
   > "$work/save-w.log"
 wckpt="$work/save-w/step-000002"
@@ -284,13 +284,20 @@ wckpt="$work/save-w/step-000002"
   fail "--save weights: $(ls "$wckpt")"
 [[ ! -e "$wckpt/optimizer.safetensors" ]] || fail "--save weights wrote AdamW's moments"
 grep -q '"moments_saved": false' "$wckpt/trainer_state.json" || fail "--save weights: the state does not say the moments are missing"
-grep -q "(weights only: no AdamW moments)" "$work/save-w.log" || fail "--save weights: $(tail -2 "$work/save-w.log")"
+grep -q "(weights only: no optimizer state)" "$work/save-w.log" || fail "--save weights: $(tail -2 "$work/save-w.log")"
 "$gpt" train "${tiny[@]}" --steps 4 --save weights --out "$work/save-w" --resume "$wckpt" --metrics "$work/save-w.jsonl" \
   > "$work/save-w2.log"
 grep -q "resumed from $wckpt at step 2" "$work/save-w2.log" || fail "weights resume: $(tail -5 "$work/save-w2.log")"
 grep -q "without AdamW's moments (--save weights): the optimizer starts afresh (moments at zero" "$work/save-w2.log" ||
   fail "a resume from a weights-only checkpoint does not say the optimizer starts afresh: $(grep -A1 resumed "$work/save-w2.log")"
 [[ -d "$work/save-w/step-000004" ]] || fail "the weights-only resume saved nothing"
+# with SGD the optimizer state left out is the momentum, and the resume's note says that
+"$gpt" train "${tiny[@]}" "${sgd[@]}" --steps 4 --stop-at 2 --save weights --out "$work/save-w-sgd" > "$work/save-w-sgd.log"
+grep -q "(weights only: no optimizer state)" "$work/save-w-sgd.log" || fail "SGD --save weights: $(tail -2 "$work/save-w-sgd.log")"
+"$gpt" train "${tiny[@]}" "${sgd[@]}" --steps 4 --save weights --out "$work/save-w-sgd" --resume "$work/save-w-sgd" \
+  > "$work/save-w-sgd2.log"
+grep -q "without SGD's momentum (--save weights): the optimizer starts afresh (momentum at zero" "$work/save-w-sgd2.log" ||
+  fail "an SGD resume from a weights-only checkpoint: $(grep -A1 resumed "$work/save-w-sgd2.log")"
 for step in 3 4; do
   loss=$(grep "\"step\":$step," "$work/save-w.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2)
   awk -v l="$loss" 'BEGIN { exit !(l + 0 == l && l > 0 && l < 100) }' || fail "step $step after a weights-only resume: loss '$loss'"

@@ -85,34 +85,42 @@ TEST_CASE_TEMPLATE("resuming from a checkpoint gives bitwise the same losses as 
     for (int i = 0; i < 5; ++i) CHECK(tail[i] == expected[3 + i]);  // bitwise, not approximately
 }
 
-TEST_CASE_TEMPLATE("checkpoint_bytes is what a save writes, computed before it, for full and weights-only checkpoints", B,
-                   STRATA_TEST_BACKENDS) {
+TEST_CASE_TEMPLATE("checkpoint_bytes is what a save writes, computed before it, for full and weights-only checkpoints "
+                   "of AdamW and of SGD", B, STRATA_TEST_BACKENDS) {
     scratch s;
     auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     if (!made) return;
     gpt_model<float, B> model(config);
-    trainer<float, B> t(*made, model, options);
-    t.initialize(3);
     const nlohmann::json state{{"data_cursor", 17}};
-    for (const auto contents : {checkpoint_contents::full, checkpoint_contents::weights}) {
-        const fs::path dir = save_checkpoint(t, s.dir / (contents == checkpoint_contents::full ? "full" : "weights"),
-                                             state, {}, contents);
-        const auto size_of = [&](const char* file) { return fs::exists(dir / file) ? fs::file_size(dir / file) : 0; };
-        CHECK(size_of("model.safetensors") + size_of("config.json") == model_files_bytes(model));
-        const std::uint64_t state_bytes = size_of("trainer_state.json");
-        std::uint64_t on_disk = 0;
-        for (const auto& e : fs::directory_iterator(dir)) on_disk += e.file_size();
-        CHECK(on_disk == checkpoint_bytes(model, contents, model_files_bytes(model), state_bytes));
-        if (contents == checkpoint_contents::full) {
-            CHECK(size_of("optimizer.safetensors") == optimizer_file_bytes(model));
-            // every parameter trains: m and v are twice the weights' data
-            const std::uint64_t weights_data = declared_model_tensors(model).data_size();
-            CHECK(declared_optimizer_tensors(model).data_size() == 2 * weights_data);
-            CHECK(weights_data == 4 * config.parameter_count());
-        } else {
-            CHECK_FALSE(fs::exists(dir / "optimizer.safetensors"));
+    const std::uint64_t weights_data = declared_model_tensors(model).data_size();
+    CHECK(weights_data == 4 * config.parameter_count());
+    for (const optimizer_kind optimizer : {optimizer_kind::adamw, optimizer_kind::sgd}) {
+        train_options o = options;
+        o.optimizer = optimizer;
+        trainer<float, B> t(*made, model, o);
+        t.initialize(3);
+        const std::string name(t.optimizer().name());
+        CAPTURE(name);
+        const auto states = t.optimizer().state_names();
+        CHECK(states.size() == (optimizer == optimizer_kind::sgd ? 1 : 2));  // SGD: momentum; AdamW: m, v
+        for (const auto contents : {checkpoint_contents::full, checkpoint_contents::weights}) {
+            const fs::path dir = save_checkpoint(t, s.dir / name / (contents == checkpoint_contents::full ? "full" : "weights"),
+                                                 state, {}, contents);
+            const auto size_of = [&](const char* file) { return fs::exists(dir / file) ? fs::file_size(dir / file) : 0; };
+            CHECK(size_of("model.safetensors") + size_of("config.json") == model_files_bytes(model));
+            const std::uint64_t state_bytes = size_of("trainer_state.json");
+            std::uint64_t on_disk = 0;
+            for (const auto& e : fs::directory_iterator(dir)) on_disk += e.file_size();
+            CHECK(on_disk == checkpoint_bytes(model, states, contents, model_files_bytes(model), state_bytes));
+            if (contents == checkpoint_contents::full) {
+                CHECK(size_of("optimizer.safetensors") == optimizer_file_bytes(model, states));
+                // every parameter trains: each state tensor is as large as the weights' data
+                CHECK(declared_optimizer_tensors(model, states).data_size() == states.size() * weights_data);
+            } else {
+                CHECK_FALSE(fs::exists(dir / "optimizer.safetensors"));
+            }
+            CHECK(moments_saved(read_json_file(dir / "trainer_state.json")) == (contents == checkpoint_contents::full));
         }
-        CHECK(moments_saved(read_json_file(dir / "trainer_state.json")) == (contents == checkpoint_contents::full));
     }
 }
 

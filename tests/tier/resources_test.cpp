@@ -1,13 +1,17 @@
 // The host-memory limits a pinned host tier runs into: the parsers of /proc/self/cgroup,
 // memory.max / memory.limit_in_bytes and /proc/meminfo on sample texts, and the cgroup reader on
-// sample directory trees (v2, v1, limits on a parent, "max", missing files).
-#include <strata/tier/resources.hpp>  // cgroup_v2_path, parse_cgroup_memory_limit, cgroup_memory_limit_bytes, ...
+// sample directory trees (v2, v1, limits on a parent, "max", missing files); the free disk bytes
+// of a directory not created yet.
+#include <strata/tier/resources.hpp>  // cgroup_v2_path, parse_cgroup_memory_limit, cgroup_memory_limit_bytes, free_disk_bytes, ...
 
 #include <doctest/doctest.h>
 
 #include <io/scratch_dir.hpp>  // test::scratch_dir, write_text
 
-#include <filesystem>  // std::filesystem::create_directories
+#include <filesystem>  // std::filesystem::create_directories, current_path, exists
+#include <string>      // std::to_string
+
+#include <unistd.h>  // getpid
 
 namespace resources_test {  // this file's names: an area's files compile as one unit (unity build)
 
@@ -110,6 +114,30 @@ TEST_CASE("the cgroup memory limit: the smallest on the way up, v1 as fallback, 
         test::write_text(v1_own / "memory.limit_in_bytes", "6442450944\n");
         CHECK(cgroup_memory_limit_bytes(membership, root) == 6442450944ull);
     }
+}
+
+TEST_CASE("free_disk_bytes measures the nearest existing directory; a relative path from the current one") {
+    // other processes write meanwhile: two readings of one file system agree to within 1 %
+    const auto same_disk = [](std::size_t a, std::size_t b) {
+        return static_cast<double>(a) == doctest::Approx(static_cast<double>(b)).epsilon(0.01);
+    };
+    const std::size_t here = free_disk_bytes(std::filesystem::current_path());
+    REQUIRE(here > 0);
+    // a run's --out before it is created (runs/gpt): not 0 ("", the end of its parents), but the
+    // current directory's disk
+    const std::filesystem::path missing = "strata-resources-test-missing-" + std::to_string(::getpid());
+    REQUIRE_FALSE(std::filesystem::exists(missing));
+    for (const std::filesystem::path& relative : {missing, missing / "below" / "deeper", std::filesystem::path(".")}) {
+        CAPTURE(relative);
+        CHECK(same_disk(free_disk_bytes(relative), here));
+    }
+    CHECK_FALSE(std::filesystem::exists(missing));  // measured, not created
+
+    test::scratch_dir dir;
+    const std::size_t scratch = free_disk_bytes(dir.path());
+    CHECK(scratch > 0);
+    CHECK(same_disk(free_disk_bytes(dir.path() / "a" / "b"), scratch));
+    CHECK(same_disk(free_disk_bytes("/nonexistent-strata-dir/below"), free_disk_bytes("/")));
 }
 
 TEST_CASE("the limits of this machine read, and read as a sentence") {

@@ -236,6 +236,28 @@ TEST_CASE("a run stopped at a step and resumed from its checkpoint continues bit
     CHECK(fs::exists(first.out / "step-000003"));  // every checkpoint is kept
 }
 
+TEST_CASE("the checkpoint plan counts the trainer's optimizer state: an SGD run's checkpoint is planned at its size") {
+    setup s;
+    train_options o = options_of(2);
+    o.optimizer = optimizer_kind::sgd;
+    resident t(s.backend, s.model, o);
+    t.initialize(5);
+    loaders data;
+    checkpoint_plan plan;
+    run_hooks hooks;
+    hooks.check_checkpoints = [&](const checkpoint_plan& p) { plan = p; };
+    const run_result r = run_training(t, data.train, nullptr, {.out = s.dir / "run", .log = &s.log}, hooks);
+    REQUIRE(plan.count == 1);
+    std::uint64_t written = 0;
+    for (const auto& e : fs::directory_iterator(r.last_checkpoint)) written += e.file_size();
+    CHECK(written <= plan.bytes_each);
+    // The plan's only slack is its bound on trainer_state.json's growth (a few hundred bytes);
+    // counting AdamW's two state tensors would add a second optimizer file's worth.
+    const std::uint64_t momentum_file = optimizer_file_bytes(s.model, sgd_optimizer::state_names());
+    INFO("planned ", plan.bytes_each, ", written ", written, ", momentum file ", momentum_file);
+    CHECK(plan.bytes_each - written < momentum_file / 4);
+}
+
 TEST_CASE("stop_requested ends the run after the step it is seen at, with a checkpoint of that step") {
     setup s;
     resident t(s.backend, s.model, options_of(6));

@@ -53,6 +53,28 @@ grep -q "resumed from" "$work/resumed.log" || fail "no resume: $(cat "$work/resu
 [[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/half.jsonl")" ]] ||
   fail "resumed losses differ:\n$(losses "$work/resident.jsonl")\n---\n$(losses "$work/half.jsonl")"
 cmp -s "$ckpt/model.safetensors" "$work/half/step-000004/model.safetensors" || fail "resumed weights differ"
+# --optimizer sgd (examples/common, as strata-gpt): SGD with momentum, whose plan names its one
+# state tensor; streamed with the momentum on storage, stopped and resumed, it gives the resident
+# SGD run's losses and weights bit for bit; a resume of it with AdamW is refused
+sgd=(--optimizer sgd --momentum 0.8 --lr 0.05)
+"$llama" train "${common[@]}" "${sgd[@]}" --placement resident --out "$work/sgd" --metrics "$work/sgd.jsonl" > "$work/sgd.log"
+grep -q "^SGD momentum" "$work/sgd.log" || fail "--optimizer sgd: no SGD row in the plan: $(head -12 "$work/sgd.log")"
+grep -q '"name": "sgd"' "$work/sgd/step-000004/trainer_state.json" || fail "the SGD checkpoint does not name its optimizer"
+[[ "$(losses "$work/sgd.jsonl")" != "$(losses "$work/resident.jsonl")" ]] || fail "--optimizer sgd trained as AdamW did"
+sgd_streamed=(--placement streamed --moments storage --storage-dir "$work/sgd-storage")
+"$llama" train "${common[@]}" "${sgd[@]}" "${sgd_streamed[@]}" --stop-at 2 --out "$work/sgd-half" \
+  --metrics "$work/sgd-half.jsonl" > "$work/sgd-half.log"
+grep -q "SGD momentum on storage" "$work/sgd-half.log" || fail "SGD momentum not on storage: $(head -12 "$work/sgd-half.log")"
+"$llama" train "${common[@]}" "${sgd[@]}" "${sgd_streamed[@]}" --out "$work/sgd-half" --metrics "$work/sgd-half.jsonl" \
+  --resume "$work/sgd-half" > /dev/null
+[[ "$(losses "$work/sgd-half.jsonl")" == "$(losses "$work/sgd.jsonl")" ]] || fail "streamed, resumed SGD differs from resident"
+cmp -s "$work/sgd/step-000004/model.safetensors" "$work/sgd-half/step-000004/model.safetensors" ||
+  fail "the streamed, resumed SGD run's weights differ from the resident run's"
+if "$llama" train "${common[@]}" --lr 0.05 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
+  2> "$work/sgd-adamw.err" > /dev/null; then
+  fail "an SGD run resumed with AdamW"
+fi
+grep -q -- '--optimizer "sgd" -> "adamw"' "$work/sgd-adamw.err" || fail "SGD resumed as AdamW: $(cat "$work/sgd-adamw.err")"
 
 # sampling prints the prompt and continues it, the same for a seed
 out=$("$llama" sample --checkpoint "$ckpt" --prompt "the quick" --tokens 20 --seed 3 --device cpu)
@@ -128,7 +150,7 @@ rc=0; wait "$pid" || rc=$?
 ls "$work/sig" | grep -q tmp && fail "SIGINT left temporaries: $(ls "$work/sig")"
 [[ -f "$work/sig/$(cat "$work/sig/latest")/trainer_state.json" ]] || fail "latest names no complete checkpoint"
 # --save (examples/common, as strata-gpt): none writes no checkpoint and says so last; weights has no
-# AdamW moments and its resume says the optimizer starts afresh; checkpoints that cannot fit are refused
+# optimizer state and its resume says the optimizer starts afresh; checkpoints that cannot fit are refused
 "$llama" train "${tiny[@]}" --steps 2 --save none --out "$work/save-none" > "$work/save-none.log"
 ls "$work/save-none" | grep -q '^step-' && fail "--save none wrote a checkpoint: $(ls "$work/save-none")"
 tail -n 1 "$work/save-none.log" | grep -q "no checkpoint saved (--save none)" || fail "--save none: $(tail -n 1 "$work/save-none.log")"

@@ -47,9 +47,22 @@ inline std::size_t physical_memory_bytes() {
     return static_cast<std::size_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE));
 }
 
-// Free bytes at `dir` (or its nearest existing parent) for an unprivileged writer.
+// Free bytes at `dir` (or its nearest existing parent) for an unprivileged writer; 0 when none
+// can be measured. A relative `dir` is resolved against the current directory first: walking up
+// "runs/gpt" alone ends at "", which names no file system, and a run about to create its --out
+// would be told the disk is full.
 inline std::size_t free_disk_bytes(std::filesystem::path dir) {
-    while (!dir.empty() && !std::filesystem::exists(dir)) dir = dir.parent_path();
+    std::error_code ec;
+    if (dir.is_relative()) {
+        dir = std::filesystem::absolute(dir, ec);
+        if (ec) return 0;  // no current directory to resolve it against
+    }
+    // exists() with an error code: a parent that cannot be searched reads as absent, and the walk
+    // goes on up to one that can
+    while (!dir.empty() && !std::filesystem::exists(dir, ec)) {
+        if (dir == dir.parent_path()) return 0;  // the root itself cannot be read
+        dir = dir.parent_path();
+    }
     struct statvfs info {};
     if (dir.empty() || ::statvfs(dir.c_str(), &info) != 0) return 0;
     return static_cast<std::size_t>(info.f_bavail) * info.f_frsize;

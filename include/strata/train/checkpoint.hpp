@@ -271,14 +271,15 @@ std::uint64_t optimizer_file_bytes(const Model& model,
 
 // The bytes one checkpoint of `model` writes: the weights' files (weights_bytes: model_files_bytes
 // for a GPT-2, or what a model's own weights writer writes), optimizer.safetensors when `contents`
-// is full (with the state tensors `states`: AdamW's by default; a trainer's are
-// t.optimizer().state_names()), trainer_state.json (state_bytes: the caller's bound, since the
-// loss curve it holds grows with the run) and the extra files as they are now. File-system blocks
-// (a few KiB per file) are not counted.
+// is full, trainer_state.json (state_bytes: the caller's bound, since the loss curve it holds grows
+// with the run) and the extra files as they are now. File-system blocks (a few KiB per file) are
+// not counted. `states` are the state tensors of the optimizer that trains the model (a trainer's:
+// t.optimizer().state_names(); AdamW's two, SGD's one), with no default: a default of AdamW's
+// would count a second state tensor for an SGD run and refuse checkpoints that fit.
 template <class Model>
-std::uint64_t checkpoint_bytes(const Model& model, checkpoint_contents contents, std::uint64_t weights_bytes,
-                               std::uint64_t state_bytes, const std::vector<std::filesystem::path>& extra_files = {},
-                               std::span<const std::string_view> states = adamw_optimizer::state_names()) {
+std::uint64_t checkpoint_bytes(const Model& model, std::span<const std::string_view> states,
+                               checkpoint_contents contents, std::uint64_t weights_bytes, std::uint64_t state_bytes,
+                               const std::vector<std::filesystem::path>& extra_files = {}) {
     std::uint64_t bytes = weights_bytes + state_bytes;
     if (contents == checkpoint_contents::full) bytes += optimizer_file_bytes(model, states);
     for (const auto& f : extra_files) bytes += std::filesystem::file_size(f);
@@ -290,7 +291,7 @@ std::uint64_t checkpoint_bytes(const Model& model, checkpoint_contents contents,
 // The error names the bytes needed and free; `hint` says what the caller can do instead.
 inline void check_checkpoint_fits(std::uint64_t bytes, std::uint64_t free, long copies, const std::string& where,
                                   const std::string& hint = "write the checkpoints to a disk with more free space, "
-                                                            "save the weights without AdamW's moments, or save none") {
+                                                            "save the weights without the optimizer's state, or save none") {
     if (copies <= 0) return;
     std::uint64_t needed = 0;
     const bool overflows = __builtin_mul_overflow(bytes, static_cast<std::uint64_t>(copies), &needed);

@@ -34,7 +34,7 @@
 //      Every checkpoint is kept: a save never touches an earlier one.
 //
 // Resume (run_options::resume): load_checkpoint, with hooks.read_model for the weights, restores
-// the weights, AdamW's moments and the step; trainer_state.json the loader's cursor, the loss
+// the weights, the optimizer's state and the step; trainer_state.json the loader's cursor, the loss
 // curves and the run's first loss. The next step then draws the batches, and computes the bits, the
 // uninterrupted run would have, provided the trainer was built with the run's options (the caller
 // compares them: the examples' check_resume_options). stop_at stops early without changing the
@@ -387,7 +387,8 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     checkpoint_plan plan{.saving = saving, .where = o.out};
     if (saving) {
         plan.count = planned_checkpoints(from, stop, o.save_every);
-        const std::uint64_t fixed = checkpoint_bytes(t.model(), *o.checkpoints, model_bytes(), 0, o.extra_files);
+        const std::uint64_t fixed = checkpoint_bytes(t.model(), t.optimizer().state_names(), *o.checkpoints,
+                                                     model_bytes(), 0, o.extra_files);
         plan.bytes_each = mean_checkpoint_bytes(fixed, trainer_state(), from, stop, o.save_every);
         plan.free_bytes = free_disk_bytes(o.out);
     }
@@ -505,7 +506,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
         notes << fmt::format("trace of steps 2-3: {} (open it in ui.perfetto.dev)", o.trace.string()) << std::endl;
     if (!result.last_checkpoint.empty())
         notes << fmt::format("saved {}{} (loss curve: {})", result.last_checkpoint.string(),
-                             *o.checkpoints == checkpoint_contents::weights ? " (weights only: no AdamW moments)" : "",
+                             *o.checkpoints == checkpoint_contents::weights ? " (weights only: no optimizer state)" : "",
                              result.loss_plot.string())
               << std::endl;
     return result;
