@@ -371,8 +371,9 @@ private:
                                        const std::vector<group_home>& homes) {
         if (dp.ranks == 0 || dp.rank >= dp.ranks)
             throw error("rank_link: rank " + std::to_string(dp.rank) + " of " + std::to_string(dp.ranks) + " ranks");
-        if (dp.parallel() && (!dp.all_reduce || dp.exchange == nullptr || dp.exchange->size() != dp.ranks))
-            throw error("rank_link of " + std::to_string(dp.ranks) + " ranks without its all_reduce or exchange",
+        const bool linked = dp.all_reduce && dp.broadcast && dp.exchange != nullptr && dp.exchange->size() == dp.ranks;
+        if (dp.parallel() && !linked)
+            throw error("rank_link of " + std::to_string(dp.ranks) + " ranks without its all_reduce, broadcast or exchange",
                         "make the ranks with data_parallel_trainer");
         if ((dp.rank == 0) != (owner == nullptr))
             throw error("data-parallel rank " + std::to_string(dp.rank) +
