@@ -142,8 +142,9 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_
     return p;
 }
 
-// Data parallel: the device bytes of the optimizer state on the rank that keeps the most of it
-// (device_state_owners: the trainer's assignment of the device-homed groups' state to ranks).
+// The device bytes of the optimizer state on the rank that keeps the most of it: with data
+// parallelism each device-homed group's state is one rank's (device_state_owners, as the trainer
+// assigns it); on one rank, all of it.
 inline std::size_t largest_rank_device_state(const plan_inputs& in, const std::vector<group_home>& homes,
                                              std::size_t ranks) {
     const auto& trainable = in.model.trainable_bytes;
@@ -162,10 +163,8 @@ inline memory_plan resident_plan(const plan_request& r, const plan_inputs& in, k
     p.where = placement::resident;
     p.of(plan_category::weights).device = in.state;
     p.of(plan_category::grads).device = in.trainable_state;
-    p.of(plan_category::moments).device =
-        r.ranks > 1 ? largest_rank_device_state(in, std::vector<group_home>(in.model.group_bytes.size(), group_home::device()),
-                                                r.ranks)
-                    : in.states * in.trainable_state;
+    const std::vector<group_home> all_on_device(in.model.group_bytes.size(), group_home::device());
+    p.of(plan_category::moments).device = largest_rank_device_state(in, all_on_device, r.ranks);
     return p;
 }
 
@@ -187,8 +186,8 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
         const std::size_t w = groups[g], t = trainable[g];
         p.of(plan_category::weights)[h.weights] += w;
         p.of(plan_category::grads)[h.weights] += t;
+        if (h.weights == tier_id::device) continue;  // its state: largest_rank_device_state, below
         p.of(plan_category::moments)[h.moments] += in.states * t;
-        if (h.weights == tier_id::device) continue;
         p.weights_home = p.grads_home = tier_id::host;
         if (h.moments == tier_id::storage) {
             p.state_home = tier_id::storage;
@@ -204,7 +203,7 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
             largest_block_grads = std::max(largest_block_grads, t);
         }
     }
-    if (r.ranks > 1) p.of(plan_category::moments).device = largest_rank_device_state(in, homes, r.ranks);
+    p.of(plan_category::moments).device = largest_rank_device_state(in, homes, r.ranks);
     // A step's traffic: per micro-batch, each streamed block's weights go up for its forward and
     // again for its backward, its gradients come down after the backward and (after the first
     // micro-batch) go up again to accumulate; the pinned groups' weights go up and their gradients
