@@ -30,6 +30,7 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs, std::nan
 #include <memory>     // std::unique_ptr
+#include <string>     // std::string
 #include <vector>     // std::vector
 
 namespace data_parallel_test {  // this file's names: an area's files compile as one unit (unity build)
@@ -59,21 +60,32 @@ std::vector<group_home> mixed_homes() {  // tiny_gpt: embeddings, 3 blocks, fina
 
 using run_record = test::run_result<float>;  // losses, norms, and the state after them
 
+// N CPU backends (the ranks' devices, each with its own tier budgets) and their thread group.
+struct cpu_ranks {
+    test::scratch_tiers tiers;
+    std::vector<std::unique_ptr<cpu_backend>> owned;
+    std::vector<cpu_backend*> backends;
+    thread_group group;
+
+    cpu_ranks(const std::string& name, std::size_t n) : tiers(name), group(n, std::chrono::seconds(60)) {
+        for (std::size_t r = 0; r < n; ++r) {
+            owned.push_back(std::make_unique<cpu_backend>(tiers.options()));
+            backends.push_back(owned.back().get());
+        }
+    }
+    std::vector<thread_communicator> comms() {
+        std::vector<thread_communicator> out;
+        for (std::size_t r = 0; r < backends.size(); ++r) out.emplace_back(group, r);
+        return out;
+    }
+};
+
 // `steps` global steps of ranks x accum micro-batches (step s: micro_batches(s, ranks x accum)).
 template <class Trainer>
 run_record run_data_parallel(std::size_t ranks, const train_options& o, int steps, std::vector<std::size_t>* host_used = nullptr) {
-    test::scratch_tiers tiers("dp" + std::to_string(ranks));
-    std::vector<std::unique_ptr<cpu_backend>> backends;
-    std::vector<cpu_backend*> pointers;
-    for (std::size_t r = 0; r < ranks; ++r) {
-        backends.push_back(std::make_unique<cpu_backend>(tiers.options()));
-        pointers.push_back(backends.back().get());
-    }
-    thread_group group(ranks, std::chrono::seconds(60));
-    std::vector<thread_communicator> comms;
-    for (std::size_t r = 0; r < ranks; ++r) comms.emplace_back(group, r);
+    cpu_ranks ranked("dp" + std::to_string(ranks), ranks);
     gpt_model<float, cpu_backend> model(tiny_gpt);
-    data_parallel_trainer<Trainer, thread_communicator> dp(pointers, std::move(comms), model, o);
+    data_parallel_trainer<Trainer, thread_communicator> dp(ranked.backends, ranked.comms(), model, o);
     dp.initialize(21);
     run_record rec;
     for (int s = 0; s < steps; ++s) {
@@ -84,7 +96,7 @@ run_record run_data_parallel(std::size_t ranks, const train_options& o, int step
     }
     rec.state = test::state_of(dp);
     if (host_used)
-        for (auto& b : backends) host_used->push_back(b->budget(tier_id::host).used());
+        for (auto* b : ranked.backends) host_used->push_back(b->budget(tier_id::host).used());
     return rec;
 }
 
@@ -189,21 +201,13 @@ TEST_CASE("data parallel: the host state exists once, in rank 0; the other ranks
 }
 
 TEST_CASE("data parallel: one rank keeps each device-homed group's optimizer state; the plan counts the fullest rank") {
-    test::scratch_tiers tiers("dp-owners");
-    std::vector<std::unique_ptr<cpu_backend>> backends;
-    std::vector<cpu_backend*> pointers;
-    thread_group group(3, std::chrono::seconds(60));
-    std::vector<thread_communicator> comms;
-    for (std::size_t r = 0; r < 3; ++r) {
-        backends.push_back(std::make_unique<cpu_backend>(tiers.options()));
-        pointers.push_back(backends.back().get());
-        comms.emplace_back(group, r);
-    }
+    cpu_ranks ranked("dp-owners", 3);
+    const std::vector<cpu_backend*>& pointers = ranked.backends;
     gpt_model<float, cpu_backend> model(tiny_gpt);
     const train_options o = rank_options();
     std::vector<std::size_t> before;  // device bytes the ranks' backends held before the trainers
     for (auto* b : pointers) before.push_back(b->budget(tier_id::device).used());
-    data_parallel_trainer<resident, thread_communicator> dp(pointers, std::move(comms), model, o);
+    data_parallel_trainer<resident, thread_communicator> dp(pointers, ranked.comms(), model, o);
     // tiny_gpt's 5 groups, all on the device: their state goes to ranks 0, 1, 2, 0, 1.
     const std::vector<std::size_t> owners{0, 1, 2, 0, 1};
     std::size_t fullest = 0, state_sum = 0;

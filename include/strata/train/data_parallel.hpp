@@ -193,7 +193,7 @@ public:
     // replicas are copies of rank 0's.
     void initialize(std::uint64_t seed) {
         rank(0).initialize(seed);
-        copy_device_groups(state_kind::params);
+        copy_device_weights();
     }
 
     // From the rank that keeps it: the host state and the device weights from rank 0, a
@@ -248,15 +248,15 @@ private:
         for (auto& c : m_comms) detail::abort_group(c, why);
     }
 
-    // Rank 0's copy of every device-homed group's `k` into the other ranks' replicas.
-    void copy_device_groups(state_kind k) {
+    // Rank 0's weights of every device-homed group into the other ranks' copies.
+    void copy_device_weights() {
         const auto& groups = model().groups();
         std::vector<R> block;
         for (std::size_t g = 0; g < groups.size(); ++g) {
             if (homes()[g].weights != tier_id::device || m_ranks.size() == 1) continue;
             block.resize(groups[g].numel());
-            rank(0).download(k, g, block);
-            for (std::size_t r = 1; r < m_ranks.size(); ++r) rank(r).upload(k, g, block);
+            rank(0).download(state_kind::params, g, block);
+            for (std::size_t r = 1; r < m_ranks.size(); ++r) rank(r).upload(state_kind::params, g, block);
         }
     }
 
