@@ -70,7 +70,7 @@ grep -q "SGD momentum on storage" "$work/sgd-half.log" || fail "SGD momentum not
 [[ "$(losses "$work/sgd-half.jsonl")" == "$(losses "$work/sgd.jsonl")" ]] || fail "streamed, resumed SGD differs from resident"
 cmp -s "$work/sgd/step-000004/model.safetensors" "$work/sgd-half/step-000004/model.safetensors" ||
   fail "the streamed, resumed SGD run's weights differ from the resident run's"
-if "$llama" train "${common[@]}" --lr 0.05 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
+if "$llama" train "${common[@]}" --optimizer adamw --lr 0.05 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
   2> "$work/sgd-adamw.err" > /dev/null; then
   fail "an SGD run resumed with AdamW"
 fi
