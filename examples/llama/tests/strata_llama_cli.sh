@@ -130,7 +130,7 @@ for bad in "--n-layer -1" "--hidden -1" "--batch -1" "--clip -1" "--eval-batches
   read -r flag value <<< "$bad"
   refuses "$flag" timeout 20 "$llama" train "${tiny[@]}" --steps 2 "$flag" "$value" --out "$work/x"
 done
-refuses "--tokens" timeout 20 "$llama" sample --checkpoint "$ckpt" --prompt x --tokens -5 --device cpu
+refuses "--max-new-tokens" timeout 20 "$llama" sample --checkpoint "$ckpt" --prompt x --tokens -5 --device cpu
 refuses "--stop-at 5" "$llama" train "${tiny[@]}" --steps 2 --stop-at 5 --out "$work/x"
 refuses "is the --data input" "$llama" train "${tiny[@]}" --steps 1 --metrics "$work/data.txt" --out "$work/x"
 refuses "holds checkpoints of another run" "$llama" train "${tiny[@]}" --steps 2 --out "$work/cfg"
