@@ -240,7 +240,8 @@ inline std::optional<nlohmann::json> strata_checkpoint_state(const fs::path& dir
     static const std::set<std::string> known{"model.safetensors",     "config.json",         "optimizer.safetensors",
                                              "adapters.safetensors",  "adapter_config.json", "vocab.json",
                                              "merges.txt",            "tokenizer.json",      "tokenizer_config.json",
-                                             "chat_template.jinja",   "generation_config.json"};
+                                             "chat_template.jinja",   "generation_config.json", "special_tokens_map.json",
+                                             "tokenizer.model"};
     const bool listed = state.contains("files") && state["files"].is_object();
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
