@@ -10,13 +10,15 @@
 #include <strata/optim/optimizers.hpp>    // sgd_optimizer
 #include <strata/train/checkpoint.hpp>    // checkpoint_contents, check_checkpoint_fits
 #include <strata/train/run.hpp>           // checkpoint_plan
+#include <strata/io/file_fingerprint.hpp>  // fingerprint_of
 
 #include <CLI/CLI.hpp>        // CLI::Validator
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <signal.h>  // sigaction, SIGINT, SIGTERM
 
-#include <algorithm>   // std::min
+#include <algorithm>   // std::min, std::replace
+#include <filesystem>  // std::filesystem::is_regular_file
 #include <cmath>       // std::isfinite
 #include <csignal>     // std::sig_atomic_t
 #include <iostream>    // std::cout
@@ -38,7 +40,17 @@ inline const CLI::Validator unsigned_number(
     "UINT");
 
 // A count in [lo, hi], read as a signed number so that a negative one is refused, not wrapped.
-inline CLI::Range count_in(long lo, long hi) { return CLI::Range(lo, hi); }
+inline CLI::Validator count_in(long lo, long hi) {
+    const std::string range = "[" + std::to_string(lo) + " - " + std::to_string(hi) + "]";
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            long value = 0;
+            if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a whole number";
+            if (value < lo || value > hi) return "Value " + text + " not in range " + range;
+            return {};
+        },
+        "INT in " + range);
+}
 
 // A finite real number in [lo, hi] (CLI::Range lets NaN through: every comparison with it is false).
 inline CLI::Validator real_in(double lo, double hi) {
@@ -46,8 +58,8 @@ inline CLI::Validator real_in(double lo, double hi) {
     return CLI::Validator(
         [=](std::string& text) -> std::string {
             double value = 0;
-            if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value) || value < lo || value > hi)
-                return "Value " + text + " not in range " + range;
+            if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a number";
+            if (!std::isfinite(value) || value < lo || value > hi) return "Value " + text + " not in range " + range;
             return {};
         },
         "FLOAT in " + range);
@@ -184,6 +196,12 @@ inline nlohmann::json saved_options(const nlohmann::json& state) {
 }
 
 
+// The flag of a recorded option ("seq_len" -> "--seq-len").
+inline std::string flag_of_option(std::string key) {
+    std::replace(key.begin(), key.end(), '_', '-');
+    return "--" + key;
+}
+
 // Compares the options a run is started with (`now`, an object of option -> value) with those the
 // checkpoint recorded (`saved`); any difference breaks "resume continues bitwise as if never
 // interrupted". Refused, unless `allow`: then each change is printed as a warning.
@@ -195,7 +213,7 @@ inline void check_resume_options(const nlohmann::json& saved, const nlohmann::js
         const auto& before = saved.at(key);
         const bool same = (before.is_number() && value.is_number()) ? before.get<double>() == value.get<double>()
                                                                     : before == value;
-        if (!same) changes += (changes.empty() ? "" : ", ") + std::string("--") + key + " " + before.dump() + " -> " + value.dump();
+        if (!same) changes += (changes.empty() ? "" : ", ") + flag_of_option(key) + " " + before.dump() + " -> " + value.dump();
     }
     if (changes.empty()) return;
     if (!allow)
@@ -206,12 +224,50 @@ inline void check_resume_options(const nlohmann::json& saved, const nlohmann::js
               << std::endl;
 }
 
-// check_resume_options for a run resumed from the checkpoint whose trainer_state.json is `state`.
+// A resume trains on the run's data: the data file's size and fingerprint (trainer_state.json's
+// "data_identity"; checkpoints saved before it was recorded have none) must be the recorded ones.
+// Refused, unless `allow`: then the change is printed as a warning.
+inline void check_resumed_data(const std::string& data, const nlohmann::json& state, const std::string& checkpoint,
+                               bool allow) {
+    if (data.empty() || !state.contains("data_identity") || !std::filesystem::is_regular_file(data)) return;
+    const auto& recorded = state["data_identity"];
+    const file_fingerprint now = fingerprint_of(data);
+    if (now.bytes == recorded.value("bytes", std::uint64_t{0}) && now.hash == recorded.value("hash", std::string())) return;
+    const std::string what = "--data " + data + " is not the data " + checkpoint + " was trained on (" +
+                             std::to_string(now.bytes) + " bytes, fingerprint " + now.hash + "; the run's: " +
+                             recorded.dump() + ", " + state.value("data", std::string("a file")) + ")";
+    if (!allow)
+        throw error("--resume " + what,
+                    "resume with the run's data file, or pass --allow-option-changes to continue on this one (the "
+                    "run is then no longer the same as one never interrupted)");
+    std::cout << "warning: --allow-option-changes: " << what << std::endl;
+}
+
+// check_resume_options and check_resumed_data for a run resumed from the checkpoint whose
+// trainer_state.json is `state`.
 template <class Args>
 void check_resumed_options(const Args& a, const nlohmann::json& state) {
     nlohmann::json now = recorded_options(a, resolved_warmup(a.warmup, a.steps));
     now["seed"] = a.seed;
     check_resume_options(saved_options(state), now, a.resume, a.allow_option_changes);
+    check_resumed_data(a.data, state, a.resume, a.allow_option_changes);
+}
+
+// --resume: the options the run recorded (saved_options of its trainer_state.json) become the
+// values of the flags the command line (or --config) did not give, and so do its --data and, for
+// strata-gpt, its model's shape (`shape`: flag -> value); a flag given keeps its value, which
+// check_resumed_options then compares.
+inline void apply_recorded_options(CLI::App& train, const nlohmann::json& state, const nlohmann::json& shape = {}) {
+    nlohmann::json recorded = saved_options(state);
+    if (state.contains("data") && state["data"].is_string()) recorded["data"] = state["data"];
+    if (shape.is_object())
+        for (const auto& [key, value] : shape.items()) recorded[key] = value;
+    for (const auto& [key, value] : recorded.items()) {
+        CLI::Option* opt = train.get_option_no_throw(flag_of_option(key));
+        if (opt == nullptr || opt->count() > 0 || value.is_null()) continue;
+        opt->add_result(value.is_string() ? value.get<std::string>() : value.dump());
+        opt->run_callback();
+    }
 }
 
 // ---- flags for the library's errors ----

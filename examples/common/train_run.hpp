@@ -23,15 +23,17 @@
 
 #include "example_cli.hpp"  // tokenizer_kind, tokenizer_files
 #include "run_checks.hpp"   // check_threads, contents_of_save, check_checkpoints_fit, recorded_options, interrupt_guard
+#include "run_directory.hpp"  // new_run_id, run_id_of, output_record, metrics_append_of, replace_checkpoints
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <algorithm>   // std::max
 #include <chrono>      // std::chrono::steady_clock
 #include <filesystem>  // std::filesystem::path
-#include <iostream>    // std::cout
+#include <iostream>    // std::cout, std::cerr
 #include <optional>    // std::optional
 #include <string>      // std::string
+#include <utility>     // std::exchange
 #include <vector>      // std::vector
 
 namespace strata::examples {
@@ -75,24 +77,37 @@ run_options run_options_of(const Args& a, const std::string& program, const std:
     o.extra_files = tokenizer_files(tokenizer);
     o.resume = a.resume;
     o.metrics = a.metrics;
+    o.append_metrics = metrics_append_of(a);
     if constexpr (requires { a.trace; }) o.trace = a.trace;
     o.plot_title = program + ": " + data;
     o.terminal = stdout_is_terminal();
     return o;
 }
 
-// The hooks both programs set: trainer_state.json's seed, tokenizer kind, data and options (what a
-// resume compares), the checkpoint plan against --save, the note of a resume without moments,
+// The hooks both programs set: trainer_state.json's seed, tokenizer kind, data (its path and
+// identity: size and fingerprint), options (what a resume compares), the run's id (kept across
+// resumes) and its metrics file (what proves it this run's at a resume), the checkpoint plan
+// against --save, --overwrite's removal at the first save, the note of a resume without moments,
 // and a stop on SIGINT / SIGTERM (an interrupt_guard must be alive during the run). `a` must
 // outlive the hooks.
 template <class Args>
 run_hooks cli_hooks(const Args& a, const std::string& tokenizer, const std::string& data) {
     run_hooks h;
-    h.state = [&a, kind = tokenizer_kind(tokenizer), data] {
-        return nlohmann::json{{"seed", a.seed},
-                              {"tokenizer", kind},
-                              {"data", data},
-                              {"options", recorded_options(a, resolved_warmup(a.warmup, a.steps))}};
+    std::string run_id = a.resume.empty() ? std::string() : run_id_of(read_json_file(std::filesystem::path(a.resume) / "trainer_state.json"));
+    if (run_id.empty()) run_id = new_run_id();
+    const file_fingerprint identity = fingerprint_of(data);
+    h.state = [&a, kind = tokenizer_kind(tokenizer), data, identity, run_id] {
+        nlohmann::json state{{"seed", a.seed},
+                             {"tokenizer", kind},
+                             {"data", std::filesystem::absolute(data).string()},
+                             {"data_identity", {{"bytes", identity.bytes}, {"hash", identity.hash}}},
+                             {"run_id", run_id},
+                             {"options", recorded_options(a, resolved_warmup(a.warmup, a.steps))}};
+        if (!a.metrics.empty()) state["metrics"] = output_record(a.metrics);
+        return state;
+    };
+    h.before_checkpoint = [&a, first = true](const std::filesystem::path&) mutable {
+        if (std::exchange(first, false) && a.overwrite) replace_checkpoints(a);
     };
     h.check_checkpoints = [&a](const checkpoint_plan& plan) { check_checkpoints_fit(a, plan); };
     h.on_resume = [&a](const nlohmann::json& state) {
@@ -201,6 +216,7 @@ run_result build_and_train_parallel(const std::vector<B*>& backends, const Model
 // signal's when SIGINT / SIGTERM stopped the run before its last step.
 template <class Args>
 int finish_run(const run_result& r, const Args& a) {
+    for (const auto& lost : r.lost_outputs) std::cerr << "warning: " << lost << " (the training and its checkpoints are intact)" << std::endl;
     if (a.save == "none")
         std::cout << "no checkpoint saved (--save none); loss curve: "
                   << (std::filesystem::path(a.out) / "loss.svg").string() << std::endl;

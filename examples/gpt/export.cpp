@@ -10,7 +10,7 @@
 #include <strata/train/checkpoint.hpp>  // load_model_files, write_model_files
 
 #include "../common/example_cli.hpp"    // tokenizer_kind, tokenizer_of_checkpoint
-#include "../common/run_directory.hpp"  // is_within, named_path
+#include "../common/run_directory.hpp"  // is_within, named_path, resolve_checkpoint
 #include "../lora/lora_model.hpp"       // lora::config_of, lora::merged_blocks
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -43,8 +43,9 @@ void check_export_out(const export_args& a, const fs::path& adapters, const std:
 }
 
 int run_export(const export_args& a) {
-    fs::path adapters = a.adapters;
     std::string base = a.base;
+    // a run directory means its latest checkpoint, as for sample and --resume
+    fs::path adapters = fs::is_directory(a.adapters) ? examples::resolve_checkpoint(a.adapters, "--adapters") : fs::path(a.adapters);
     if (fs::is_directory(adapters)) {  // a checkpoint directory of a LoRA run: its state names the base
         const auto state_path = adapters / "trainer_state.json";
         if (base.empty() && fs::exists(state_path)) {

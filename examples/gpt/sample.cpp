@@ -12,7 +12,10 @@
 #endif
 
 #include "../common/example_cli.hpp"    // make_tokenizer, tokenizer_of_checkpoint, use_cuda
+#include "../common/run_checks.hpp"     // check_threads
 #include "../common/run_directory.hpp"  // resolve_checkpoint
+
+#include <Eigen/Core>  // Eigen::setNbThreads
 
 #include <filesystem>  // std::filesystem::path
 #include <iostream>    // std::cout
@@ -22,6 +25,8 @@
 namespace strata::gpt_cli {
 
 int run_sample(const sample_args& a) {
+    examples::check_threads(a.threads);
+    if (a.threads > 0) Eigen::setNbThreads(a.threads);
     const std::filesystem::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
     auto loaded = load_model_files<float>(checkpoint);
     auto tok = examples::make_tokenizer(examples::tokenizer_of_checkpoint(checkpoint));

@@ -14,6 +14,7 @@ struct sample_args {
     std::size_t max_new_tokens = 200, top_k = 40;
     double temperature = 0.8;
     std::uint64_t seed = 42;
+    int threads = 0;  // CPU threads for matrix products (0: all)
 };
 
 // The sample command: prints the prompt and its continuation; 0 on success; throws strata::error

@@ -189,12 +189,13 @@ int run_train(const train_args& a) {
                     "train on at most as many ranks as GPUs (CUDA_VISIBLE_DEVICES chooses which)");
 #endif
     check_consistency(a);
-    // --out: writable, locked for the run's life, no other run's checkpoints (unless --resume or
-    // --overwrite); the outputs destroy no input. All before the data is read, let alone step 1.
+    // --out: writable, no file of the user's where the run writes, locked for the run's life, no
+    // checkpoint the run would replace (unless --overwrite, at its first save); the outputs destroy
+    // no input and no file strata did not write. All before the data is read, let alone step 1.
     std::optional<examples::run_lock> lock;
     if (!a.plan_only) {
-        examples::check_outputs(a.out, {{"--metrics", a.metrics}, {"--trace", a.trace}}, inputs_of(a), a.overwrite);
-        lock.emplace(examples::prepare_run_directory(a.out, !a.resume.empty(), a.overwrite, inputs_of(a)));
+        examples::check_outputs(a);
+        lock.emplace(examples::prepare_run_directory(a));
     }
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
@@ -214,6 +215,8 @@ int run_train(const train_args& a) {
             throw error("--seq-len " + std::to_string(a.seq_len) + " exceeds the context of " + a.init_from + " (" +
                             std::to_string(init->config.max_seq) + ")",
                         "lower --seq-len");
+    } else if (!a.resume.empty() && !a.tokenizer_given) {
+        tokenizer_spec = tokenizer_of_checkpoint(a.resume);  // the run's own, kept in its checkpoints
     }
     auto tok = make_tokenizer(tokenizer_spec);
     const auto records = data::read_records(a.data, data::parse_record_format(a.format));

@@ -38,7 +38,8 @@ struct train_args {
     double lora_alpha = 0;      // 0: 2 x rank
     std::string lora_targets = "attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj";
     std::string config;                 // --config FILE (applied in main)
-    bool overwrite = false;             // replace another run's checkpoints / a file strata did not write
+    bool overwrite = false;             // replace the checkpoints in --out of another run (or this run's past --resume)
+    bool metrics_append = false;        // add to an existing --metrics file that is not this run's
     bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
 };
 

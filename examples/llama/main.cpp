@@ -13,6 +13,7 @@
 // trainer state (optimizer.safetensors, trainer_state.json): transformers.LlamaForCausalLM loads
 // them; `--resume`, `--init-from` and `sample` take them (and `--init-from` and `sample` Hugging
 // Face Llamas of a shape the block has).
+#include "../common/command_line.hpp"   // parse_command_line, usage_error
 #include "../common/config_file.hpp"    // apply_config_file
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
 #include "../common/run_checks.hpp"     // check_resumed_options, add_optimizer_options
@@ -103,7 +104,8 @@ struct train_args {
     bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
     std::string activations = "auto";
     std::string config;                 // --config FILE (applied in main)
-    bool overwrite = false;             // replace another run's checkpoints / a file strata did not write
+    bool overwrite = false;             // replace the checkpoints in --out of another run (or this run's past --resume)
+    bool metrics_append = false;        // add to an existing --metrics file that is not this run's
     bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
     std::size_t lora_rank = 0;          // 0: every weight trains; > 0: LoRA adapters only (the base frozen)
     double lora_alpha = 0;              // 0: 2 x rank
@@ -113,7 +115,8 @@ struct train_args {
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
 // The licence texts of /usr/share/common-licenses (every regular file, sorted by name, as
-// scripts/train-demo.sh builds its corpus) into OUT/corpus.txt.
+// scripts/train-demo.sh builds its corpus) into OUT/corpus.txt, written atomically; an existing
+// OUT/corpus.txt is kept when it is that text, and refused (never overwritten) when it is not.
 fs::path default_corpus(const fs::path& out) {
     const fs::path licenses = "/usr/share/common-licenses";
     std::vector<fs::path> files;
@@ -124,11 +127,19 @@ fs::path default_corpus(const fs::path& out) {
         throw error("no --data given and " + licenses.string() + " has no licence texts to train on",
                     "pass --data FILE (plain text, JSONL or instruction records)");
     std::sort(files.begin(), files.end());
+    std::ostringstream text;
+    for (const auto& f : files) text << std::ifstream(f, std::ios::binary).rdbuf();
     fs::create_directories(out);
     const fs::path corpus = out / "corpus.txt";
-    std::ofstream o(corpus, std::ios::binary | std::ios::trunc);
-    for (const auto& f : files) o << std::ifstream(f, std::ios::binary).rdbuf();
-    if (!o) throw error("cannot write " + corpus.string(), "check that --out is writable");
+    if (fs::exists(fs::symlink_status(corpus))) {
+        std::ostringstream existing;
+        existing << std::ifstream(corpus, std::ios::binary).rdbuf();
+        if (fs::is_regular_file(fs::symlink_status(corpus)) && existing.str() == text.str()) return corpus;
+        throw error("'" + corpus.string() + "' exists and is not the licence corpus strata-llama writes there without "
+                        "--data: refusing to overwrite it",
+                    "pass it as --data to train on it, move it away, or pick another --out");
+    }
+    write_file_atomically(corpus, std::string_view(text.str()));
     return corpus;
 }
 
@@ -276,9 +287,10 @@ void check_consistency(const train_args& a) {
 int run_train(const train_args& a) {
     const bool cuda = examples::use_cuda(a.device, "strata-llama");
     check_consistency(a);
-    examples::check_outputs(a.out, {{"--metrics", a.metrics}, {"--trace", a.trace}}, inputs_of(a), a.overwrite);
-    // --out: writable, locked for the run's life, no other run's checkpoints (unless --resume or --overwrite)
-    const auto lock = examples::prepare_run_directory(a.out, !a.resume.empty(), a.overwrite, inputs_of(a));
+    examples::check_outputs(a);
+    // --out: writable, no file of the user's where the run writes, locked for the run's life, no
+    // checkpoint the run would replace (unless --overwrite, at its first save)
+    const auto lock = examples::prepare_run_directory(a);
     if (a.threads > 0) Eigen::setNbThreads(a.threads);
 
     // --init-from (weights) and --resume (weights, optimizer state, step, data cursor) take the model's
@@ -384,9 +396,12 @@ struct sample_args {
     std::size_t tokens = 200, top_k = 40;
     double temperature = 0.8;
     std::uint64_t seed = 42;
+    int threads = 0;  // CPU threads for matrix products (0: all)
 };
 
 int run_sample(const sample_args& a) {
+    examples::check_threads(a.threads);
+    if (a.threads > 0) Eigen::setNbThreads(a.threads);
     const fs::path checkpoint = examples::resolve_checkpoint(a.checkpoint);
     auto loaded = llama::load_llama_files(checkpoint);
     const auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
@@ -486,10 +501,29 @@ int run_score(const score_args& a) {
     });
 }
 
+
+// --resume CKPT: the run's recorded options and data are the defaults of the flags not given (its
+// model's shape and tokenizer come from the checkpoint), and the run's own directory (CKPT's) that
+// of --out.
+void resume_defaults(CLI::App& train, train_args& t) {
+    t.resume = examples::resolve_checkpoint(t.resume, "--resume").string();
+    const fs::path state_file = fs::path(t.resume) / "trainer_state.json";
+    if (!fs::exists(state_file))
+        throw error("--resume " + t.resume + ": no trainer_state.json, so it is no checkpoint a run saved",
+                    "resume from a run's OUT/step-N (or OUT); to start from a model's weights, pass --init-from");
+    examples::apply_recorded_options(train, read_json_file(state_file));
+    if (train.count("--out") > 0) return;
+    const auto home = examples::run_directory_of(t.resume);
+    if (!home)
+        throw error("--resume " + t.resume + " is not a run's OUT/step-N, so its run's directory is unknown",
+                    "pass --out DIR for the resumed run's checkpoints");
+    t.out = home->string();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"strata-llama: train a small Llama-style model with strata, and sample from it"};
+    CLI::App app{"strata-llama: train a small Llama-style model with strata, and sample from it", "strata-llama"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("strata-llama ") + STRATA_VERSION);
     using examples::count_in, examples::real_in, examples::unsigned_number;
@@ -528,14 +562,15 @@ int main(int argc, char** argv) {
     train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));
     train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str()->check(count_in(1, max_count));
     train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str()->check(unsigned_number);
-    train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg")->capture_default_str();
+    train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg (a resume: the run's own)")->capture_default_str();
     train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end); every one is kept")->capture_default_str()->check(count_in(0, max_count));
     examples::add_save_option(*train, t.save);
-    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (OUT/step-N, or OUT: its latest; weights, the optimizer's state unless saved with --save weights, step, data position) with the same data and options")->check(CLI::ExistingDirectory);
+    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (OUT/step-N, or OUT: its latest; weights, the optimizer's state unless saved with --save weights, step, data position) in its run's directory; the run's recorded options and data are the defaults")->check(CLI::ExistingDirectory);
     train->add_flag("--allow-option-changes", t.allow_option_changes, "resume with options that differ from the checkpoint's (each change is printed; the run no longer equals one never interrupted)");
-    train->add_flag("--overwrite", t.overwrite, "start afresh in an --out holding another run's checkpoints (they are removed), and overwrite --metrics/--trace files strata did not write");
+    train->add_flag("--overwrite", t.overwrite, "replace the checkpoints in --out of another run (or, resuming, this run's past the resumed step): strata's checkpoints only, removed at the first save");
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
-    train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE (appended to when resuming)");
+    train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE (a resume appends to the run's own; never over another file)");
+    train->add_flag("--metrics-append", t.metrics_append, "add this run's metrics lines to an existing --metrics file that is not this run's");
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     train->add_option("--moments", t.moments, "home of the optimizer's state (AdamW's moments, SGD's momentum) when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
@@ -553,11 +588,12 @@ int main(int argc, char** argv) {
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
     sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata-llama's OUT/step-N, OUT for its latest, or a Hugging Face Llama directory)")->required()->check(CLI::ExistingDirectory);
     sample->add_option("--prompt", s.prompt, "text to continue")->required();
-    sample->add_option("--tokens,--max-new-tokens", s.tokens, "tokens to generate")->capture_default_str()->check(count_in(0, 1L << 24));
+    sample->add_option("--max-new-tokens,--tokens", s.tokens, "tokens to generate")->capture_default_str()->check(count_in(0, 1L << 24));
     sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str()->check(real_in(0, 1e6));
     sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()->check(count_in(0, 1L << 24));
     sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
     sample->add_option("--device", s.device, "cpu, cuda or auto")->capture_default_str();
+    sample->add_option("--threads", s.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
 
     export_args e;
     auto* exporter = app.add_subcommand("export", "write a checkpoint as a Hugging Face directory (weights, config, tokenizer) that transformers loads");
@@ -575,12 +611,12 @@ int main(int argc, char** argv) {
     scorer->add_option("--device", sc.device, "cpu, cuda or auto")->capture_default_str();
     scorer->add_flag("--overwrite", sc.overwrite, "replace an existing --out file");
 
-    CLI11_PARSE(app, argc, argv);
+    if (const auto code = examples::parse_command_line(app, argc, argv)) return *code;
     try {
         if (train->parsed()) {
             if (!t.config.empty()) examples::apply_config_file(*train, t.config);
             t.tokenizer_given = train->count("--tokenizer") > 0;
-            if (!t.resume.empty()) t.resume = examples::resolve_checkpoint(t.resume).string();
+            if (!t.resume.empty()) resume_defaults(*train, t);
             return run_train(t);
         }
         if (exporter->parsed()) return run_export(e);

@@ -73,7 +73,7 @@ grep -q "host, SGD momentum on storage" "$work/sgd-half.log" || fail "SGD moment
 "$gpt" train "${common[@]}" "${sgd[@]}" "${streamed[@]}" --steps 4 --out "$work/sgd-half" --metrics "$work/sgd-half.jsonl" \
   --resume "$work/sgd-half" > /dev/null
 [[ "$(grep -o '"loss":[^,}]*' "$work/sgd-half.jsonl")" == "$sgd_losses" ]] || fail "streamed, resumed SGD differs from resident"
-if "$gpt" train "${common[@]}" --lr 0.05 --steps 4 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
+if "$gpt" train "${common[@]}" --optimizer adamw --lr 0.05 --steps 4 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
   2> "$work/sgd-adamw.err" > /dev/null; then
   fail "an SGD run resumed with AdamW"
 fi
@@ -95,7 +95,7 @@ paste <(grep -o '"loss":[^,}]*' "$work/accum2.jsonl" | cut -d: -f2) <(grep -o '"
   --resume "$work/dp-half" > /dev/null
 [[ "$(grep -o '"loss":[^,}]*' "$work/dp-half.jsonl")" == "$(grep -o '"loss":[^,}]*' "$work/dp-streamed.jsonl")" ]] ||
   fail "--gpus 2 streamed, stopped and resumed, differs from the run in one go"
-if "$gpt" train "${common[@]}" --steps 4 --out "$work/dp" --resume "$work/dp/step-000004" 2> "$work/dp-one.err" > /dev/null; then
+if "$gpt" train "${common[@]}" --gpus 1 --steps 4 --out "$work/dp" --resume "$work/dp/step-000004" 2> "$work/dp-one.err" > /dev/null; then
   fail "a --gpus 2 run resumed on one rank"
 fi
 grep -q -- '--gpus 2 -> 1' "$work/dp-one.err" || fail "--gpus change not named: $(cat "$work/dp-one.err")"
@@ -194,10 +194,13 @@ refuses "is the --data input" "$gpt" train "${tiny[@]}" --steps 1 --trace "$work
 refuses "is the --init-from input" "$gpt" train "${lora[@]}" --metrics "$work/full/step-000004/config.json" --out "$work/x"
 cmp -s "$work/data.txt" "$work/data.bak" || fail "the data file was changed"
 echo "my notes" > "$work/notes.txt"
-refuses "refusing to overwrite" "$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/notes.txt" --out "$work/x"
+refuses "refusing to replace it" "$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/notes.txt" --out "$work/x"
 [[ "$(cat "$work/notes.txt")" == "my notes" ]] || fail "a file that is not a metrics file was overwritten"
-"$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/notes.txt" --out "$work/ow" --overwrite > /dev/null
-grep -q '"loss"' "$work/notes.txt" || fail "--overwrite did not let --metrics replace the file"
+refuses "refusing to replace it" "$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/notes.txt" --out "$work/ow" --overwrite
+[[ "$(cat "$work/notes.txt")" == "my notes" ]] || fail "--overwrite let --metrics replace a file strata did not write"
+"$gpt" train "${tiny[@]}" --steps 1 --metrics "$work/notes.txt" --out "$work/ow" --metrics-append > /dev/null
+[[ "$(head -n 1 "$work/notes.txt")" == "my notes" ]] && grep -q '"loss"' "$work/notes.txt" ||
+  fail "--metrics-append did not add to the file: $(cat "$work/notes.txt")"
 
 # --out: a fresh run refuses another run's checkpoints; --overwrite replaces them; --resume continues
 refuses "holds checkpoints of another run" "$gpt" train "${tiny[@]}" --steps 2 --seed 7 --out "$work/full"
@@ -236,6 +239,9 @@ for _ in $(seq 1 600); do [[ -s "$work/sig/latest" ]] && break; sleep 0.05; done
 [[ -s "$work/sig/latest" ]] || fail "the background run saved nothing: $(cat "$work/sig.log")"
 [[ ! -e "$work/sig/step-000002.tmp-2147483646" ]] || fail "a stale temporary checkpoint was not removed"
 refuses "in use by another run (pid $pid)" "$gpt" train "${tiny[@]}" --steps 2 --out "$work/sig"
+# its metrics file is locked too: a second run appending to it would interleave with it
+refuses "being written by another run" "$gpt" train "${tiny[@]}" --steps 2 --out "$work/sig2" --metrics "$work/sig.jsonl" \
+  --metrics-append
 kill -TERM "$pid"
 rc=0; wait "$pid" || rc=$?
 [[ "$rc" == 143 ]] || fail "SIGTERM: exit code $rc, not 143: $(tail -3 "$work/sig.log")"
@@ -349,4 +355,116 @@ grep -q "chat data (chat template): 20 records" "$work/chat.log" || fail "strata
 sed 's/"type": *"NFC"/"type": "NFKC"/' "$hf_fixtures/qwen2/tokenizer.json" > "$work/nfkc.json"
 refuses 'normalizer.type = "NFKC" is not supported' "$gpt" train "${common[@]}" --steps 1 --tokenizer "hf:$work/nfkc.json" --out "$work/x"
 refuses "unknown tokenizer 'sentencepiece:x'" "$gpt" train "${common[@]}" --steps 1 --tokenizer sentencepiece:x --out "$work/x"
+
+# ---- issue 26: nothing a user owns is destroyed ----
+gpt_abs=$(cd "$(dirname "$gpt")" && pwd)/$(basename "$gpt")
+w=$(cd "$work" && pwd)
+one=(--data "$w/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --eval-every 0)
+two=(--data "$w/data.txt" --n-layer 2 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --eval-every 0)
+# 1. a resume continues in its run's directory: without --out, not the default runs/gpt (where
+#    another run may live); an --out holding another run's checkpoints is refused, and so are this
+#    run's past the resumed step unless --overwrite
+"$gpt" train "${one[@]}" --steps 4 --stop-at 2 --out "$w/r1" > /dev/null
+"$gpt" train "${two[@]}" --steps 4 --out "$w/victim" > /dev/null
+cp "$w/victim/step-000004/model.safetensors" "$w/victim.model"
+mkdir -p "$w/cwd"
+(cd "$w/cwd" && "$gpt_abs" train "${one[@]}" --steps 4 --resume "$w/r1/step-000002" > "$w/r1-resume.log") ||
+  fail "resume without --out: $(tail -3 "$w/r1-resume.log")"
+[[ ! -e "$w/cwd/runs" ]] || fail "a resume without --out wrote into the default runs/gpt"
+[[ -d "$w/r1/step-000004" ]] || fail "a resume without --out did not continue in its run's directory: $(ls "$w/r1")"
+refuses "holds checkpoints of another run" "$gpt" train "${one[@]}" --steps 4 --resume "$w/r1/step-000002" --out "$w/victim"
+cmp -s "$w/victim/step-000004/model.safetensors" "$w/victim.model" || fail "a resume replaced another run's checkpoint"
+refuses "past the resumed step (step-000004)" "$gpt" train "${one[@]}" --steps 4 --resume "$w/r1/step-000002"
+"$gpt" train "${one[@]}" --steps 4 --resume "$w/r1/step-000002" --overwrite > /dev/null || fail "--overwrite on a resume"
+# 2. --metrics: never a file that is not provably this run's, an input (a hard link is the same
+#    file), or one of the run's own files in --out
+for i in $(seq 1 40); do echo "{\"instruction\": \"say $i\", \"input\": \"\", \"output\": \"$i\"}"; done > "$w/instr.jsonl"
+cp "$w/instr.jsonl" "$w/instr.bak"
+refuses "refusing to replace it" "$gpt" train "${one[@]}" --steps 1 --metrics "$w/instr.jsonl" --out "$w/m1"
+cmp -s "$w/instr.jsonl" "$w/instr.bak" || fail "--metrics destroyed a JSONL dataset"
+for i in $(seq 1 40); do echo "{\"text\": \"the quick brown fox $i jumps over the lazy dog\"}"; done > "$w/docs.jsonl"
+cp "$w/docs.jsonl" "$w/docs.bak"
+ln "$w/docs.jsonl" "$w/hard.jsonl"
+refuses "is the --data input" "$gpt" train "${one[@]/$w\/data.txt/$w/docs.jsonl}" --steps 1 --metrics "$w/hard.jsonl" --out "$w/m2"
+cmp -s "$w/docs.jsonl" "$w/docs.bak" || fail "--metrics through a hard link destroyed the data"
+for own in loss.svg latest .lock; do
+  refuses "one of the files the run writes" "$gpt" train "${one[@]}" --steps 1 --metrics "$w/m3/$own" --out "$w/m3"
+done
+# a resume appends to the metrics file its run recorded, and refuses another
+"$gpt" train "${one[@]}" --steps 4 --stop-at 2 --out "$w/m4" --metrics "$w/m4.jsonl" > /dev/null
+echo '{"step": 1, "loss": 0}' > "$w/other.jsonl"
+refuses "not the metrics file of the resumed run" "$gpt" train "${one[@]}" --steps 4 --resume "$w/m4" --metrics "$w/other.jsonl"
+"$gpt" train "${one[@]}" --steps 4 --resume "$w/m4" --metrics "$w/m4.jsonl" > /dev/null
+[[ $(grep -c '"loss"' "$w/m4.jsonl") == 4 ]] || fail "the resumed run did not append to its metrics: $(cat "$w/m4.jsonl")"
+# ... and --overwrite replaces the metrics file of the run it replaces (provably strata's)
+"$gpt" train "${one[@]}" --steps 2 --out "$w/m4" --metrics "$w/m4.jsonl" --overwrite > /dev/null
+[[ $(grep -c '"loss"' "$w/m4.jsonl") == 2 ]] || fail "--overwrite did not replace the replaced run's metrics"
+# 3. --overwrite validates everything first and removes only at the first save, only strata's checkpoints
+"$gpt" train "${one[@]}" --steps 2 --out "$w/o1" > /dev/null
+echo '{"text": "unterminated' > "$w/bad26.jsonl"
+refuses "bad26.jsonl" "$gpt" train "${one[@]/$w\/data.txt/$w/bad26.jsonl}" --steps 2 --out "$w/o1" --overwrite
+refuses "head" "$gpt" train --data "$w/data.txt" --n-layer 1 --n-head 3 --n-embd 16 --seq-len 16 --batch 2 --steps 2 \
+  --out "$w/o1" --overwrite
+refuses "warmup" "$gpt" train "${one[@]}" --warmup 5 --steps 2 --out "$w/o1" --overwrite
+[[ -f "$w/o1/step-000002/model.safetensors" ]] || fail "--overwrite removed checkpoints before its run was validated"
+mkdir -p "$w/o1/step-000009" && echo "my notes" > "$w/o1/step-000009/notes.txt"
+refuses "step-000009' is not a checkpoint" "$gpt" train "${one[@]}" --steps 2 --out "$w/o1" --overwrite
+[[ -f "$w/o1/step-000009/notes.txt" && -d "$w/o1/step-000002" ]] || fail "--overwrite removed a directory of the user's"
+rm -r "$w/o1/step-000009"
+# 4. a side output never costs the training: --trace is checked before step 1; a metrics file that
+#    fails (a full disk: /dev/full) is dropped with a warning while the run trains and saves on
+for trace in "$w/no-such-dir/trace.json" /proc/self/trace.json; do
+  refuses "does not exist\|cannot be written" "$gpt" train "${one[@]}" --steps 4 --out "$w/t1" --trace "$trace" \
+    --metrics "$w/t1.jsonl"
+  [[ ! -s "$w/t1.jsonl" ]] || fail "--trace $trace was found unwritable only after training"
+done
+"$gpt" train "${one[@]}" --steps 3 --out "$w/full-disk" --metrics /dev/full > "$w/full-disk.log" 2> "$w/full-disk.err" ||
+  fail "a failing metrics file stopped the run: $(tail -3 "$w/full-disk.log") $(cat "$w/full-disk.err")"
+[[ -d "$w/full-disk/step-000003" ]] || fail "a failing metrics file lost the run's checkpoint"
+grep -q "warning: the metrics: metrics: writing to '/dev/full' failed" "$w/full-disk.err" ||
+  fail "the lost metrics were not reported: $(cat "$w/full-disk.err")"
+# 6. files of the user's in --out named as strata's (latest, loss.svg, .lock) are never overwritten
+for own in latest loss.svg .lock; do
+  mkdir -p "$w/u-$own" && echo "my $own notes" > "$w/u-$own/$own"
+  refuses "is not .* strata wrote" "$gpt" train "${one[@]}" --steps 1 --out "$w/u-$own"
+  [[ "$(cat "$w/u-$own/$own")" == "my $own notes" ]] || fail "the user's $own in --out was overwritten"
+done
+# 7. a checkpoint is what it recorded: a model file from another step, an edited step, other data of
+#    the same length and an impossible first_loss are refused before any training
+"$gpt" train "${one[@]}" --steps 6 --stop-at 4 --save-every 2 --out "$w/c7" > /dev/null
+cp -r "$w/c7" "$w/c7-model" && cp "$w/c7/step-000002/model.safetensors" "$w/c7-model/step-000004/"
+refuses "is not the file this checkpoint saved" "$gpt" train "${one[@]}" --steps 6 --resume "$w/c7-model/step-000004"
+cp -r "$w/c7" "$w/c7-step" && sed -i 's/"step": 4,/"step": 3,/' "$w/c7-step/step-000004/trainer_state.json"
+refuses "says step 3" "$gpt" train "${one[@]}" --steps 6 --resume "$w/c7-step/step-000004"
+cp -r "$w/c7" "$w/c7-loss" && sed -i 's/"first_loss": [^,]*,/"first_loss": -1.0,/' "$w/c7-loss/step-000004/trainer_state.json"
+refuses "first_loss -1.0 is no loss" "$gpt" train "${one[@]}" --steps 6 --resume "$w/c7-loss/step-000004"
+[[ ! -e "$w/c7-loss/step-000006" ]] || fail "an impossible first_loss was caught only after training"
+tr 'a-z' 'b-za' < "$w/data.txt" > "$w/data-same-length.txt"
+refuses "is not the data" "$gpt" train "${one[@]/$w\/data.txt/$w/data-same-length.txt}" --steps 6 --resume "$w/c7/step-000004"
+# 8. messages: a directory without a complete checkpoint says so; an unknown command, a value that
+#    is no number, a parser error: the program's prefix and exit code 2; no command: the usage; a
+#    resume takes the run's recorded options (and data, and shape) for the flags not given
+mkdir -p "$w/k4/step-000002.tmp-99999"
+refuses "no checkpoint here" "$gpt" train "${one[@]}" --steps 2 --resume "$w/k4"
+grep -q "first" "$work/refused.err" && fail "a directory that exists is said to need creating: $(cat "$work/refused.err")"
+mkdir -p "$w/k5" && cp -r "$w/c7/step-000002" "$w/k5/" && : > "$w/k5/latest"
+refuses "its 'latest' file is empty" "$gpt" sample --checkpoint "$w/k5" --prompt x
+usage_rc() { local rc=0; "$@" > "$work/usage.out" 2> "$work/usage.err" || rc=$?; echo "$rc"; }
+[[ $(usage_rc "$gpt" frobnicate) == 2 ]] && grep -q "^strata-gpt: error: unknown command 'frobnicate'" "$work/usage.err" ||
+  fail "unknown command: $(cat "$work/usage.err")"
+[[ $(usage_rc "$gpt" train "${one[@]}" --lr abc) == 2 ]] && grep -q "^strata-gpt: error: --lr: 'abc' is not a number" "$work/usage.err" ||
+  fail "--lr abc: $(cat "$work/usage.err")"
+[[ $(usage_rc "$gpt" train --bogus-flag) == 2 ]] && grep -q "^strata-gpt: error: .*--bogus-flag" "$work/usage.err" ||
+  fail "a parser error: $(cat "$work/usage.err")"
+[[ $(usage_rc "$gpt") == 2 ]] && grep -q "Subcommands:" "$work/usage.out" && grep -q "train" "$work/usage.out" ||
+  fail "strata-gpt alone: $(cat "$work/usage.out" "$work/usage.err")"
+"$gpt" train --data "$w/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 3 --lr 0.002 --eval-every 0 \
+  --steps 4 --stop-at 2 --out "$w/rec" > /dev/null
+"$gpt" train --resume "$w/rec" > "$w/rec.log" 2>&1 || fail "a resume with no flag: $(tail -3 "$w/rec.log")"
+[[ -d "$w/rec/step-000004" ]] || fail "a resume with no flag did not continue the run: $(ls "$w/rec")"
+refuses "--seq-len 16 -> 32" "$gpt" train --resume "$w/rec/step-000002" --seq-len 32 --out "$w/rec-other"
+# 13. one spelling per idea: sample takes --threads and --tokens (strata-llama's); export follows latest
+"$gpt" sample --checkpoint "$w/r1" --prompt "the" --tokens 3 --threads 1 > /dev/null || fail "sample --tokens --threads"
+"$gpt" export --adapters "$work/lora" --out "$w/merged-latest" > /dev/null || fail "export --adapters of a run directory"
+[[ -f "$w/merged-latest/model.safetensors" ]] || fail "export --adapters OUT did not follow latest"
 echo "strata-gpt CLI: all checks passed"

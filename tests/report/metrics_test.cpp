@@ -83,6 +83,18 @@ TEST_CASE("a new writer truncates; an appending one continues a resumed run's fi
     CHECK(lines_of(file) == std::vector<std::string>{R"({"step":9})"});
 }
 
+TEST_CASE("a metrics file is locked while written: a second writer is refused and truncates nothing") {
+    scratch_dir dir("locked");
+    const fs::path file = dir.path / "m.jsonl";
+    strata::metrics_writer first(file);
+    first.write({{"step", 1}});
+    CHECK_THROWS_WITH_AS(strata::metrics_writer{file}, doctest::Contains("being written by another run"), strata::error);
+    CHECK_THROWS_WITH_AS(strata::metrics_writer(file, /*append=*/true), doctest::Contains("being written by another run"),
+                         strata::error);
+    first.write({{"step", 2}});
+    CHECK(lines_of(file) == std::vector<std::string>{R"({"step":1})", R"({"step":2})"});
+}
+
 TEST_CASE("a file that cannot be created is a clear error") {
     scratch_dir dir("errors");
     CHECK_THROWS_WITH_AS(strata::metrics_writer(dir.path / "missing" / "m.jsonl"),

@@ -373,4 +373,72 @@ TEST_CASE("run_training refuses options that cannot make a run, before any step"
     CHECK(t.step_count() == 0);
 }
 
+TEST_CASE("a side output that fails (metrics on a full disk, a trace whose directory is gone) never costs the training") {
+    setup s;
+    resident t(s.backend, s.model, options_of(4));
+    t.initialize(5);
+    loaders data;
+    fs::create_directories(s.dir / "traces");
+    run_hooks hooks;
+    hooks.on_step = [&](const step_result& r, nlohmann::json&) {
+        if (r.step == 1) fs::remove_all(s.dir / "traces");  // the trace of steps 2-3 cannot be written at step 3
+    };
+    const run_options o{.out = s.dir / "run", .save_every = 2, .metrics = "/dev/full",
+                        .trace = s.dir / "traces" / "trace.json", .log = &s.log};
+    const run_result r = run_training(t, data.train, &data.validation, o, hooks);
+    CHECK(r.step == 4);
+    CHECK(r.last_checkpoint == o.out / "step-000004");
+    CHECK(fs::exists(o.out / "step-000002"));
+    CHECK_FALSE(r.trace_written);
+    REQUIRE(r.lost_outputs.size() == 2);
+    CHECK(r.lost_outputs[0].find("the metrics: metrics: writing to '/dev/full' failed") == 0);
+    CHECK(r.lost_outputs[1].find("the trace: ") == 0);
+    CHECK(s.log.str().find("metrics no longer written, training goes on") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint is what it recorded: a file from another step, an edited step or first_loss is refused") {
+    setup s;
+    const run_options o{.out = s.dir / "run", .stop_at = 4, .save_every = 2, .log = &s.log};
+    {
+        resident t(s.backend, s.model, options_of(6));
+        t.initialize(5);
+        loaders data;
+        run_training(t, data.train, &data.validation, o, {});
+    }
+    const fs::path four = o.out / "step-000004";
+    const auto state = read_json_file(four / "trainer_state.json");
+    REQUIRE(state.at("files").contains("model.safetensors"));
+    REQUIRE(state.at("files").contains("optimizer.safetensors"));
+    const auto resume = [&](const fs::path& from) {
+        resident t(s.backend, s.model, options_of(6));
+        t.initialize(5);
+        loaders data;
+        run_options again = o;
+        again.stop_at = 0;
+        again.resume = from;
+        return run_training(t, data.train, &data.validation, again, {});
+    };
+    const auto copy_of = [&](const std::string& name) {
+        const fs::path dir = s.dir / name / "step-000004";
+        fs::create_directories(dir.parent_path());
+        fs::copy(four, dir);
+        return dir;
+    };
+    const fs::path mixed = copy_of("mixed");  // step 2's weights beside step 4's state
+    fs::copy_file(o.out / "step-000002" / "model.safetensors", mixed / "model.safetensors",
+                  fs::copy_options::overwrite_existing);
+    CHECK_THROWS_WITH_AS(resume(mixed), doctest::Contains("is not the file this checkpoint saved"), error);
+    const fs::path edited = copy_of("edited");
+    nlohmann::json step3 = state;
+    step3["step"] = 3;
+    write_json_file(edited / "trainer_state.json", step3);
+    CHECK_THROWS_WITH_AS(resume(edited), doctest::Contains("says step 3"), error);
+    const fs::path first = copy_of("first");
+    nlohmann::json negative = state;
+    negative["first_loss"] = -1;
+    write_json_file(first / "trainer_state.json", negative);
+    CHECK_THROWS_WITH_AS(resume(first), doctest::Contains("first_loss -1 is no loss"), error);
+    CHECK(resume(four).step == 6);  // the checkpoint as saved resumes
+}
+
 }  // namespace run_test

@@ -36,14 +36,15 @@ losses() { grep -o '"\(loss\|grad_norm\|val_loss\)":[^,}]*' "$1"; }
 [[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/storage.jsonl")" ]] || fail "moments on storage changed the losses"
 cmp -s "$ckpt/model.safetensors" "$work/streamed/step-000004/model.safetensors" || fail "streamed weights differ from resident"
 # --trace (strata::run_training's, as strata-gpt's): a Perfetto trace of steps 2-3; a streamed run's
-# metrics say how much transfer compute hid; a second run may replace the trace strata wrote
+# metrics say how much transfer compute hid; a second run may replace the trace strata wrote (not
+# the first run's metrics file, which is no file of the second run's)
 for run in 1 2; do
   "$llama" train "${common[@]}" --placement streamed --out "$work/traced-$run" --trace "$work/trace.json" \
-    --metrics "$work/traced.jsonl" > /dev/null || fail "--trace (run $run)"
+    --metrics "$work/traced-$run.jsonl" > /dev/null || fail "--trace (run $run)"
 done
 grep -q '"traceEvents"' "$work/trace.json" || fail "--trace wrote no Perfetto trace"
-grep -q '"transfer_hidden_fraction"' "$work/traced.jsonl" || fail "a streamed run's metrics lack transfer_hidden_fraction"
-[[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/traced.jsonl")" ]] || fail "tracing changed the losses"
+grep -q '"transfer_hidden_fraction"' "$work/traced-2.jsonl" || fail "a streamed run's metrics lack transfer_hidden_fraction"
+[[ "$(losses "$work/resident.jsonl")" == "$(losses "$work/traced-2.jsonl")" ]] || fail "tracing changed the losses"
 
 # the resident run stopped after step 2 and resumed (from the streamed run's format: the same files)
 "$llama" train "${common[@]}" --placement resident --stop-at 2 --out "$work/half" --metrics "$work/half.jsonl" > /dev/null
@@ -70,7 +71,7 @@ grep -q "SGD momentum on storage" "$work/sgd-half.log" || fail "SGD momentum not
 [[ "$(losses "$work/sgd-half.jsonl")" == "$(losses "$work/sgd.jsonl")" ]] || fail "streamed, resumed SGD differs from resident"
 cmp -s "$work/sgd/step-000004/model.safetensors" "$work/sgd-half/step-000004/model.safetensors" ||
   fail "the streamed, resumed SGD run's weights differ from the resident run's"
-if "$llama" train "${common[@]}" --lr 0.05 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
+if "$llama" train "${common[@]}" --optimizer adamw --lr 0.05 --out "$work/sgd-half" --resume "$work/sgd-half/step-000002" \
   2> "$work/sgd-adamw.err" > /dev/null; then
   fail "an SGD run resumed with AdamW"
 fi
@@ -110,7 +111,7 @@ grep -q -- "--bogus-flag" "$work/err.txt" || fail "unknown flag not named: $(cat
 if "$llama" train --data "$work/data.txt" --n-embd 16 --n-head 3 --steps 1 --device cpu --out "$work/bad" 2> "$work/err2.txt" > /dev/null; then fail "n-embd 16 with 3 heads accepted"; fi
 grep -q "heads of an even size" "$work/err2.txt" || fail "bad shape not explained: $(cat "$work/err2.txt")"
 if "$llama" sample --checkpoint "$work" --prompt x 2> "$work/err3.txt" > /dev/null; then fail "a directory without a model accepted"; fi
-grep -q "not a Llama checkpoint" "$work/err3.txt" || fail "missing checkpoint not explained: $(cat "$work/err3.txt")"
+grep -q "no checkpoint here" "$work/err3.txt" || fail "missing checkpoint not explained: $(cat "$work/err3.txt")"
 # ---- issue 14: the checks strata-gpt has (examples/common), here too ----
 tiny=(--data "$work/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --hidden 24 --seq-len 16 --batch 2 --eval-every 0 --device cpu)
 refuses() {
@@ -129,7 +130,7 @@ for bad in "--n-layer -1" "--hidden -1" "--batch -1" "--clip -1" "--eval-batches
   read -r flag value <<< "$bad"
   refuses "$flag" timeout 20 "$llama" train "${tiny[@]}" --steps 2 "$flag" "$value" --out "$work/x"
 done
-refuses "--tokens" timeout 20 "$llama" sample --checkpoint "$ckpt" --prompt x --tokens -5 --device cpu
+refuses "--max-new-tokens" timeout 20 "$llama" sample --checkpoint "$ckpt" --prompt x --tokens -5 --device cpu
 refuses "--stop-at 5" "$llama" train "${tiny[@]}" --steps 2 --stop-at 5 --out "$work/x"
 refuses "is the --data input" "$llama" train "${tiny[@]}" --steps 1 --metrics "$work/data.txt" --out "$work/x"
 refuses "holds checkpoints of another run" "$llama" train "${tiny[@]}" --steps 2 --out "$work/cfg"
@@ -318,4 +319,13 @@ refuses "'c_attn' is not a projection" "$llama" train "${tiny[@]}" --steps 1 --l
 refuses "targeted twice" "$llama" train "${tiny[@]}" --steps 1 --lora-rank 2 --lora-targets o_proj,self_attn.o_proj --out "$work/x"
 refuses "--lora-alpha without --lora-rank" "$llama" train "${tiny[@]}" --steps 1 --lora-alpha 4 --out "$work/x"
 refuses "--lora-rank" timeout 20 "$llama" train "${tiny[@]}" --steps 1 --lora-rank -1 --out "$work/x"
+# ---- issue 26: the user's files; one spelling per idea ----
+# without --data the licence corpus goes to OUT/corpus.txt, never over a file of the user's there
+mkdir -p "$work/own-corpus" && echo "my corpus" > "$work/own-corpus/corpus.txt"
+refuses "is not the licence corpus" "$llama" train --n-layer 1 --n-head 2 --n-embd 16 --hidden 24 --seq-len 16 --batch 2 \
+  --eval-every 0 --device cpu --steps 1 --out "$work/own-corpus"
+[[ "$(cat "$work/own-corpus/corpus.txt")" == "my corpus" ]] || fail "strata-llama overwrote the user's OUT/corpus.txt"
+# sample: --max-new-tokens (strata-gpt's spelling; --tokens too) and --threads
+"$llama" sample --checkpoint "$ckpt" --prompt "the" --max-new-tokens 3 --threads 1 --device cpu > /dev/null ||
+  fail "sample --max-new-tokens --threads"
 echo "strata-llama CLI: all checks passed"

@@ -51,8 +51,12 @@ inline std::string io_hint(int err, const std::filesystem::path& path) {
                    "', or write somewhere else";
         case EFBIG:
             return "the file exceeds the file size limit (ulimit -f) or the filesystem's maximum file size";
-        case ENOENT:
+        case ENOENT: {
+            std::error_code ec;
+            if (std::filesystem::is_directory(parent_or_current(path), ec))
+                return "'" + dir + "' holds no '" + path.filename().string() + "': check the name";
             return "a directory on the path does not exist; create '" + dir + "' first";
+        }
         case ENOTDIR: return "a component of the path is a file, not a directory";
         case EACCES:
         case EPERM: return "check the write permissions of '" + dir + "'";

@@ -7,15 +7,22 @@
 // JSON has no NaN or infinity: nlohmann writes them as null, so a diverged loss reads back as null.
 #pragma once
 
-#include <strata/core/error.hpp>  // strata::error
+#include <strata/core/error.hpp>         // strata::error
+#include <strata/io/atomic_write.hpp>    // detail::unique_fd, write_all, io_hint
 
 #include <nlohmann/json.hpp>  // nlohmann::json
+
+#include <fcntl.h>     // open, O_*
+#include <sys/file.h>  // flock
+#include <sys/stat.h>  // fstat, S_ISREG
+#include <unistd.h>    // ftruncate
 
 #include <cerrno>        // errno
 #include <cstring>       // std::strerror
 #include <filesystem>    // std::filesystem::path, exists, is_directory
-#include <fstream>       // std::ofstream, std::ifstream
+#include <fstream>       // std::ifstream
 #include <ios>           // std::ios
+#include <span>          // std::as_bytes
 #include <string>        // std::string, std::getline, std::to_string
 #include <system_error>  // std::error_code
 #include <utility>       // std::move
@@ -23,6 +30,8 @@
 
 namespace strata {
 
+// A regular metrics file is locked (flock, exclusive) for the writer's life: a second writer of the
+// same file, in this process or another, is refused before it truncates or interleaves anything.
 class metrics_writer {
 public:
     // Creates (or truncates) `path`; with append, adds to an existing file instead, as a resumed run
@@ -34,26 +43,37 @@ public:
             throw error("metrics: cannot create '" + path.string() + "': directory '" + parent.string() +
                             "' does not exist",
                         "create the run directory first, or pick another metrics path", {"metrics"});
-        errno = 0;
-        m_out.open(path, append ? std::ios::app : std::ios::trunc);
-        if (!m_out) {
-            const std::string reason = errno != 0 ? std::strerror(errno) : "unknown reason";
-            throw error("metrics: cannot create '" + path.string() + "': " + reason,
+        // Not O_TRUNC: the file is truncated only once this writer holds its lock.
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            const int err = errno;
+            throw error("metrics: cannot create '" + path.string() + "': " + std::strerror(err),
                         "check that the path is writable and is not a directory");
+        }
+        m_fd = detail::unique_fd(fd);
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+            if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+                throw error("metrics: '" + path.string() + "' is being written by another run",
+                            "give each run its own metrics file", {"metrics"});
+            if (!append && ::ftruncate(fd, 0) != 0) {
+                const int err = errno;
+                throw error("metrics: cannot truncate '" + path.string() + "': " + std::strerror(err),
+                            detail::io_hint(err, path));
+            }
         }
     }
 
-    // Writes `record` (a JSON object) as one line and flushes it, so readers never see half a line.
+    // Writes `record` (a JSON object) as one line, in one write(2), so readers never see half a line.
     void write(const nlohmann::json& record) {
         if (!record.is_object())
             throw error("metrics: a record must be a JSON object, got " + std::string(record.type_name()),
                         "write {\"step\": ..., \"loss\": ...}");
-        m_out << record.dump() << '\n';
-        m_out.flush();
-        if (!m_out)
+        const std::string line = record.dump() + '\n';
+        if (const int err = detail::write_all(m_fd.get(), std::as_bytes(std::span(line.data(), line.size()))); err != 0)
             throw error("metrics: writing to '" + m_path.string() + "' failed after " + std::to_string(m_lines) +
-                            " lines",
-                        "the disk may be full");
+                            " lines: " + std::strerror(err),
+                        detail::io_hint(err, m_path));
         ++m_lines;
     }
 
@@ -62,7 +82,7 @@ public:
 
 private:
     std::filesystem::path m_path;
-    std::ofstream m_out;
+    detail::unique_fd m_fd;
     long m_lines = 0;
 };
 

@@ -4,7 +4,8 @@
 // fraction of transfer time hidden under compute, by interval-union arithmetic.
 //
 // The output is the Trace Event Format's JSON object form:
-//   {"traceEvents": [...], "displayTimeUnit": "ms"}
+//   {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {"generator": "strata"}}
+// (otherData tells a trace strata wrote, which a later run may replace, from anyone else's file)
 // with complete events ("ph": "X", ts and dur in microseconds since the recorder's origin on the
 // steady clock) and metadata events ("ph": "M": process_name, thread_name, thread_sort_index)
 // that name each track and fix its order. A track is a Chrome "thread": its tid is a small number
@@ -274,7 +275,7 @@ public:
                               {"dur", static_cast<double>(e.duration_ns) / 1e3},
                               {"pid", m_pid},
                               {"tid", e.tid}});
-        return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+        return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"otherData", {{"generator", "strata"}}}};
     }
 
     // Writes the trace to `path` atomically: a reader (or a crash) never sees half a file.

@@ -8,7 +8,9 @@
 //                         when the checkpoint holds the weights only (checkpoint_contents::weights)
 //   trainer_state.json    step, data cursor, seeds, tokenizer, options, the optimizer and its
 //                         hyperparameters ("optimizer"), whether its state was saved
-//                         ("moments_saved"): what a resume needs
+//                         ("moments_saved"): what a resume needs; and "files", each other file's
+//                         size and fingerprint (file_fingerprint.hpp), which load_checkpoint
+//                         compares, so that a file from another step or run is refused
 //   + any extra files (the GPT-2 tokenizer's vocab.json and merges.txt)
 // The directory is written as OUT/step-<N>.tmp-<pid>/ and renamed into place once complete and
 // fsynced, so a crash never leaves a half-written checkpoint where a resume would look.
@@ -23,6 +25,7 @@
 #include <strata/core/error.hpp>       // strata::error
 #include <strata/core/format.hpp>      // fmt::format (host only)
 #include <strata/io/atomic_write.hpp>  // commit_directory_atomically
+#include <strata/io/file_fingerprint.hpp>  // fingerprint_of
 #include <strata/io/json_file.hpp>     // read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>   // safetensors_writer, safetensors_file
 #include <strata/model/gpt.hpp>        // gpt_model, gpt_config_of, is_gpt_model
@@ -38,6 +41,7 @@
 #include <cstdint>      // std::uint64_t
 #include <filesystem>   // std::filesystem
 #include <optional>     // std::optional
+#include <regex>        // std::regex, std::regex_match
 #include <set>          // std::set
 #include <span>         // std::span
 #include <string>       // std::string
@@ -319,6 +323,51 @@ inline std::string checkpoint_optimizer(const nlohmann::json& trainer_state) {
     return o.is_object() ? o.value("name", std::string()) : std::string();
 }
 
+// What trainer_state.json's "format" says in every checkpoint save_checkpoint writes.
+inline constexpr const char* checkpoint_format = "strata-gpt checkpoint 1";
+
+// trainer_state.json's "files": each file of a checkpoint directory (but trainer_state.json) by
+// name, with its size and fingerprint: {"model.safetensors": {"bytes": N, "hash": "..."}, ...}.
+inline nlohmann::json checkpoint_files_json(const std::filesystem::path& dir) {
+    nlohmann::json files = nlohmann::json::object();
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        const std::string name = e.path().filename().string();
+        if (name == "trainer_state.json" || !e.is_regular_file()) continue;
+        const file_fingerprint f = fingerprint_of(e.path());
+        files[name] = {{"bytes", f.bytes}, {"hash", f.hash}};
+    }
+    return files;
+}
+
+// Whether checkpoint `dir`, whose trainer_state.json is `state`, holds what it recorded: the step
+// its name says (step-N), and each file of "files" (checkpoints written before it was recorded
+// have none to compare) with its size and fingerprint. Throws strata::error naming the file.
+inline void check_checkpoint_consistent(const std::filesystem::path& dir, const nlohmann::json& state) {
+    const std::string where = (dir / "trainer_state.json").string();
+    const std::string hint = "the checkpoint was changed after it was saved (a file copied in from another step or "
+                             "run, or trainer_state.json edited): resume from a checkpoint as strata saved it";
+    const long step = json_field<long>(state, "step", where);
+    static const std::regex step_name("step-([0-9]+)");
+    std::smatch m;
+    const std::string name = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+    if (std::regex_match(name, m, step_name) && std::stol(m[1].str()) != step)
+        throw error("'" + dir.string() + "' is the checkpoint of step " + std::to_string(std::stol(m[1].str())) + ", and " +
+                        where + " says step " + std::to_string(step),
+                    hint);
+    if (!state.contains("files")) return;
+    for (const auto& [file, recorded] : state.at("files").items()) {
+        const std::filesystem::path path = dir / file;
+        if (!std::filesystem::is_regular_file(path))
+            throw error("'" + path.string() + "' is missing: " + where + " records it", hint);
+        const file_fingerprint now = fingerprint_of(path);
+        if (!recorded.is_object() || now.bytes != recorded.value("bytes", std::uint64_t{0}) ||
+            now.hash != recorded.value("hash", std::string()))
+            throw error("'" + path.string() + "' is not the file this checkpoint saved (" + std::to_string(now.bytes) +
+                            " bytes, fingerprint " + now.hash + "; " + where + " records " + recorded.dump() + ")",
+                        hint);
+    }
+}
+
 // Saves what a resume needs into OUT/step-<N>/ atomically; returns that directory.
 // write_weights(dir) writes the weights' files into the directory being assembled; the default
 // (the overload below) writes a GPT-2 model.safetensors + config.json. A model whose weights are
@@ -361,14 +410,15 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
                     }
                 });
         }
+        for (const auto& f : extra_files) std::filesystem::copy_file(f, tmp_dir / f.filename());
         trainer_state["step"] = t.step_count();
-        trainer_state["format"] = "strata-gpt checkpoint 1";
+        trainer_state["format"] = checkpoint_format;
         trainer_state["moments_saved"] = with_moments;
         nlohmann::json optimizer = t.optimizer().hparams_json();
         optimizer["name"] = std::string(t.optimizer().name());
         trainer_state["optimizer"] = std::move(optimizer);
+        trainer_state["files"] = checkpoint_files_json(tmp_dir);
         write_json_file(tmp_dir / "trainer_state.json", trainer_state);
-        for (const auto& f : extra_files) std::filesystem::copy_file(f, tmp_dir / f.filename());
         commit_directory_atomically(tmp_dir, final_dir, {.replace_existing = true});
     } catch (...) {
         std::error_code ignored;
@@ -404,6 +454,7 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, Rea
         throw error("'" + dir.string() + "' cannot be resumed: trainer_state.json is missing",
                     "resume from a checkpoint directory a trainer saved (its trainer_state.json and optimizer.safetensors beside the weights); to start from the weights only, load them as initial weights", {"init_from"});
     auto state = read_json_file(state_path);
+    check_checkpoint_consistent(dir, state);
     if (const std::string saved_with = checkpoint_optimizer(state); saved_with != t.optimizer().name())
         throw error("'" + dir.string() + "' was trained with the optimizer '" + saved_with + "', this trainer runs '" +
                         std::string(t.optimizer().name()) + "'",

@@ -44,6 +44,11 @@
 // first_loss, loss_curve {"train": [[step, loss], ...], "val": [...]}; save_checkpoint adds step,
 // format and moments_saved.
 //
+// Side outputs (the metrics file, the trace, OUT/loss.svg) never cost a run its training: the
+// metrics file is opened before step 1 (a path that cannot be written is refused then), and one
+// that fails later (a full disk, a directory removed) is noted on the log, written no more, and
+// named in run_result::lost_outputs, while the steps and checkpoints go on.
+//
 // Before step 1 the checkpoints the run will write are known (checkpoint_plan: how many, their mean
 // size, the free bytes where they go): hooks.check_checkpoints judges them, or, without that hook,
 // check_checkpoint_fits refuses a run whose checkpoints the disk cannot hold, before any training
@@ -116,6 +121,7 @@ struct run_options {
     std::vector<std::filesystem::path> extra_files;  // copied into every checkpoint (a tokenizer's files)
     std::filesystem::path resume;   // a checkpoint directory (OUT/step-N) to continue; empty: a fresh run
     std::filesystem::path metrics;  // JSON lines (empty: none); a resumed run appends to it
+    bool append_metrics = false;    // a fresh run appends to an existing metrics file too (else: replaces it)
     std::filesystem::path trace;    // a Chrome/Perfetto trace of steps 2 and 3 (empty: none)
     bool transfer_overlap = false;  // every record carries transfer_hidden_fraction (each step traced)
     std::string plot_title = "loss";
@@ -153,6 +159,9 @@ struct run_hooks {
     std::function<void(const step_result& r, nlohmann::json& record)> on_step;
     // After each evaluation.
     std::function<void(long step, double val_loss)> on_eval;
+    // Before each checkpoint is written, with the directory it will be (OUT/step-N): a program may
+    // clear what the run replaces there (the examples' --overwrite, at the first save only).
+    std::function<void(const std::filesystem::path& checkpoint)> before_checkpoint;
     // After each checkpoint, once OUT/latest names it.
     std::function<void(const std::filesystem::path& checkpoint)> on_checkpoint;
     // Polled before step 1 and after each step: true saves a checkpoint of the step just done (if
@@ -166,6 +175,9 @@ struct run_result {
     std::filesystem::path last_checkpoint;  // the last checkpoint this run saved (empty: none)
     std::filesystem::path loss_plot;        // OUT/loss.svg, when written
     bool trace_written = false;             // run_options::trace was written
+    // A side output (metrics, trace, loss plot) that failed during the run: what failed. The run
+    // stopped writing it and trained on (its checkpoints are the run's work; those outputs are not).
+    std::vector<std::string> lost_outputs;
 };
 
 // ---- the checkpoints of a run, before step 1 ----
@@ -219,10 +231,19 @@ inline nlohmann::json loss_curve_json(std::span<const loss_point> train, std::sp
 }
 
 // A resumed run starts from the checkpoint's curves and first loss (absent in older checkpoints:
-// then the curve starts at the resume and the first loss is the resumed run's first).
+// then the curve starts at the resume and the first loss is the resumed run's first). A first loss
+// that no training step gives (not a finite number above 0: the divergence policy would refuse
+// every later checkpoint) is an error naming `source`, before any training.
 inline void restore_loss_curve(const nlohmann::json& state, std::vector<loss_point>& train,
-                               std::vector<loss_point>& val, double& first_loss) {
-    if (state.contains("first_loss") && state["first_loss"].is_number()) first_loss = state["first_loss"].get<double>();
+                               std::vector<loss_point>& val, double& first_loss,
+                               const std::string& source = "trainer_state.json") {
+    if (state.contains("first_loss") && !state["first_loss"].is_null()) {
+        const auto& f = state["first_loss"];
+        if (!f.is_number() || !std::isfinite(f.get<double>()) || !(f.get<double>() > 0))
+            throw error(source + ": first_loss " + f.dump() + " is no loss a training step gives (a finite number above 0)",
+                        "the file was edited: resume from a checkpoint as strata saved it");
+        first_loss = f.get<double>();
+    }
     if (!state.contains("loss_curve")) return;
     auto read = [](const nlohmann::json& pairs, std::vector<loss_point>& curve) {
         for (const auto& p : pairs) curve.push_back({p.at(0).get<double>(), p.at(1).get<double>()});
@@ -369,7 +390,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
         }
         const std::string state_file = (o.resume / "trainer_state.json").string();
         train.restore(json_field<data::loader_cursor>(state, "data_cursor", state_file));
-        restore_loss_curve(state, train_curve, val_curve, first_loss);
+        restore_loss_curve(state, train_curve, val_curve, first_loss, state_file);
         notes << fmt::format("resumed from {} at step {}", o.resume.string(), t.step_count()) << std::endl;
         if (hooks.on_resume) hooks.on_resume(state);
     }
@@ -404,7 +425,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     }
 
     std::optional<metrics_writer> metrics;
-    if (!o.metrics.empty()) metrics.emplace(o.metrics, /*append=*/!o.resume.empty());
+    if (!o.metrics.empty()) metrics.emplace(o.metrics, /*append=*/!o.resume.empty() || o.append_metrics);
     progress_reporter progress(steps, notes, terminal, {.print_every = o.print_every, .start_step = from});
     std::shared_ptr<trace_recorder> trace;
     if (o.transfer_overlap || !o.trace.empty()) trace = std::make_shared<trace_recorder>();
@@ -415,18 +436,34 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     bool stopping = stop_requested();  // polled before step 1 (a stop asked for while resuming), then after each step
 
     run_result result;
+    // A side output that fails is noted, and no longer written: it never costs the run its training.
+    const auto side_output = [&](const char* what, auto&& write) {
+        try {
+            write();
+            return true;
+        } catch (const std::exception& e) {
+            result.lost_outputs.push_back(std::string(what) + ": " + e.what());
+            progress.note(fmt::format("warning: {}; {} no longer written, training goes on", e.what(), what));
+            return false;
+        }
+    };
     // The checkpoint a failed run continues from: the last this run saved, or the one it resumed.
     const auto last_good = [&] { return result.last_checkpoint.empty() ? o.resume : result.last_checkpoint; };
+    bool plotting = true;
     // A checkpoint is written first, then OUT/latest names it; never one of a diverged run.
     auto save_and_plot = [&](const step_result& r) {
         if (saving) {
             detail::refuse_diverged_checkpoint(r.loss, first_loss, o.divergence_factor, r.step, last_good());
+            if (hooks.before_checkpoint) hooks.before_checkpoint(o.out / checkpoint_dir_name(t.step_count()));
             result.last_checkpoint =
                 strata::save_checkpoint(t, o.out, trainer_state(), o.extra_files, write_model, *o.checkpoints);
             write_file_atomically(o.out / "latest", result.last_checkpoint.filename().string() + "\n");
         }
-        result.loss_plot = o.out / "loss.svg";
-        write_loss_svg(result.loss_plot, train_curve, val_curve, o.plot_title);
+        if (plotting)
+            plotting = side_output("the loss plot", [&] {
+                write_loss_svg(o.out / "loss.svg", train_curve, val_curve, o.plot_title);
+                result.loss_plot = o.out / "loss.svg";
+            });
         if (saving && hooks.on_checkpoint) hooks.on_checkpoint(result.last_checkpoint);
     };
     const train_options& to = t.options();
@@ -466,13 +503,11 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
                     3.0 * t.model().flops(to.batch, to.seq) * static_cast<double>(to.accum) / seconds / 1e12;
             if (trace) {
                 record["transfer_hidden_fraction"] = trace->transfer_hidden_fraction();
-                if (traced(r.step) && (r.step == 3 || r.step == stop)) {
-                    trace->write(o.trace);
-                    result.trace_written = true;
-                }
+                if (traced(r.step) && (r.step == 3 || r.step == stop))
+                    result.trace_written = side_output("the trace", [&] { trace->write(o.trace); });
             }
             if (hooks.on_step) hooks.on_step(r, record);
-            if (metrics) metrics->write(record);
+            if (metrics && !side_output("the metrics", [&] { metrics->write(record); })) metrics.reset();
             progress.update(r.step, r.loss, tokens_per_s);
 
             const bool last = r.step == stop;
@@ -483,7 +518,8 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
                 for (long i = 0; i < n; ++i) batches.push_back(validation->next());
                 const double val = t.evaluate(batches);
                 val_curve.push_back({static_cast<double>(r.step), val});
-                if (metrics) metrics->write({{"step", r.step}, {"val_loss", val}});
+                if (metrics && !side_output("the metrics", [&] { metrics->write({{"step", r.step}, {"val_loss", val}}); }))
+                    metrics.reset();
                 progress.note(fmt::format("step {}: val_loss {}", r.step, format_loss(val)));
                 if (hooks.on_eval) hooks.on_eval(r.step, val);
             }
@@ -505,10 +541,11 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     if (result.trace_written)
         notes << fmt::format("trace of steps 2-3: {} (open it in ui.perfetto.dev)", o.trace.string()) << std::endl;
     if (!result.last_checkpoint.empty())
-        notes << fmt::format("saved {}{} (loss curve: {})", result.last_checkpoint.string(),
+        notes << fmt::format("saved {}{}{}", result.last_checkpoint.string(),
                              *o.checkpoints == checkpoint_contents::weights ? " (weights only: no optimizer state)" : "",
-                             result.loss_plot.string())
+                             result.loss_plot.empty() ? std::string() : " (loss curve: " + result.loss_plot.string() + ")")
               << std::endl;
+    for (const auto& lost : result.lost_outputs) notes << "warning: " << lost << std::endl;
     return result;
 }
 
