@@ -2,5 +2,5 @@
 #pragma once
 
 #include <strata/backend/cuda_backend.hpp>  // cuda_backend
-#include <strata/nn/cuda_ops.hpp>             // ops<cuda_backend> (definitions: src/cuda_ops.cu)
+#include <strata/nn/cuda_ops.hpp>             // ops<cuda_backend> (definitions: src/cuda/*.cu)
 #include <strata/strata.hpp>                // everything backend-independent, cpu_backend

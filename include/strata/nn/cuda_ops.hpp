@@ -1,8 +1,12 @@
 // ops<cuda_backend>: every op of the example GPT as an asynchronous launch on a CUDA stream.
 //
 // Declarations only, in plain C++: the definitions (kernels of kernels/cuda/, cuBLAS calls) are
-// compiled once, by nvcc, in src/cuda_ops.cu, which the CMake target strata::cuda adds to every
-// target linking it. So model and trainer code that uses ops<cuda_backend> compiles with g++.
+// compiled once, by nvcc, in the CUDA sources src/cuda/*.cu (one per kernel family, so that they
+// compile in parallel), which the CMake target strata::cuda adds to every target linking it. So
+// model and trainer code that uses ops<cuda_backend> compiles with g++. This header names
+// cuda_backend without defining it (include backend/cuda_backend.hpp or strata/cuda.hpp to use
+// the backend), so that those CUDA sources, which include only it and their kernels, do not make
+// nvcc parse the whole backend (its tiers, pinning, storage I/O) once per source.
 //
 // Precision: R = float only (a double model on the GPU does not compile: no overload). GEMMs run
 // in strict FP32 unless TF32 is switched on with set_tf32(true) (strata-gpt --tf32); nothing
@@ -10,7 +14,7 @@
 // Backward ops accumulate (+=) into their d-buffers, as on the CPU.
 #pragma once
 
-#include <strata/backend/cuda_backend.hpp>  // cuda_backend
+#include <strata/backend/cuda/stream.hpp>  // cuda::stream, cuda::trace_span
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/optim/adamw.hpp>           // adamw_hparams
 #include <strata/optim/sgd.hpp>             // sgd_hparams
@@ -20,9 +24,11 @@
 
 namespace strata {
 
+class cuda_backend;  // backend/cuda_backend.hpp
+
 template <>
 struct ops<cuda_backend> {
-    using stream = cuda_backend::stream;
+    using stream = cuda::stream;  // cuda_backend::stream
     using size = std::size_t;
 
     // GEMM math for the whole process: strict FP32 (false, the default) or TF32 tensor cores.

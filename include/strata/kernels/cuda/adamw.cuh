@@ -80,4 +80,12 @@ void adamw(Real* p,        // (n)
     check_launch("adamw");
 }
 
+// The float instances are compiled once, in strata's src/cuda/elementwise.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_ADAMW_INSTANCES(prefix) \
+    prefix void adamw<float>(float*, const float*, float*, float*, std::size_t, const adamw_constants<float>&, \
+                             cudaStream_t);
+STRATA_CUDA_ADAMW_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

@@ -756,4 +756,20 @@ void attention_backward(Real* dqkv,        // (B, T, 3C)
     attention_backward_dq(dqkv, lse, dout, out, qkv, B, T, C, NH, stream);
 }
 
+// The float instances are compiled once, in strata's src/cuda/attention_forward.cu and
+// attention_backward.cu (strata::cuda, strata_cuda_ops): a unit that includes this header links
+// them instead of compiling the kernels again.
+#define STRATA_CUDA_ATTENTION_FORWARD_INSTANCES(prefix) \
+    prefix void attention_forward<float>(float*, float*, const float*, std::size_t, std::size_t, std::size_t, \
+                                         std::size_t, cudaStream_t);
+#define STRATA_CUDA_ATTENTION_BACKWARD_INSTANCES(prefix) \
+    prefix void attention_backward_dkdv<float>(float*, const float*, const float*, const float*, const float*, \
+                                               std::size_t, std::size_t, std::size_t, std::size_t, cudaStream_t); \
+    prefix void attention_backward_dq<float>(float*, const float*, const float*, const float*, const float*, \
+                                             std::size_t, std::size_t, std::size_t, std::size_t, cudaStream_t); \
+    prefix void attention_backward<float>(float*, const float*, const float*, const float*, const float*, \
+                                          std::size_t, std::size_t, std::size_t, std::size_t, cudaStream_t);
+STRATA_CUDA_ATTENTION_FORWARD_INSTANCES(extern template)
+STRATA_CUDA_ATTENTION_BACKWARD_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

@@ -131,4 +131,12 @@ void attention_decode(Real* out,             // (n, A)
     check_launch("attention_decode");
 }
 
+// The float instances are compiled once, in strata's src/cuda/attention_forward.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_ATTENTION_DECODE_INSTANCES(prefix) \
+    prefix void attention_decode<float>(float*, const float*, std::size_t, const float*, std::size_t, \
+                                        std::size_t, std::size_t, std::size_t, std::size_t, cudaStream_t);
+STRATA_CUDA_ATTENTION_DECODE_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

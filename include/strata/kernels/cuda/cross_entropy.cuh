@@ -170,4 +170,14 @@ void cross_entropy_backward(Real* dlogits,                // (B, T, V)
     check_launch("cross_entropy_backward");
 }
 
+// The float instances are compiled once, in strata's src/cuda/rowwise.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_CROSS_ENTROPY_INSTANCES(prefix) \
+    prefix void cross_entropy_forward<float>(float*, float*, const float*, const std::int32_t*, std::size_t, \
+                                             std::size_t, std::size_t, cudaStream_t); \
+    prefix void cross_entropy_backward<float>(float*, const float*, const float*, const std::int32_t*, float, \
+                                              std::size_t, std::size_t, std::size_t, cudaStream_t);
+STRATA_CUDA_CROSS_ENTROPY_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

@@ -346,4 +346,15 @@ void sum_of_squares(double* out,        // (1)
     check_launch("sum_of_squares_total");
 }
 
+// The float instances are compiled once, in strata's src/cuda/elementwise.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_ELEMENTWISE_INSTANCES(prefix) \
+    prefix void add_inplace<float>(float*, const float*, std::size_t, cudaStream_t); \
+    prefix void scale_inplace<float>(float*, float, std::size_t, cudaStream_t); \
+    prefix void residual_forward<float>(float*, const float*, const float*, std::size_t, cudaStream_t); \
+    prefix void column_sum_accumulate<float>(float*, const float*, std::size_t, std::size_t, cudaStream_t); \
+    prefix void sum_of_squares<float>(double*, double*, const float*, std::size_t, cudaStream_t);
+STRATA_CUDA_ELEMENTWISE_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

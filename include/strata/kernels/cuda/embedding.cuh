@@ -282,4 +282,14 @@ void embedding_backward(Real* dwte,                  // (V, C)
     check_launch("embedding_backward_dwte");
 }
 
+// The float instances are compiled once, in strata's src/cuda/rowwise.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_EMBEDDING_INSTANCES(prefix) \
+    prefix void embedding_forward<float>(float*, const std::int32_t*, const float*, const float*, std::size_t, \
+                                         std::size_t, std::size_t, std::size_t, std::size_t, cudaStream_t); \
+    prefix void embedding_backward<float>(float*, float*, const float*, const std::int32_t*, std::size_t, \
+                                          std::size_t, std::size_t, std::size_t, std::size_t, cudaStream_t);
+STRATA_CUDA_EMBEDDING_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

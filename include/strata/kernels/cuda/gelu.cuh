@@ -98,4 +98,12 @@ void gelu_backward(Real* dinp,        // (N)
     check_launch("gelu_backward");
 }
 
+// The float instances are compiled once, in strata's src/cuda/elementwise.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_GELU_INSTANCES(prefix) \
+    prefix void gelu_forward<float>(float*, const float*, std::size_t, cudaStream_t); \
+    prefix void gelu_backward<float>(float*, const float*, const float*, std::size_t, cudaStream_t);
+STRATA_CUDA_GELU_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

@@ -207,4 +207,15 @@ void layernorm_backward(Real* dinp,          // (B, T, C)
     check_launch("layernorm_backward_params");
 }
 
+// The float instances are compiled once, in strata's src/cuda/rowwise.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_LAYERNORM_INSTANCES(prefix) \
+    prefix void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, \
+                                         std::size_t, std::size_t, std::size_t, cudaStream_t); \
+    prefix void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, \
+                                          const float*, const float*, std::size_t, std::size_t, std::size_t, \
+                                          cudaStream_t);
+STRATA_CUDA_LAYERNORM_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda

@@ -71,4 +71,11 @@ void sgd(Real* p,        // (n)
     check_launch("sgd");
 }
 
+// The float instances are compiled once, in strata's src/cuda/elementwise.cu (strata::cuda,
+// strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
+// again.
+#define STRATA_CUDA_SGD_INSTANCES(prefix) \
+    prefix void sgd<float>(float*, const float*, float*, std::size_t, const sgd_constants<float>&, cudaStream_t);
+STRATA_CUDA_SGD_INSTANCES(extern template)
+
 }  // namespace strata::kernels::cuda
