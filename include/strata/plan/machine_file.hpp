@@ -21,6 +21,7 @@
 
 #include <strata/core/bytes.hpp>        // parse_bytes
 #include <strata/core/error.hpp>        // strata::error
+#include <strata/core/format.hpp>       // fmt::format (host only)
 #include <strata/io/json_file.hpp>      // read_json_file, write_json_file
 #include <strata/optim/optimizers.hpp>  // optimizer_kind, name_of
 #include <strata/plan/machine.hpp>      // machine_rates
@@ -186,6 +187,22 @@ inline nlohmann::ordered_json machine_to_json(const machine_rates& m, const std:
     for (const auto& [name, rate] : m.host_optimizer) optimizers[name] = rate / 1e9;
     j[std::string(detail::host_optimizer_key)] = optimizers;
     return j;
+}
+
+// "GEMM 47.3 TFLOP/s, attention 47.8 TFLOP/s, H2D 55.4 / D2H 55.3 / both 99.0 GB/s, storage read
+// 2.00 / write 1.40 GB/s, AdamW 4.86 G params/s on 16 cores": the rates in one line (0: unknown).
+inline std::string machine_summary(const machine_rates& m) {
+    auto rate = [](double x, double unit, const char* format) {
+        return x > 0 ? fmt::format(fmt::runtime(format), x / unit) : std::string("?");
+    };
+    std::string out = "GEMM " + rate(m.gemm_flops, 1e12, "{:.3g}") + " TFLOP/s, attention " +
+                      rate(m.attention_flops, 1e12, "{:.3g}") + " TFLOP/s, H2D " + rate(m.h2d, 1e9, "{:.1f}") +
+                      " / D2H " + rate(m.d2h, 1e9, "{:.1f}") + " / both " + rate(m.duplex, 1e9, "{:.1f}") +
+                      " GB/s, storage read " + rate(m.storage_read, 1e9, "{:.2f}") + " / write " +
+                      rate(m.storage_write, 1e9, "{:.2f}") + " GB/s";
+    for (const auto& [name, params] : m.host_optimizer)
+        if (name == "adamw") out += ", AdamW " + rate(params, 1e9, "{:.3g}") + " G params/s";
+    return out + " on " + std::to_string(m.host_cores) + " cores";
 }
 
 // A machine file read and checked: a strata::error naming the file and the field otherwise.
