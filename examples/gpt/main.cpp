@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     examples::add_tier_options(*train, t);
-    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files; puts the optimizer's state (AdamW's moments, SGD's momentum) there when streaming");
+    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (the planner decides what goes there: the optimizer state the host cannot hold)");
+    train->add_option("--moments", t.moments, "home of the optimizer's state (AdamW's moments, SGD's momentum) when streamed: host (storage only for what the host cannot hold) or storage (all of it, files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();

@@ -246,7 +246,7 @@ int run_train(const train_args& a) {
 #endif
     const tier_bytes budgets = examples::budgets_of(a, default_device, storage_dir);
     plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
-                         .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
+                         .where = placement_from_string(a.placement), .state_on_storage = a.moments == "storage"};
     request.optimizer = o.optimizer;
     request.ranks = a.gpus;
 #ifdef STRATA_WITH_CUDA

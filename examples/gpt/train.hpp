@@ -25,6 +25,7 @@ struct train_args {
     std::string save = "full";  // what each checkpoint holds: full, weights (no optimizer state) or none
     long stop_at = 0;  // stop (and save) after this step without changing the schedule
     std::string placement = "auto", device_budget, host_budget, storage_dir, storage_budget, trace;
+    std::string moments = "host";  // storage: every host group's optimizer state on storage (--moments)
     std::string io_engine = "auto";  // the storage tier's I/O engine
     std::size_t io_workers = 0;
     bool plan_only = false;

@@ -353,7 +353,7 @@ int run_train(const train_args& a) {
             const plan_request request{.model = footprint_of<B>(model, a.batch, a.seq_len), .accum = a.accum,
                                        .activations = examples::activation_policy_of(a), .budgets = budgets,
                                        .where = placement_from_string(a.placement),
-                                       .moments_on_storage = a.moments == "storage", .optimizer = o.optimizer};
+                                       .state_on_storage = a.moments == "storage", .optimizer = o.optimizer};
             const memory_plan p = plan(request);
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)

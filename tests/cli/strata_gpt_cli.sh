@@ -29,7 +29,7 @@ grep -q "activations device: 1 of 1 blocks keep theirs" "$work/plan.log" || fail
 ls "$work/plan" 2>/dev/null | grep -q '^step-' && fail "--plan wrote a checkpoint"
 # every placement and activation policy gives the full run's losses bit for bit: resident with
 # activations recomputed; streamed through the device slots with a small --device-budget, the
-# AdamW moments on storage (--storage-dir), a Perfetto --trace, and stopped + resumed
+# AdamW moments on storage (--moments storage), a Perfetto --trace, and stopped + resumed
 "$gpt" train "${common[@]}" --steps 4 --activations recompute --out "$work/recompute" --metrics "$work/recompute.jsonl" \
   > "$work/recompute.log"
 grep -q "0 of 1 blocks keep theirs" "$work/recompute.log" || fail "--activations recompute: $(head -8 "$work/recompute.log")"
@@ -40,7 +40,12 @@ grep -q "0 of 1 blocks keep theirs" "$work/recompute.log" || fail "--activations
   > "$work/offload.log"
 grep -q "1 of 1 blocks keep theirs" "$work/offload.log" || fail "--activations offload: $(head -8 "$work/offload.log")"
 [[ "$(grep -o '"loss":[^,}]*' "$work/offload.jsonl")" == "$full_losses" ]] || fail "--activations offload changed the losses"
-streamed=(--placement streamed --device-budget 4M --storage-dir "$work/storage")
+# --storage-dir alone only says where storage files go: the host holds this model's state
+"$gpt" train "${common[@]}" --placement streamed --device-budget 4M --storage-dir "$work/storage" --steps 4 \
+  --out "$work/dir-only" --plan > "$work/dir-only.log"
+grep -q "memory plan: streamed placement" "$work/dir-only.log" || fail "--storage-dir --plan: $(cat "$work/dir-only.log")"
+grep -q "on storage" "$work/dir-only.log" && fail "--storage-dir alone moved state to storage: $(cat "$work/dir-only.log")"
+streamed=(--placement streamed --device-budget 4M --moments storage --storage-dir "$work/storage")
 "$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --out "$work/streamed" --metrics "$work/streamed.jsonl" \
   --trace "$work/streamed-trace.json" > "$work/streamed.log"
 grep -q "memory plan: streamed placement" "$work/streamed.log" || fail "not streamed: $(head -8 "$work/streamed.log")"
