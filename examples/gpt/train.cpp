@@ -264,10 +264,11 @@ int run_train(const train_args& a) {
 #endif
     const tier_bytes budgets = examples::budgets_for(a, machine, default_budgets(default_device, storage_dir));
     plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
-                         .where = placement_from_string(a.placement), .moments_on_storage = a.state_on_storage};
+                         .where = placement_from_string(a.placement), .state_on_storage = a.state_on_storage};
     request.optimizer = o.optimizer;
     request.ranks = a.gpus;
     request.links = examples::links_of(machine);
+    request.rates = machine;  // the planner takes the fitting plan with the least predicted step
 #ifdef STRATA_WITH_CUDA
     request.model = cuda ? footprint_for<cuda_backend>(a, config) : footprint_for<cpu_backend>(a, config);
 #else
@@ -294,7 +295,7 @@ int run_train(const train_args& a) {
                              .io = examples::io_options_of(a)};
     run_context ctx{a, prepared, eot, p.where == placement::streamed, {}, config, tokenizer_spec};
     if (init) ctx.init_blocks = std::move(init->blocks);
-    if (prediction) ctx.predicted_step_seconds = prediction->step_seconds;
+    if (prediction) ctx.predicted_step_seconds = prediction->seconds;
 #ifdef STRATA_WITH_CUDA
     if (cuda) return train_on<cuda_backend>(tiers, p, config, o, ctx);
 #endif

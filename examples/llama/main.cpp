@@ -386,11 +386,12 @@ int run_train(const train_args& a) {
             const plan_request request{.model = footprint_of<B>(model, a.batch, a.seq_len), .accum = a.accum,
                                        .activations = examples::activation_policy_of(a), .budgets = budgets,
                                        .where = placement_from_string(a.placement),
-                                       .moments_on_storage = a.moments == "storage" || a.state_on_storage,
-                                       .links = examples::links_of(machine), .optimizer = o.optimizer};
+                                       .state_on_storage = a.moments == "storage" || a.state_on_storage,
+                                       .links = examples::links_of(machine), .optimizer = o.optimizer,
+                                       .rates = machine};
             const memory_plan p = plan(request);
             const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
-            if (prediction) ctx.predicted_step_seconds = prediction->step_seconds;
+            if (prediction) ctx.predicted_step_seconds = prediction->seconds;
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)
             print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +

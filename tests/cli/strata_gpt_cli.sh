@@ -43,6 +43,11 @@ grep -q "0 of 1 blocks keep theirs" "$work/recompute.log" || fail "--activations
   > "$work/offload.log"
 grep -q "1 of 1 blocks keep theirs" "$work/offload.log" || fail "--activations offload: $(head -8 "$work/offload.log")"
 [[ "$(grep -o '"loss":[^,}]*' "$work/offload.jsonl")" == "$full_losses" ]] || fail "--activations offload changed the losses"
+# --storage-dir alone only says where storage files go: the host holds this model's state
+"$gpt" train "${common[@]}" --placement streamed --device-budget 4M --storage-dir "$work/storage" --steps 4 \
+  --out "$work/dir-only" --plan > "$work/dir-only.log"
+grep -q "memory plan: streamed placement" "$work/dir-only.log" || fail "--storage-dir --plan: $(cat "$work/dir-only.log")"
+grep -q "on storage" "$work/dir-only.log" && fail "--storage-dir alone moved state to storage: $(cat "$work/dir-only.log")"
 streamed=(--placement streamed --device-budget 4M --storage-dir "$work/storage" --state-on-storage)
 "$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --out "$work/streamed" --metrics "$work/streamed.jsonl" \
   --trace "$work/streamed-trace.json" > "$work/streamed.log"
