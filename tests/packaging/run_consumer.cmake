@@ -1,11 +1,12 @@
 # The packaging as a user meets it, invoked by CTest with cmake -P:
 #  1. the README's install lines (the install preset: headers and package files alone) into a
 #     fresh prefix, in seconds, with nvcc on PATH when this machine has it;
-#  2. tests/packaging/consumer (strata::cpu) against that install with the CUDA toolkit out of
-#     reach (no nvcc on PATH, CUDAToolkit_ROOT pointing nowhere): it configures, builds and runs;
+#  2. the README's consumer project (its CMakeLists.txt and main.cpp, taken from README.md: the
+#     blocks after "<!-- packaging_test: FILE -->") against that install with the CUDA toolkit out
+#     of reach (no nvcc on PATH, CUDAToolkit_ROOT pointing nowhere): it configures, builds and runs;
 #  3. find_package(strata COMPONENTS cuda): strata::cuda where the install has it and the toolkit
 #     is in reach, one clear error where it is not;
-#  4. the consumer with add_subdirectory, and an install of this build tree.
+#  4. tests/packaging/consumer with add_subdirectory, and an install of this build tree.
 foreach(var STRATA_SOURCE_DIR STRATA_BINARY_DIR WORK_DIR CXX_COMPILER)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "run_consumer.cmake needs -D${var}=...")
@@ -78,12 +79,28 @@ set(no_cuda ${CMAKE_COMMAND} -E env --unset=CUDA_PATH --unset=CUDAToolkit_ROOT -
             "PATH=${path_without_cuda}")
 set(no_cuda_root -DCUDAToolkit_ROOT=${WORK_DIR}/no-cuda-here -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON)
 
+file(READ ${STRATA_SOURCE_DIR}/README.md readme)
+foreach(file CMakeLists.txt main.cpp)
+  set(marker "<!-- packaging_test: ${file} -->\n```")
+  string(FIND "${readme}" "${marker}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "README.md has no '<!-- packaging_test: ${file} -->' before a fenced block")
+  endif()
+  string(SUBSTRING "${readme}" ${at} -1 block)
+  foreach(line comment fence)  # the code starts after the comment's line and the fence's
+    string(FIND "${block}" "\n" newline)
+    math(EXPR newline "${newline} + 1")
+    string(SUBSTRING "${block}" ${newline} -1 block)
+  endforeach()
+  string(FIND "${block}" "```" code_end)
+  string(SUBSTRING "${block}" 0 ${code_end} block)
+  file(WRITE ${WORK_DIR}/readme-app/${file} "${block}")
+endforeach()
 set(build ${WORK_DIR}/build-package)
-run(${no_cuda} ${CMAKE_COMMAND} -S ${STRATA_SOURCE_DIR}/tests/packaging/consumer -B ${build}
-    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release
-    -DCONSUMER_MODE=package -DCMAKE_PREFIX_PATH=${prefix} ${no_cuda_root})
+run(${no_cuda} ${CMAKE_COMMAND} -S ${WORK_DIR}/readme-app -B ${build}
+    -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix} ${no_cuda_root})
 run(${no_cuda} ${CMAKE_COMMAND} --build ${build})
-run(${build}/consumer)
+run(${build}/app)
 
 # 3. the cuda component (configure only)
 set(component ${STRATA_SOURCE_DIR}/tests/packaging/cuda_component)
