@@ -149,6 +149,11 @@ refuses() {
   grep -q -- "$expect" "$work/refused.err" || fail "'$*': no '$expect' in: $(cat "$work/refused.err")"
 }
 
+# a device as --data is refused before it is read (/dev/zero grew memory without end, /dev/urandom
+# never finished); timeout: a regression fails here instead of hanging
+refuses "data file /dev/zero is not a regular file" \
+  timeout 60 "$gpt" train --data /dev/zero --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --steps 2 --out "$work/zero"
+
 # --version: the project's version
 "$gpt" --version | grep -Eq '^strata-gpt [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version: $("$gpt" --version 2>&1)"
 
