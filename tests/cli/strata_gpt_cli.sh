@@ -157,6 +157,11 @@ refuses() {
   grep -q -- "$expect" "$work/refused.err" || fail "'$*': no '$expect' in: $(cat "$work/refused.err")"
 }
 
+# a device as --data is refused before it is read (/dev/zero grew memory without end, /dev/urandom
+# never finished); timeout: a regression fails here instead of hanging
+refuses "data file /dev/zero is not a regular file" \
+  timeout 60 "$gpt" train --data /dev/zero --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --steps 2 --out "$work/zero"
+
 # --version: the project's version
 "$gpt" --version | grep -Eq '^strata-gpt [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version: $("$gpt" --version 2>&1)"
 
@@ -328,14 +333,28 @@ grep -q "are free there" "$work/refused.err" || fail "the refusal does not name 
 ls "$work/huge" | grep -q '^step-' && fail "a refused run wrote a checkpoint"
 
 # the demo script: flags given override its defaults (--steps twice was an error), its run
-# directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last)
+# directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last,
+# and leaves a file of the user's in the run directory alone)
 demo="$(dirname "$0")/../../scripts/train-demo.sh"
-for run in 1 2; do
-  STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps 3 --n-layer 1 --n-head 2 --n-embd 16 \
-    --seq-len 16 --batch 2 --eval-every 0 > "$work/demo.log" 2>&1 || fail "train-demo.sh (run $run): $(tail -5 "$work/demo.log")"
+demo_flags=(--n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --eval-every 0)
+for steps in 3 4; do
+  STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps $steps "${demo_flags[@]}" > "$work/demo.log" 2>&1 ||
+    fail "train-demo.sh (--steps $steps): $(tail -5 "$work/demo.log")"
+  echo "mine" > "$work/demo/notes.txt"
 done
-grep -q "sample from $work/demo/step-000003" "$work/demo.log" || fail "the demo sampled another checkpoint: $(tail -5 "$work/demo.log")"
+grep -q "sample from $work/demo/step-000004" "$work/demo.log" || fail "the demo sampled another checkpoint: $(tail -5 "$work/demo.log")"
 grep -q "^This License" "$work/demo.log" || fail "the demo printed no sample: $(tail -3 "$work/demo.log")"
+[[ ! -e "$work/demo/step-000003" && ! -e "$work/demo.next" && "$(cat "$work/demo/notes.txt")" == mine ]] ||
+  fail "the second demo did not replace the first alone: $(ls -a "$work/demo" "$work/demo.next" 2>&1)"
+# the demo ends with where strata-gpt is (it is not on PATH) and the next commands
+grep -q "strata-gpt is $(realpath "$gpt") " "$work/demo.log" || fail "the demo does not say where strata-gpt is: $(tail -5 "$work/demo.log")"
+grep -q "$(realpath "$gpt") sample --checkpoint $work/demo " "$work/demo.log" || fail "the demo does not print the next commands"
+# a new demo that fails after saving a checkpoint (a loss that diverges) leaves the previous demo
+# whole: it trains beside it and replaces it only once finished (--overwrite deleted it up front)
+STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps 8 --save-every 1 --lr 1e6 "${demo_flags[@]}" \
+  > "$work/demo-fail.log" 2>&1 && fail "a diverging demo succeeded: $(tail -3 "$work/demo-fail.log")"
+[[ "$(cat "$work/demo/latest")" == step-000004 && -f "$work/demo/step-000004/model.safetensors" ]] ||
+  fail "a failed new demo destroyed the previous one: $(ls "$work/demo") $(tail -3 "$work/demo-fail.log")"
 # a model that learned its text continues a prompt with it (greedy: --temperature 0)
 "$gpt" train --data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch 4 --steps 150 --lr 1e-2 \
   --eval-every 0 --save-every 0 --out "$work/learn" > "$work/learn.log" || fail "learning run: $(tail -3 "$work/learn.log")"
