@@ -89,6 +89,16 @@ std::string machine_line(const Args& a, const machine_rates& m) {
     return "machine: " + whose + ": " + machine_summary(m);
 }
 
+// The rates the planner searches with (plan_request::rates): a GPU's, or a machine file's. On the
+// CPU backend the "device" is the host's own cores, which the cost model counts as separate
+// resources (it would move updates to the host "optimizer" to run beside the "device" compute that
+// uses the same cores), so a CPU run keeps the fixed rules' plan and only prints its prediction.
+template <class Args>
+std::optional<machine_rates> search_rates(const Args& a, bool cuda, const machine_rates& m) {
+    if (cuda || !a.machine.empty()) return m;
+    return std::nullopt;
+}
+
 // The cost model's prediction of the plan's step (plan/cost_model.hpp); none when the machine's
 // rates lack what the plan needs (a machine file without a disk rate, say): the plan stands, and
 // the note says why there is no prediction.

@@ -268,7 +268,7 @@ int run_train(const train_args& a) {
     request.optimizer = o.optimizer;
     request.ranks = a.gpus;
     request.links = examples::links_of(machine);
-    request.rates = machine;  // the planner takes the fitting plan with the least predicted step
+    request.rates = examples::search_rates(a, cuda, machine);  // the fitting plan with the least predicted step
 #ifdef STRATA_WITH_CUDA
     request.model = cuda ? footprint_for<cuda_backend>(a, config) : footprint_for<cpu_backend>(a, config);
 #else

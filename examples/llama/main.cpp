@@ -388,7 +388,7 @@ int run_train(const train_args& a) {
                                        .where = placement_from_string(a.placement),
                                        .state_on_storage = a.moments == "storage" || a.state_on_storage,
                                        .links = examples::links_of(machine), .optimizer = o.optimizer,
-                                       .rates = machine};
+                                       .rates = examples::search_rates(a, cuda, machine)};
             const memory_plan p = plan(request);
             const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
             if (prediction) ctx.predicted_step_seconds = prediction->seconds;
