@@ -34,7 +34,25 @@ def arg_parser(description):
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     ap.add_argument("--steps", type=int, default=10, help="timed steps (the median is reported)")
     ap.add_argument("--tf32", action="store_true", help="TF32 matmuls (strict FP32 without it)")
+    ap.add_argument("--n-layer", type=int, help="blocks (with --n-embd and --n-head: a shape of its own, not --model's)")
+    ap.add_argument("--n-embd", type=int, help="channels")
+    ap.add_argument("--n-head", type=int, help="attention heads")
     return ap
+
+
+def shape_of(args):
+    """--model's shape, or the one --n-layer, --n-embd and --n-head give (all three)."""
+    custom = [args.n_layer, args.n_embd, args.n_head]
+    if all(v is None for v in custom):
+        return SHAPES[args.model]
+    if any(v is None for v in custom):
+        raise SystemExit("give --n-layer, --n-embd and --n-head together")
+    return dict(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd)
+
+
+def model_name(args):
+    shape = shape_of(args)
+    return args.model if shape is SHAPES[args.model] else f"{shape['n_layer']}x{shape['n_embd']}"
 
 
 def set_precision(tf32):
@@ -45,7 +63,7 @@ def set_precision(tf32):
 def build_model(args, attn_implementation):
     """GPT2LMHeadModel of the --model shape, FP32, dropout off, created on the GPU directly
     (initializing 1.5B parameters on the CPU takes tens of seconds)."""
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=max(1024, args.seq), **SHAPES[args.model],
+    cfg = GPT2Config(vocab_size=VOCAB, n_positions=max(1024, args.seq), **shape_of(args),
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
     cfg._attn_implementation = attn_implementation
     torch.manual_seed(0)
@@ -111,14 +129,14 @@ def pinned_host_peak_bytes():
 def report(peer, args, model, times, loss, init_s, **extra):
     """Prints the JSON line: the keys of strata_bench_gpt_step's line, where they apply."""
     ms = statistics.median(times)
-    shape = SHAPES[args.model]
+    shape = shape_of(args)
     params = sum(p.numel() for p in model.parameters())  # tied wte / lm_head counted once
     tokens = args.batch * args.seq
     model_flops = 6.0 * params * tokens
     attention_flops = 6.0 * shape["n_layer"] * args.seq * shape["n_embd"] * tokens  # causal
     device_peak = torch.cuda.max_memory_allocated()
     out = {
-        "bench": peer, "peer": peer, "torch": torch.__version__, "model": args.model, "params": params,
+        "bench": peer, "peer": peer, "torch": torch.__version__, "model": model_name(args), "params": params,
         "n_layer": shape["n_layer"], "n_embd": shape["n_embd"], "batch": args.batch, "seq": args.seq,
         "tf32": args.tf32, "steps": args.steps, "warmup": args.warmup, "init_s": round(init_s, 2),
         "ms_per_step": round(ms, 2), "ms_min": round(min(times), 2),

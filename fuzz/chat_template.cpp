@@ -2,8 +2,8 @@
 // could carry them: the input is a template's source. Parsing either succeeds or throws
 // strata::error (naming a line:column inside the source); a template that parses renders a fixed
 // conversation, with and without the generation prompt, to a string or a strata::error, the same
-// string twice; no other exception, no crash, no unbounded memory (range() and string repetition
-// are bounded).
+// string twice; no other exception, no crash, no unbounded memory or time (jinja::render_limits
+// bounds the output, every value and the steps).
 #include "fuzz_check.hpp"
 
 #include <strata/text/chat_template.hpp>  // chat_template, chat_message

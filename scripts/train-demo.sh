@@ -6,9 +6,10 @@
 #   bash scripts/train-demo.sh [strata-gpt train flags, e.g. --steps 600]
 #
 # Flags given here override the demo's defaults below (the rest of the defaults stay). The run
-# directory is runs/demo: a new demo replaces the previous one (--overwrite), unless --resume is
-# given (e.g. --resume runs/demo --steps 600 --allow-option-changes continues the last run to 600
-# steps, on a schedule stretched to 600).
+# directory is runs/demo. A new demo trains in runs/demo.next and replaces the previous one only
+# once it has finished: a failed or stopped new demo leaves the previous one whole. With --resume
+# (e.g. --resume runs/demo --steps 600 --allow-option-changes continues the last run to 600 steps,
+# on a schedule stretched to 600) the run continues in runs/demo itself.
 #
 # Where a GPU and nvcc are found (nvidia-smi lists a GPU), the CUDA backend is built and a bigger
 # model trains longer; elsewhere the CPU backend trains a small one (README: what to expect).
@@ -61,18 +62,48 @@ while (($#)); do
   if (($#)) && [[ $1 != --* ]]; then value=("$1"); shift; fi
   given "$flag" || args+=("$flag" "${value[@]}")
 done
-given --resume || args+=(--overwrite)
+# A new demo trains in $out.next (the demo's own scratch directory: what an earlier, stopped demo
+# left there is replaced) and takes the place of the previous demo only once it has finished.
+run=$out
+if ! given --resume; then
+  run=$out.next
+  args+=(--overwrite)
+fi
 
-mkdir -p "$out"
+mkdir -p "$out" "$run"
 corpus=$out/corpus.txt
 # Every regular file (not the symlinks), in a fixed order, so the corpus is the same everywhere.
-find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > "$corpus"
+find /usr/share/common-licenses -maxdepth 1 -type f | LC_ALL=C sort | xargs cat > "$corpus.tmp"
+mv "$corpus.tmp" "$corpus"
 echo "corpus: $corpus ($(wc -c < "$corpus") bytes from /usr/share/common-licenses)"
 
-"$gpt" train --data "$corpus" --out "$out" --metrics "$out/metrics.jsonl" "${args[@]}" "${user_flags[@]}"
+"$gpt" train --data "$corpus" --out "$run" --metrics "$run/metrics.jsonl" "${args[@]}" "${user_flags[@]}"
+
+# The new demo has finished: the previous one's checkpoints and run files go (what strata-gpt and
+# this script wrote there, nothing else), and the new one's move in, latest last.
+if [[ $run != "$out" ]]; then
+  rm -f "$out/latest"
+  for old in "$out"/step-[0-9]*; do
+    if [[ -f $old/trainer_state.json ]]; then rm -rf "$old"; fi
+  done
+  rm -f "$out/loss.svg" "$out/metrics.jsonl"
+  for new in "$run"/step-[0-9]* "$run/loss.svg" "$run/metrics.jsonl"; do
+    if [[ -e $new ]]; then mv "$new" "$out/"; fi
+  done
+  mv "$run/latest" "$out/latest"
+  rm -rf "$run"
+fi
 
 # OUT/latest names the latest complete checkpoint (written after it)
 latest="$out/$(cat "$out/latest")"
 echo
 echo "sample from $latest:"
 "$gpt" sample --checkpoint "$latest" --prompt "This License" --max-new-tokens 300 --temperature 0.8 --top-k 40 --seed 7
+
+# strata-gpt is not installed on PATH: say where it is, and what to try next
+gpt_path=$(realpath "$gpt")
+echo
+echo "strata-gpt is $gpt_path (built here, not on PATH). Next:"
+echo "  $gpt_path sample --checkpoint $out --prompt \"This License\" --max-new-tokens 300 --temperature 0.8"
+echo "  bash scripts/train-demo.sh --resume $out --steps 600 --allow-option-changes   # train further"
+echo "  $gpt_path train --help                                     # every flag; README.md, \"strata-gpt\""

@@ -289,6 +289,7 @@ inline std::string flag_of_setting(const std::string& setting) {
         {"n_head", "--n-head"},         {"n_embd", "--n-embd"},
         {"activations", "--activations"}, {"moments", "--moments"},
         {"steps", "--steps"},           {"ranks", "--gpus"},
+        {"state_on_storage", "--state-on-storage"}, {"machine", "--machine"},
     };
     for (const auto& [name, flag] : flags)
         if (setting == name) return flag;

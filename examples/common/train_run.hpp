@@ -126,6 +126,7 @@ struct run_inputs {
     const data::prepared_data& prepared;  // its training and validation sequences
     token_id eot;                         // pads the validation batches
     bool streamed = false;                // a streamed plan: every step traced (transfer_hidden_fraction)
+    double predicted_step_seconds = 0;    // the cost model's step time for the plan (0: none)
 };
 
 // The trainer `t` (built since `built`) initialized from --seed, `upload(t)` putting the
@@ -145,6 +146,7 @@ run_result train_built(T& t, std::chrono::steady_clock::time_point built, const 
         validation.emplace(data::make_validation_loader(in.prepared.validation, a.batch, in.eot));
     run_options options = run_options_of(a, in.program, in.data, in.tokenizer);
     options.transfer_overlap = in.streamed;
+    options.predicted_step_seconds = in.predicted_step_seconds;
     run_hooks hooks = cli_hooks(a, in.tokenizer, in.data);
     model_hooks(hooks, t);
     interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop

@@ -11,6 +11,7 @@
 #include "../common/command_line.hpp"   // parse_command_line, usage_error
 #include "../common/config_file.hpp"    // apply_config_file
 #include "../common/example_cli.hpp"    // tokenizer_help, chat_template_help, add_tier_options, add_activation_options
+#include "../common/machine_cli.hpp"    // add_machine_options
 #include "../common/run_checks.hpp"     // count_in, real_in, unsigned_number, add_optimizer_options, add_save_option, flag_hint_for
 #include "../common/run_directory.hpp"  // resolve_checkpoint, run_directory_of
 #include "export.hpp"                   // the export command (export.cpp): export_args, run_export
@@ -107,8 +108,9 @@ int main(int argc, char** argv) {
     train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
     train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
     examples::add_tier_options(*train, t);
-    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files; puts the optimizer's state (AdamW's moments, SGD's momentum) there when streaming");
-    train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
+    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one); how much of the optimizer's state goes there is the planner's choice, or --state-on-storage's");
+    train->add_flag("--plan", t.plan_only, "print the memory plan and the predicted step, and exit");
+    examples::add_machine_options(*train, t);
     train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_flag("--tf32", t.tf32, "CUDA: let the GEMMs use TF32 tensor cores (default: strict FP32)");

@@ -17,6 +17,7 @@
 #endif
 
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer
+#include "../common/machine_cli.hpp"    // check_machine_flags, machine_for_plan, budgets_for, predicted_step
 #include "../common/run_checks.hpp"     // check_resumed_options
 #include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, inputs_of
 #include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
@@ -80,6 +81,7 @@ struct run_context {
     host_blocks<float> init_blocks;       // --init-from: weights to start from (empty: random init)
     gpt_config init_config;               // --init-from: its shape
     std::string tokenizer;                // "byte", "gpt2:DIR" or "hf:PATH", as used
+    double predicted_step_seconds = 0;    // the cost model's, for the run's summary (0: none)
 };
 
 // strata-gpt trains two models, both decoder_models: the GPT (gpt_model: of gpt2_blocks) and,
@@ -93,7 +95,8 @@ constexpr bool is_lora = !is_gpt_model<Model>::value;
 template <class Trainer, class B, class Model>
 int train_planned(const std::vector<B*>& backends, const Model& model, const train_options& o, run_context& ctx) {
     const train_args& a = ctx.a;
-    const examples::run_inputs in{"strata-gpt", a.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed};
+    const examples::run_inputs in{"strata-gpt", a.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed,
+                                  ctx.predicted_step_seconds};
     const auto upload = [&](auto& t) {
         using T = std::remove_reference_t<decltype(t)>;
         if constexpr (is_lora<Model>)  // the base checkpoint's weights by name; the adapters as initialized
@@ -164,6 +167,7 @@ using examples::inputs_of;
 // Flags that do not fit together, and a resume with other options than the run's.
 void check_consistency(const train_args& a) {
     examples::check_run_flags(a);
+    examples::check_machine_flags(a);
     if (!a.resume.empty() && !a.init_from.empty() && a.lora_rank == 0)
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
                     "drop --init-from to continue the run, or --resume to start afresh from the weights");
@@ -247,21 +251,31 @@ int run_train(const train_args& a) {
 #ifdef STRATA_WITH_CUDA
     if (cuda) default_device = cuda_backend::default_device_budget();
 #endif
-    const tier_bytes budgets = examples::budgets_of(a, default_device, storage_dir);
+    // The machine planned for: --machine's file, or this one's calibration at the model's shapes.
+    calibration_options shapes;
+    shapes.gemms = gpt_block_gemms(a.batch * a.seq_len, config.n_embd);
+    shapes.attention = {.batch = a.batch, .seq = a.seq_len, .channels = config.n_embd, .heads = config.n_head};
+#ifdef STRATA_WITH_CUDA
+    if (cuda) ops<cuda_backend>::set_tf32(a.tf32);  // the GEMM math calibrated is the run's
+    const machine_rates machine = cuda ? examples::machine_for_plan<cuda_backend>(a, shapes)
+                                       : examples::machine_for_plan<cpu_backend>(a, shapes);
+#else
+    const machine_rates machine = examples::machine_for_plan<cpu_backend>(a, shapes);
+#endif
+    const tier_bytes budgets = examples::budgets_for(a, machine, default_budgets(default_device, storage_dir));
     plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
-                         .where = placement_from_string(a.placement), .moments_on_storage = !a.storage_dir.empty()};
+                         .where = placement_from_string(a.placement), .state_on_storage = a.state_on_storage};
     request.optimizer = o.optimizer;
     request.ranks = a.gpus;
+    request.links = examples::links_of(machine);
+    request.rates = examples::search_rates(a, cuda, machine);  // the fitting plan with the least predicted step
 #ifdef STRATA_WITH_CUDA
-    if (cuda) {  // the links the plan's transfer estimate uses, measured (a moment, 256 MiB each way)
-        cuda_backend probe(tier_options{});
-        request.links = measure_links(probe);
-    }
     request.model = cuda ? footprint_for<cuda_backend>(a, config) : footprint_for<cpu_backend>(a, config);
 #else
     request.model = footprint_for<cpu_backend>(a, config);
 #endif
     const memory_plan p = plan(request);
+    const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
     o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
     o.homes = p.trainer_homes();  // each group's tier (streamed plans)
     print_line(fmt_model(config, o, a.gpus, cuda ? "CUDA" : "CPU"));
@@ -271,7 +285,9 @@ int run_train(const train_args& a) {
                    "; every other weight frozen (base: " + a.init_from + ")");
     }
     if (cuda) print_line(std::string("GEMM math: ") + (a.tf32 ? "TF32 tensor cores (--tf32)" : "strict FP32"));
+    print_line(examples::machine_line(a, machine));
     print_line(plan_table(p));
+    if (prediction) std::cout << prediction_table(*prediction) << std::flush;
     if (a.plan_only) return 0;
 
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host, .storage_bytes = budgets.storage,
@@ -279,11 +295,9 @@ int run_train(const train_args& a) {
                              .io = examples::io_options_of(a)};
     run_context ctx{a, prepared, eot, p.where == placement::streamed, {}, config, tokenizer_spec};
     if (init) ctx.init_blocks = std::move(init->blocks);
+    if (prediction) ctx.predicted_step_seconds = prediction->seconds;
 #ifdef STRATA_WITH_CUDA
-    if (cuda) {
-        ops<cuda_backend>::set_tf32(a.tf32);
-        return train_on<cuda_backend>(tiers, p, config, o, ctx);
-    }
+    if (cuda) return train_on<cuda_backend>(tiers, p, config, o, ctx);
 #endif
     return train_on<cpu_backend>(tiers, p, config, o, ctx);
 }

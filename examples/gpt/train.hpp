@@ -28,6 +28,9 @@ struct train_args {
     std::string io_engine = "auto";  // the storage tier's I/O engine
     std::size_t io_workers = 0;
     bool plan_only = false;
+    std::string machine;            // --machine FILE: plan and predict for that machine (with --plan only)
+    bool recalibrate = false;       // measure this machine's rates again, not from the cache
+    bool state_on_storage = false;  // every host group's optimizer state on storage
     std::string init_from;
     bool tokenizer_given = false;
     int threads = 0;

@@ -365,7 +365,11 @@ public:
     static double flops(const config_type& c, size Bn, size T) {
         const double BT = double(Bn) * double(T), C = double(c.n_embd), H = double(c.hidden);
         const double A = double(c.attn_channels()), QKV = double(c.qkv_channels());
-        return 2.0 * BT * (C * QKV + A * C + 3.0 * C * H) + 4.0 * double(Bn) * double(T) * double(T) * A;
+        return 2.0 * BT * (C * QKV + A * C + 3.0 * C * H) + attention_flops(c, Bn, T);
+    }
+    // Of flops(), attention's two (T x T) products (strata::flops_split: the step's cost model).
+    static double attention_flops(const config_type& c, size Bn, size T) {
+        return 4.0 * double(Bn) * double(T) * double(T) * double(c.attn_channels());
     }
 
     explicit llama_block(const config_type& c) : m_body(c, strata::param_layout::of<R>(params(c))) {}

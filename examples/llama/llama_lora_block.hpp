@@ -145,6 +145,9 @@ public:
             }
         return llama_block<R, Bk>::flops(c.base, Bn, T) + adapters;
     }
+    static double attention_flops(const config_type& c, size Bn, size T) {
+        return llama_block<R, Bk>::attention_flops(c.base, Bn, T);
+    }
 
     // For a model built from these blocks: the base as the plain block's model initializes it (the
     // same draws: the base tensors come first in params), then the standard LoRA initialization

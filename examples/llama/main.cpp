@@ -18,6 +18,7 @@
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
 #include "../common/run_checks.hpp"     // check_resumed_options, add_optimizer_options
 #include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, resolve_checkpoint
+#include "../common/machine_cli.hpp"    // add_machine_options, machine_for_plan, budgets_for, predicted_step
 #include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
 #include "hf_export.hpp"    // llama::export_llama_directory, parse_weight_dtype
 #include "llama_lora_model.hpp"  // llama::llama_lora_model, make_llama_lora_model, upload_base_weights
@@ -100,6 +101,8 @@ struct train_args {
     std::string io_engine = "auto";                          // the storage tier's I/O engine
     std::size_t io_workers = 0;
     bool plan_only = false;                                  // --plan: print the plan and stop
+    std::string machine;                                     // --machine FILE: plan and predict for that machine
+    bool recalibrate = false, state_on_storage = false;      // measure again; every host group's state on storage
     int threads = 0;
     bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
     std::string activations = "auto";
@@ -152,6 +155,7 @@ struct run_context {
     const llama::llama_weights* init = nullptr;  // --init-from's weights (null: random initialization)
     llama::llama_config config;             // the model's shape (a LoRA run's base), architecture and token ids
     bool streamed = false;                  // a streamed plan: every step traced (transfer time hidden under compute)
+    double predicted_step_seconds = 0;      // the cost model's, for the run's summary (0: none)
 };
 
 // ---- LoRA (--lora-rank): adapters trained on a frozen base, the base's or random weights ----
@@ -246,7 +250,8 @@ std::string lora_line(const Model& model, const train_args& a) {
 // strata::run_training with the model's checkpoint files (examples/common/train_run.hpp).
 template <class Trainer, class B, class Model>
 int train_planned(B& backend, const Model& model, const train_options& o, run_context& ctx) {
-    const examples::run_inputs in{"strata-llama", ctx.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed};
+    const examples::run_inputs in{"strata-llama", ctx.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed,
+                                  ctx.predicted_step_seconds};
     const run_result r = examples::build_and_train<Trainer>(
         backend, model, o, ctx.a, in, [&](Trainer& t) { upload_initial_weights(t, model, ctx); },
         [&](run_hooks& hooks, Trainer& t) { set_model_hooks(hooks, t, model, ctx.a, llama::hf_identity::of(ctx.config)); });
@@ -265,6 +270,7 @@ using examples::inputs_of;
 // Flags that do not fit together, and a resume with other options than the run's.
 void check_consistency(const train_args& a) {
     examples::check_run_flags(a);
+    examples::check_machine_flags(a);
     check_lora_options(a);
     if (!a.init_from.empty() && !a.resume.empty())
         throw error("--resume and --init-from both given: --resume continues a run (its weights), --init-from starts a new one",
@@ -351,7 +357,22 @@ int run_train(const train_args& a) {
 #ifdef STRATA_WITH_CUDA
     if (cuda) device_bytes = cuda_backend::default_device_budget();
 #endif
-    const tier_bytes budgets = examples::budgets_of(a, device_bytes, a.storage_dir);
+    // The machine planned for: --machine's file, or this one's calibration at the model's shapes
+    // (q/k/v, output, gate, up and down projections; attention over the query heads).
+    calibration_options shapes;
+    {
+        const std::size_t rows = a.batch * a.seq_len, C = config.n_embd, HS = config.head_size();
+        const std::size_t A = config.n_head * HS, KV = config.kv_heads() * HS, H = config.hidden;
+        shapes.gemms = {{rows, A + 2 * KV, C}, {rows, C, A}, {rows, H, C}, {rows, H, C}, {rows, C, H}};
+        shapes.attention = {.batch = a.batch, .seq = a.seq_len, .channels = A, .heads = config.n_head};
+    }
+#ifdef STRATA_WITH_CUDA
+    const machine_rates machine = cuda ? examples::machine_for_plan<cuda_backend>(a, shapes)
+                                       : examples::machine_for_plan<cpu_backend>(a, shapes);
+#else
+    const machine_rates machine = examples::machine_for_plan<cpu_backend>(a, shapes);
+#endif
+    const tier_bytes budgets = examples::budgets_for(a, machine, default_budgets(device_bytes, a.storage_dir));
     // No --storage-dir: the backend's own temporary directory, removed at the end.
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
                              .storage_bytes = budgets.storage, .storage_dir = a.storage_dir,
@@ -365,8 +386,12 @@ int run_train(const train_args& a) {
             const plan_request request{.model = footprint_of<B>(model, a.batch, a.seq_len), .accum = a.accum,
                                        .activations = examples::activation_policy_of(a), .budgets = budgets,
                                        .where = placement_from_string(a.placement),
-                                       .moments_on_storage = a.moments == "storage", .optimizer = o.optimizer};
+                                       .state_on_storage = a.moments == "storage" || a.state_on_storage,
+                                       .links = examples::links_of(machine), .optimizer = o.optimizer,
+                                       .rates = examples::search_rates(a, cuda, machine)};
             const memory_plan p = plan(request);
+            const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
+            if (prediction) ctx.predicted_step_seconds = prediction->seconds;
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)
             print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
@@ -379,7 +404,9 @@ int run_train(const train_args& a) {
                        " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
                        std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
             if constexpr (is_lora<Model>) print_line(lora_line(model, a));
+            print_line(examples::machine_line(a, machine));
             print_line(plan_table(p));
+            if (prediction) std::cout << prediction_table(*prediction) << std::flush;
             if (a.plan_only) return 0;
             ctx.streamed = p.where == placement::streamed;
             return train_on(backend, p, model, o, ctx);
@@ -576,7 +603,8 @@ int main(int argc, char** argv) {
     train->add_option("--moments", t.moments, "home of the optimizer's state (AdamW's moments, SGD's momentum) when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
     train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
     examples::add_tier_options(*train, t);
-    train->add_flag("--plan", t.plan_only, "print the memory plan and exit");
+    train->add_flag("--plan", t.plan_only, "print the memory plan and the predicted step, and exit");
+    examples::add_machine_options(*train, t);
     train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
     train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections, the base frozen (--init-from's weights, or random ones in the shape of the flags) (0: off)")->capture_default_str()->check(count_in(0, 1L << 20));
     train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)")->check(real_in(0, 1e6));

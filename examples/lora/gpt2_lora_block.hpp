@@ -146,7 +146,10 @@ public:
             const projection_shape shape = gpt2_projection_shape(proj, c.n_embd);
             adapters += 2.0 * BT * r * double(shape.in + shape.out);
         }
-        return 2.0 * BT * 12.0 * C * C + 4.0 * double(B) * double(T) * double(T) * C + adapters;
+        return 2.0 * BT * 12.0 * C * C + attention_flops(c, B, T) + adapters;
+    }
+    static double attention_flops(const config_type& c, size B, size T) {
+        return 4.0 * double(B) * double(T) * double(T) * double(c.n_embd);
     }
 
     // For a model built from these blocks (strata::decoder_model calls it when present): the base

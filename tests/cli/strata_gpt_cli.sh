@@ -6,6 +6,9 @@ gpt=$1
 work=$2
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# the calibration cache of this run's programs: the test's own, not the user's ~/.cache
+export XDG_CACHE_HOME="$work/cache"
+machines="$(cd "$(dirname "$0")/../../machines" && pwd)"
 
 for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog number $i."; done > "$work/data.txt"
 common=(--data "$work/data.txt" --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --eval-every 2 --eval-batches 2)
@@ -29,7 +32,7 @@ grep -q "activations device: 1 of 1 blocks keep theirs" "$work/plan.log" || fail
 ls "$work/plan" 2>/dev/null | grep -q '^step-' && fail "--plan wrote a checkpoint"
 # every placement and activation policy gives the full run's losses bit for bit: resident with
 # activations recomputed; streamed through the device slots with a small --device-budget, the
-# AdamW moments on storage (--storage-dir), a Perfetto --trace, and stopped + resumed
+# AdamW moments on storage (--state-on-storage, files in --storage-dir), a Perfetto --trace, and stopped + resumed
 "$gpt" train "${common[@]}" --steps 4 --activations recompute --out "$work/recompute" --metrics "$work/recompute.jsonl" \
   > "$work/recompute.log"
 grep -q "0 of 1 blocks keep theirs" "$work/recompute.log" || fail "--activations recompute: $(head -8 "$work/recompute.log")"
@@ -40,7 +43,12 @@ grep -q "0 of 1 blocks keep theirs" "$work/recompute.log" || fail "--activations
   > "$work/offload.log"
 grep -q "1 of 1 blocks keep theirs" "$work/offload.log" || fail "--activations offload: $(head -8 "$work/offload.log")"
 [[ "$(grep -o '"loss":[^,}]*' "$work/offload.jsonl")" == "$full_losses" ]] || fail "--activations offload changed the losses"
-streamed=(--placement streamed --device-budget 4M --storage-dir "$work/storage")
+# --storage-dir alone only says where storage files go: the host holds this model's state
+"$gpt" train "${common[@]}" --placement streamed --device-budget 4M --storage-dir "$work/storage" --steps 4 \
+  --out "$work/dir-only" --plan > "$work/dir-only.log"
+grep -q "memory plan: streamed placement" "$work/dir-only.log" || fail "--storage-dir --plan: $(cat "$work/dir-only.log")"
+grep -q "on storage" "$work/dir-only.log" && fail "--storage-dir alone moved state to storage: $(cat "$work/dir-only.log")"
+streamed=(--placement streamed --device-budget 4M --storage-dir "$work/storage" --state-on-storage)
 "$gpt" train "${common[@]}" "${streamed[@]}" --steps 4 --out "$work/streamed" --metrics "$work/streamed.jsonl" \
   --trace "$work/streamed-trace.json" > "$work/streamed.log"
 grep -q "memory plan: streamed placement" "$work/streamed.log" || fail "not streamed: $(head -8 "$work/streamed.log")"
@@ -148,6 +156,11 @@ refuses() {
   if "$@" > "$work/refused.out" 2> "$work/refused.err"; then fail "accepted: $*"; fi
   grep -q -- "$expect" "$work/refused.err" || fail "'$*': no '$expect' in: $(cat "$work/refused.err")"
 }
+
+# a device as --data is refused before it is read (/dev/zero grew memory without end, /dev/urandom
+# never finished); timeout: a regression fails here instead of hanging
+refuses "data file /dev/zero is not a regular file" \
+  timeout 60 "$gpt" train --data /dev/zero --n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --steps 2 --out "$work/zero"
 
 # --version: the project's version
 "$gpt" --version | grep -Eq '^strata-gpt [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version: $("$gpt" --version 2>&1)"
@@ -320,14 +333,28 @@ grep -q "are free there" "$work/refused.err" || fail "the refusal does not name 
 ls "$work/huge" | grep -q '^step-' && fail "a refused run wrote a checkpoint"
 
 # the demo script: flags given override its defaults (--steps twice was an error), its run
-# directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last)
+# directory's latest checkpoint is sampled; twice in a row works (a new demo replaces the last,
+# and leaves a file of the user's in the run directory alone)
 demo="$(dirname "$0")/../../scripts/train-demo.sh"
-for run in 1 2; do
-  STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps 3 --n-layer 1 --n-head 2 --n-embd 16 \
-    --seq-len 16 --batch 2 --eval-every 0 > "$work/demo.log" 2>&1 || fail "train-demo.sh (run $run): $(tail -5 "$work/demo.log")"
+demo_flags=(--n-layer 1 --n-head 2 --n-embd 16 --seq-len 16 --batch 2 --eval-every 0)
+for steps in 3 4; do
+  STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps $steps "${demo_flags[@]}" > "$work/demo.log" 2>&1 ||
+    fail "train-demo.sh (--steps $steps): $(tail -5 "$work/demo.log")"
+  echo "mine" > "$work/demo/notes.txt"
 done
-grep -q "sample from $work/demo/step-000003" "$work/demo.log" || fail "the demo sampled another checkpoint: $(tail -5 "$work/demo.log")"
+grep -q "sample from $work/demo/step-000004" "$work/demo.log" || fail "the demo sampled another checkpoint: $(tail -5 "$work/demo.log")"
 grep -q "^This License" "$work/demo.log" || fail "the demo printed no sample: $(tail -3 "$work/demo.log")"
+[[ ! -e "$work/demo/step-000003" && ! -e "$work/demo.next" && "$(cat "$work/demo/notes.txt")" == mine ]] ||
+  fail "the second demo did not replace the first alone: $(ls -a "$work/demo" "$work/demo.next" 2>&1)"
+# the demo ends with where strata-gpt is (it is not on PATH) and the next commands
+grep -q "strata-gpt is $(realpath "$gpt") " "$work/demo.log" || fail "the demo does not say where strata-gpt is: $(tail -5 "$work/demo.log")"
+grep -q "$(realpath "$gpt") sample --checkpoint $work/demo " "$work/demo.log" || fail "the demo does not print the next commands"
+# a new demo that fails after saving a checkpoint (a loss that diverges) leaves the previous demo
+# whole: it trains beside it and replaces it only once finished (--overwrite deleted it up front)
+STRATA_DEMO_GPT="$gpt" STRATA_DEMO_OUT="$work/demo" bash "$demo" --steps 8 --save-every 1 --lr 1e6 "${demo_flags[@]}" \
+  > "$work/demo-fail.log" 2>&1 && fail "a diverging demo succeeded: $(tail -3 "$work/demo-fail.log")"
+[[ "$(cat "$work/demo/latest")" == step-000004 && -f "$work/demo/step-000004/model.safetensors" ]] ||
+  fail "a failed new demo destroyed the previous one: $(ls "$work/demo") $(tail -3 "$work/demo-fail.log")"
 # a model that learned its text continues a prompt with it (greedy: --temperature 0)
 "$gpt" train --data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 32 --seq-len 32 --batch 4 --steps 150 --lr 1e-2 \
   --eval-every 0 --save-every 0 --out "$work/learn" > "$work/learn.log" || fail "learning run: $(tail -3 "$work/learn.log")"
@@ -467,4 +494,37 @@ refuses "--seq-len 16 -> 32" "$gpt" train --resume "$w/rec/step-000002" --seq-le
 "$gpt" sample --checkpoint "$w/r1" --prompt "the" --tokens 3 --threads 1 > /dev/null || fail "sample --tokens --threads"
 "$gpt" export --adapters "$work/lora" --out "$w/merged-latest" > /dev/null || fail "export --adapters of a run directory"
 [[ -f "$w/merged-latest/model.safetensors" ]] || fail "export --adapters OUT did not follow latest"
+# the machine a plan is for: this one, calibrated once (the cache, keyed by the machine, is read
+# afterwards); every step's metrics record its measured time
+grep -q "^machine: this one, calibrated" "$work/plan.log" || fail "--plan names no machine: $(head -8 "$work/plan.log")"
+ls "$XDG_CACHE_HOME"/strata/calibration-*.json > /dev/null 2>&1 || fail "no calibration cache in $XDG_CACHE_HOME/strata"
+grep -q '"step_seconds":' "$work/full.jsonl" || fail "the metrics record no step_seconds"
+cache_file=$(ls "$XDG_CACHE_HOME"/strata/calibration-*.json)
+before=$(grep -o '"h2d_GBps": [^,]*' "$cache_file")
+"$gpt" train "${common[@]}" --plan --out "$work/plan" > /dev/null
+[[ "$(grep -o '"h2d_GBps": [^,]*' "$cache_file")" == "$before" ]] || fail "a second --plan measured again instead of reading the cache"
+"$gpt" train "${common[@]}" --plan --recalibrate --out "$work/plan" > /dev/null
+[[ "$(grep -o '"h2d_GBps": [^,]*' "$cache_file")" != "$before" ]] || fail "--recalibrate did not measure again"
+# an unwritable cache is a note, and the plan is still made
+XDG_CACHE_HOME="$work/data.txt" "$gpt" train "${common[@]}" --plan --out "$work/plan" > "$work/nocache.log" 2> "$work/nocache.err" ||
+  fail "an unwritable calibration cache stopped --plan: $(cat "$work/nocache.err")"
+grep -q "cannot write the cache" "$work/nocache.err" || fail "no note of the unwritable cache: $(cat "$work/nocache.err")"
+# --machine FILE plans for another machine without allocating: a 120B GPT on the 1.5 TB host
+# (its budgets from the file), and with this box's file, refused naming the tiers over budget;
+# training with --machine is refused; a malformed machine file is refused naming the field
+big=(--data "$work/data.txt" --n-layer 96 --n-head 80 --n-embd 10240 --seq-len 1024 --batch 4)
+"$gpt" train "${big[@]}" --machine "$machines/h200-1.5tb-4nvme.json" --plan --out "$work/big" > "$work/big.log"
+grep -q "^machine: h200-1.5tb-4nvme (--machine .*; planned, nothing allocated)" "$work/big.log" || fail "--machine: $(head -6 "$work/big.log")"
+grep -q "memory plan: streamed placement" "$work/big.log" || fail "--machine 120B not streamed: $(cat "$work/big.log")"
+grep -Eq "^budget +132.00 GiB +1.35 TiB +20.00 TiB" "$work/big.log" || fail "--machine's budgets not used: $(cat "$work/big.log")"
+[[ -e "$work/big" ]] && fail "--machine --plan created its --out"
+refuses "memory plan: streamed placement with" "$gpt" train "${big[@]}" --machine "$machines/h200.json" --plan --out "$work/big"
+grep -q "host needs" "$work/refused.err" || fail "the 120B refusal on h200.json names no tier: $(cat "$work/refused.err")"
+"$gpt" train "${big[@]}" --machine "$machines/h200.json" --host-budget 1400G --storage-budget 4T --plan --out "$work/big" > "$work/big-flags.log"
+grep -Eq "^budget +132.00 GiB +1.37 TiB +4.00 TiB" "$work/big-flags.log" || fail "budget flags do not override --machine's: $(cat "$work/big-flags.log")"
+refuses "training runs on this one, so --machine only plans" "$gpt" train "${common[@]}" --machine "$machines/h200.json" --out "$work/x"
+sed -E 's/"h2d_GBps": [0-9.]+/"h2d_GBps": "fast"/' "$machines/h200.json" > "$work/bad-machine.json"
+refuses "field 'h2d_GBps' is a string" "$gpt" train "${common[@]}" --machine "$work/bad-machine.json" --plan --out "$work/x"
+grep -v '"d2h_GBps"' "$machines/h200.json" > "$work/bad-machine.json"
+refuses "field 'd2h_GBps' is missing" "$gpt" train "${common[@]}" --machine "$work/bad-machine.json" --plan --out "$work/x"
 echo "strata-gpt CLI: all checks passed"

@@ -10,6 +10,8 @@
 #include <random>      // std::random_device
 #include <string>      // std::string
 
+#include <sys/stat.h>  // mkfifo
+
 namespace records_test {  // this file's names: an area's files compile as one unit (unity build)
 
 using namespace strata::data;
@@ -154,6 +156,27 @@ TEST_CASE("format names") {
     std::string e = error_of([] { parse_record_format("csv"); });
     CHECK(contains(e, "unknown data format 'csv'"));
     CHECK(contains(e, "text, jsonl, instruct, chat, auto"));
+}
+
+// A device or a pipe has no end known before reading it: read whole, /dev/zero grew memory
+// without bound and /dev/urandom never finished. Refused before reading, naming the file.
+TEST_CASE("file errors: a device or a pipe is refused before it is read") {
+    // /dev/null first: read, it is merely empty (the others never end)
+    REQUIRE(contains(error_of([] { read_records("/dev/null"); }), "data file /dev/null is not a regular file"));
+    for (const char* device : {"/dev/zero", "/dev/urandom"}) {
+        if (!std::filesystem::exists(device)) continue;
+        const std::string e = error_of([&] { read_records(device); });
+        CHECK(contains(e, std::string("data file ") + device + " is not a regular file"));
+        CHECK(contains(e, "hint: copy what it gives into a file"));
+    }
+    temp_file f("fifo-dir.txt", "");
+    const std::filesystem::path fifo = f.dir() / "pipe";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK(contains(error_of([&] { read_records(fifo); }), "is not a regular file"));  // opening it would block
+    // a link to a regular file is read
+    std::filesystem::create_symlink(f.dir() / "real.txt", f.dir() / "link.txt");
+    std::ofstream(f.dir() / "real.txt") << "some text\n";
+    CHECK(read_records(f.dir() / "link.txt").documents.size() == 1);
 }
 
 TEST_CASE("file errors: missing, directory, empty, whitespace only") {

@@ -363,7 +363,7 @@ TEST_CASE("slots are sized to the largest transformer block, not to larger embed
                    .budgets = {.device = big, .host = big, .storage = big}};
     r.where = placement::streamed;
     r.slots = 2;
-    r.moments_on_storage = true;
+    r.state_on_storage = true;
     const memory_plan p = plan(r);
     const std::size_t C = c.n_embd;
     const std::size_t block = round_up((12 * C * C + 13 * C) * 4, page_size);
@@ -377,7 +377,7 @@ TEST_CASE("slots are sized to the largest transformer block, not to larger embed
           4 * block + 2 * p.pinned_group_bytes + p.activation_bytes + p.device_staging_bytes);
     CHECK(p.total(tier_id::device) == p.min_streamed_device_bytes);
     // the optimizer's two pairs of m, v staging are a whole group each: the embeddings are the largest
-    r.moments_on_storage = false;
+    r.state_on_storage = false;
     CHECK(p.bytes_of(plan_category::staging, tier_id::host) ==
           plan(r).bytes_of(plan_category::staging, tier_id::host) + 4 * embeddings);
 }
@@ -422,11 +422,11 @@ TEST_CASE("the hint asks to recompute activations only when the plan keeps some"
     CHECK(message_of(r).find("recompute the blocks' activations instead of keeping them") != std::string::npos);
 }
 
-TEST_CASE("moments_on_storage moves m and v to storage, and storage must hold them") {
+TEST_CASE("state_on_storage moves m and v to storage, and storage must hold them") {
     const gpt_config c = small();
     const memory_plan any = plan(request(c, {.device = big, .host = big, .storage = big}));
     plan_request r = request(c, {.device = any.total(tier_id::device) / 3, .host = big, .storage = big});
-    r.moments_on_storage = true;
+    r.state_on_storage = true;
     r.where = placement::streamed;
     const memory_plan p = plan(r);
     CHECK(p.where == placement::streamed);
@@ -482,7 +482,7 @@ TEST_CASE("the table lists every tier and category, and its totals are the sums"
     const gpt_config c = small();
     const memory_plan any = plan(request(c, {.device = big, .host = big, .storage = big}));
     plan_request r = request(c, {.device = any.total(tier_id::device) / 3, .host = 16 << 20, .storage = 64 << 20});
-    r.moments_on_storage = true;
+    r.state_on_storage = true;
     r.where = placement::streamed;
     const memory_plan p = plan(r);
     const std::string table = plan_table(p);

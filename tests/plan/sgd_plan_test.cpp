@@ -32,7 +32,7 @@ plan_request request(optimizer_kind optimizer, placement where, bool on_storage)
                    .accum = 2,
                    .budgets = {.device = generous, .host = generous, .storage = generous}};
     r.where = where;
-    r.moments_on_storage = on_storage;
+    r.state_on_storage = on_storage;
     r.optimizer = optimizer;
     return r;
 }

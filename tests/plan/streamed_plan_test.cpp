@@ -67,7 +67,7 @@ void check_streamed_plan(const gpt_config& c, double clip) {
                    .budgets = {.device = generous, .host = generous, .storage = generous}};
     r.where = placement::streamed;
     r.slots = Depth + 1;
-    r.moments_on_storage = on_storage;
+    r.state_on_storage = on_storage;
     const memory_plan p = plan(r);
     REQUIRE(p.where == placement::streamed);
     REQUIRE(p.slots == Depth + 1);

@@ -124,6 +124,20 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
                        group_home::storage(), group_home::storage(), group_home::device()};
         check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, mixed, 20));
     }
+    // What the planner's search (plan/planner.hpp: detail::fastest_plan) may choose beyond the
+    // fixed rules: the embeddings on the host beside device-homed blocks, the state of the first
+    // host groups on storage (not the last ones'), some blocks keeping their activations while the
+    // others recompute from inputs offloaded to the host, with 3 slots and with 2.
+    SUBCASE("the search's placements: host embeddings, the first host groups on storage, kept + offloaded") {
+        train_options searched = o;
+        searched.homes = {group_home::host(),    group_home::device(), group_home::storage(),
+                          group_home::storage(), group_home::host(),   group_home::device()};
+        searched.activations = kept_activations{1, true};
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, searched, 20));
+        searched.activations = kept_activations{2};
+        searched.homes[0] = group_home::device();
+        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, searched, 20));
+    }
     SUBCASE("every group on the device: the resident plan in the streamed trainer") {
         train_options all = o;
         all.homes.assign(6, group_home::device());

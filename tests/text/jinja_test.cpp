@@ -183,4 +183,73 @@ TEST_CASE("jinja: refusals name the construct and its line:column") {
     CHECK(contains(error_of("{% set ns.x = 1 %}"), "which is not a namespace"));
 }
 
+// A hostile template (a chat template comes with a downloaded model) cannot take all memory or
+// time: the output, every value and the steps are bounded, and the error names the line.
+TEST_CASE("jinja: a rendering is bounded in bytes and steps, and the error names the line") {
+    // `x = x + x` thirty times would be 2^30 bytes (string * was bounded, + was not)
+    std::string doubling = "{% set x = 'ab' %}\n";
+    for (int i = 0; i < 30; ++i) doubling += "{% set x = x + x %}";
+    doubling += "{{ x | length }}";
+    std::string e = error_of(doubling);
+    CHECK(contains(e, "t 2:"));
+    CHECK(contains(e, "a value of more than 67108864 bytes"));
+    // a list that doubles, and a value nested in itself, likewise (a smaller bound: quicker)
+    std::string lists = "{% set x = [1, 2] %}", nested = "{% set x = ['ab'] %}";
+    for (int i = 0; i < 30; ++i) lists += "{% set x = x + x %}";
+    for (int i = 0; i < 40; ++i) nested += "{% set x = [x, x] %}";
+    for (const std::string& source : {lists, nested}) {
+        try {
+            compiled_template::parse(source, "t").render(value::object(), {.max_bytes = 1 << 20});
+            FAIL("a value doubled thirty times rendered");
+        } catch (const strata::error& error) {
+            CHECK(contains(error.what(), "t 1:"));
+            CHECK(contains(error.what(), "a value of more than 1048576 bytes"));
+        }
+    }
+    // output that grows without end, each piece small (a smaller bound: quicker)
+    try {
+        compiled_template::parse("{% for i in range(50000) %}\n{{ 'many bytes ' * 1000 }}{% endfor %}", "t")
+            .render(value::object(), {.max_bytes = 1 << 20});
+        FAIL("550 MB of output rendered");
+    } catch (const strata::error& error) {
+        CHECK(contains(error.what(), "t 2:1: output of more than 1048576 bytes"));
+    }
+    // strings that builtins build from small pieces: each checked before or while it is built
+    const auto refused_at_1mib = [](const std::string& source) {
+        try {
+            return compiled_template::parse(source, "t").render(value::object(), {.max_bytes = 1 << 20});
+        } catch (const strata::error& error) {
+            return std::string(error.what());
+        }
+    };
+    const std::string wide = "{% set w = 'x' * 500000 %}";
+    CHECK(contains(refused_at_1mib(wide + "{{ range(1000) | join(w) | length }}"), "join's string of more than"));
+    CHECK(contains(refused_at_1mib(wide + "{{ ('a' * 1000).replace('a', w) | length }}"), "replace()'s string of more than"));
+    CHECK(contains(refused_at_1mib("{{ [[1, [2, [3]]]] | tojson(indent=1000000000) }}"), "tojson's text of more than"));
+    CHECK(refused_at_1mib(wide + "{{ (range(3) | join(w) | length) + ('ab'.replace('a', w) | length) }}") == "1500004");
+    CHECK(render("{{ [1, [2]] | tojson(indent=2) }}") == "[\n  1,\n  [\n    2\n  ]\n]");
+    // nested loops of 10^10 iterations (hours without a bound): stopped at the step bound,
+    // here a small one to keep the test fast, and the default one is there too
+    const std::string loops = "a\n{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+    try {
+        compiled_template::parse(loops, "t").render(value::object(), {.max_steps = 20000});
+        FAIL("nested loops of 10^10 iterations finished");
+    } catch (const strata::error& error) {
+        CHECK(contains(error.what(), "t 2:"));
+        CHECK(contains(error.what(), "more than 20000 steps"));
+    }
+    CHECK(strata::jinja::render_limits{}.max_steps <= 4'000'000);  // seconds, not minutes
+    // loops with empty bodies count too
+    try {
+        compiled_template::parse("{% for i in range(1000) %}{% endfor %}", "t").render(value::object(), {.max_steps = 500});
+        FAIL("1000 loop iterations within 500 steps");
+    } catch (const strata::error& error) {
+        CHECK(contains(error.what(), "more than 500 steps"));
+    }
+    // range() stays within the value bound
+    CHECK(contains(error_of("{% for i in range(16000000) %}{% endfor %}"), "range() of more than"));
+    // a template within the bounds renders as before
+    CHECK(render("{% for i in range(3) %}{{ i }}{% endfor %}", value::object()) == "012");
+}
+
 }  // namespace jinja_test

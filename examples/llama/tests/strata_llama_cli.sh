@@ -9,6 +9,9 @@ llama=$1
 work=$2
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# the calibration cache of this run's programs: the test's own, not the user's ~/.cache
+export XDG_CACHE_HOME="$work/cache"
+machines="$(cd "$(dirname "$0")/../../../machines" && pwd)"
 
 for i in $(seq 1 60); do echo "the quick brown fox jumps over the lazy dog number $i."; done > "$work/data.txt"
 common=(--data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 16 --hidden 24 --seq-len 16 --batch 2 --accum 2
@@ -328,4 +331,18 @@ refuses "is not the licence corpus" "$llama" train --n-layer 1 --n-head 2 --n-em
 # sample: --max-new-tokens (strata-gpt's spelling; --tokens too) and --threads
 "$llama" sample --checkpoint "$ckpt" --prompt "the" --max-new-tokens 3 --threads 1 --device cpu > /dev/null ||
   fail "sample --max-new-tokens --threads"
+# the machine a plan is for: this one, calibrated (the cache written); --state-on-storage puts every
+# host group's state on storage; --machine plans the Qwen2.5-14B shape on the 1.5 TB host without
+# allocating, and refuses to train
+grep -q "^machine: this one, calibrated" "$work/resident.log" || fail "no machine line: $(head -8 "$work/resident.log")"
+ls "$XDG_CACHE_HOME"/strata/calibration-*.json > /dev/null 2>&1 || fail "no calibration cache in $XDG_CACHE_HOME/strata"
+"$llama" train "${common[@]}" --placement streamed --state-on-storage --storage-dir "$work/state-storage" --plan \
+  --out "$work/state-plan" > "$work/state-plan.log"
+grep -q "AdamW m, v on storage" "$work/state-plan.log" || fail "--state-on-storage: $(cat "$work/state-plan.log")"
+qwen14=(--data "$work/data.txt" --n-layer 48 --n-head 40 --n-kv-head 8 --n-embd 5120 --hidden 13824 --vocab 152064
+        --qkv-bias --untied-head --seq-len 2048 --batch 1 --device cpu)
+"$llama" train "${qwen14[@]}" --machine "$machines/h200-1.5tb-4nvme.json" --plan --out "$work/qwen14" > "$work/qwen14.log"
+grep -q "^machine: h200-1.5tb-4nvme (--machine" "$work/qwen14.log" || fail "--machine: $(head -8 "$work/qwen14.log")"
+grep -q "memory plan: streamed placement" "$work/qwen14.log" || fail "--machine 14B: $(cat "$work/qwen14.log")"
+refuses "so --machine only plans" "$llama" train "${common[@]}" --machine "$machines/h200.json" --out "$work/x"
 echo "strata-llama CLI: all checks passed"

@@ -54,6 +54,12 @@ public:
     cuda_backend& operator=(const cuda_backend&) = delete;
 
     int device() const { return m_device; }
+    // "NVIDIA H200": the GPU's name (a calibration cache is keyed by it: plan/calibrate.hpp).
+    std::string device_name() const {
+        cudaDeviceProp properties{};
+        cuda::check(cudaGetDeviceProperties(&properties, m_device), "cudaGetDeviceProperties");
+        return properties.name;
+    }
     // Makes this backend's GPU the calling thread's current device (a data-parallel rank's
     // thread calls it before it works with this backend).
     void make_current() const { cuda::check(cudaSetDevice(m_device), "cudaSetDevice"); }

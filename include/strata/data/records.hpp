@@ -7,14 +7,13 @@
 #pragma once
 
 #include <strata/core/error.hpp>         // strata::error
+#include <strata/core/read_file.hpp>     // read_regular_file
 #include <strata/text/chat_message.hpp>  // chat_message
 
 #include <nlohmann/json.hpp>  // nlohmann::json, parse_error
 
 #include <cstddef>      // std::size_t
-#include <filesystem>   // std::filesystem::path, is_directory, exists
-#include <fstream>      // std::ifstream
-#include <iterator>     // std::istreambuf_iterator
+#include <filesystem>   // std::filesystem::path
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
 #include <utility>      // std::move
@@ -331,18 +330,9 @@ inline record_set parse_records(std::string_view content, record_format format, 
     return out;
 }
 
-// Reads one file (not a directory) whole and parses it.
+// Reads one regular file (not a directory, device or pipe) whole and parses it.
 inline record_set read_records(const std::filesystem::path& path, record_format format = record_format::automatic) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-        throw error(path.string() + " is a directory", "pass one data file, not a directory");
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw error("cannot open data file " + path.string(),
-                    std::filesystem::exists(path, ec) ? "check the file's permissions" : "check the path");
-    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) throw error("error while reading data file " + path.string(), "check the disk and the file");
-    return parse_records(content, format, path.string());
+    return parse_records(read_regular_file(path, "data file", "pass one data file, not a directory"), format, path.string());
 }
 
 }  // namespace strata::data

@@ -34,7 +34,7 @@
 #include <strata/core/rng.hpp>              // rng
 #include <strata/model/activations.hpp>     // kept_activations
 #include <strata/model/lm_head.hpp>         // lm_head_loss_forward, lm_head_loss_backward
-#include <strata/nn/layer.hpp>              // Layer
+#include <strata/nn/layer.hpp>              // Layer, layer_flops, flops_split
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/stream/group_binder.hpp>   // GroupBinder, group_use
 #include <strata/tensor/param_layout.hpp>   // param_layout, param_spec
@@ -203,8 +203,15 @@ public:
 
     // Forward FLOPs of one B x T micro-batch (blocks, norm, head).
     double flops(std::size_t batch, std::size_t seq) const {
-        return static_cast<double>(m_config.n_layer) * Block::flops(m_block_config, batch, seq) +
-               Norm::flops(m_norm_config, batch, seq) +
+        return static_cast<double>(m_config.n_layer) * Block::flops(m_block_config, batch, seq) + head_flops(batch, seq);
+    }
+    // Of them, one block's, GEMMs and attention apart (nn/layer.hpp: flops_split); and the final
+    // norm's with the LM head's (2 B T C V). The step's cost model reads both (footprint_of).
+    layer_flops block_flops(std::size_t batch, std::size_t seq) const {
+        return flops_split<Block>(m_block_config, batch, seq);
+    }
+    double head_flops(std::size_t batch, std::size_t seq) const {
+        return Norm::flops(m_norm_config, batch, seq) +
                2.0 * static_cast<double>(batch * seq * m_config.n_embd * m_config.vocab_size);
     }
 

@@ -50,7 +50,11 @@ public:
     static constexpr bool overwrites_dinp = true;
     static double flops(const gpt_config& c, size B, size T) {
         const double BT = double(B) * double(T), C = double(c.n_embd);
-        return 2.0 * BT * 12.0 * C * C + 4.0 * double(B) * double(T) * double(T) * C;
+        return 2.0 * BT * 12.0 * C * C + attention_flops(c, B, T);
+    }
+    // Of flops(), attention's two (T x T) products, counted whole (nn/layer.hpp: flops_split).
+    static double attention_flops(const gpt_config& c, size B, size T) {
+        return 4.0 * double(B) * double(T) * double(T) * double(c.n_embd);
     }
 
     explicit gpt2_block(const gpt_config& c) : m_c(c), m_layout(param_layout::of<R>(params(c))) { c.validate(); }

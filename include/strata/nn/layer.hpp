@@ -79,6 +79,7 @@
 #include <strata/backend/backend.hpp>      // Backend
 #include <strata/tensor/param_layout.hpp>  // param_spec, param_layout
 
+#include <algorithm>  // std::min
 #include <concepts>  // std::same_as, std::floating_point, std::constructible_from
 #include <cstddef>   // std::size_t
 #include <vector>    // std::vector
@@ -262,6 +263,32 @@ layer_sizes sizes_of(const typename L::config_type& c, std::size_t B, std::size_
             .output = B * T * L::out_features(c),
             .activations = L::activation_floats(c, B, T),
             .workspace = L::workspace_floats(c, B, T)};
+}
+
+// A layer's forward FLOPs over a B x T micro-batch, split by the unit that computes them: GEMMs
+// (the projections) and attention's T x T products, whose kernels run at different rates (the
+// step's cost model, plan/cost_model.hpp). A layer may declare
+//   static double attention_flops(const config_type&, size B, size T);  // of flops(), the T x T part
+// else its GEMMs are 2 x B x T x its parameters (every weight used once per position) and
+// attention is what flops() reports beyond them.
+struct layer_flops {
+    double gemm = 0;
+    double attention = 0;
+    double total() const { return gemm + attention; }
+};
+
+template <Layer L>
+layer_flops flops_split(const typename L::config_type& c, std::size_t B, std::size_t T) {
+    const double all = L::flops(c, B, T);
+    if constexpr (requires { { L::attention_flops(c, B, T) } -> std::same_as<double>; }) {
+        const double attention = L::attention_flops(c, B, T);
+        return {.gemm = all - attention, .attention = attention};
+    } else {
+        double params = 0;
+        for (const param_spec& p : L::params(c)) params += static_cast<double>(p.shape.numel());
+        const double gemm = std::min(all, 2.0 * static_cast<double>(B * T) * params);
+        return {.gemm = gemm, .attention = all - gemm};
+    }
 }
 
 }  // namespace strata

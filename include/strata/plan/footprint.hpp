@@ -14,6 +14,7 @@
 #include <strata/backend/backend.hpp>    // Backend
 #include <strata/core/bytes.hpp>         // page_size, round_up
 #include <strata/model/activations.hpp>  // kept_activations
+#include <strata/nn/layer.hpp>            // layer_flops
 #include <strata/nn/ops.hpp>             // detail::norm_workspace_doubles
 
 #include <algorithm>  // std::max
@@ -46,6 +47,12 @@ struct model_footprint {
     std::size_t block_input_bytes = 0;
     std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
     std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
+    // The compute of one micro-batch, for the step's cost model (plan/cost_model.hpp): forward
+    // FLOPs (2 per multiply-add) of one block (the blocks are alike), its GEMMs and attention's
+    // T x T products apart, and of the final norm and LM head; and the logits' bytes (B x T x V
+    // elements), which the head's cross-entropy writes and reads. 0: the model does not say.
+    double block_gemm_flops = 0, block_attention_flops = 0, head_flops = 0;
+    std::size_t logits_bytes = 0;
 
     // Device bytes of the activations when `kept` blocks keep theirs (block inputs included).
     std::size_t activation_bytes(kept_activations kept) const {
@@ -63,7 +70,7 @@ struct model_footprint {
 
 // The footprint of a model on backend B for B x T micro-batches: any model with groups(),
 // block_count(), max_seq() and activation_buffers(batch, seq, kept_activations) (decoder_model,
-// and so gpt_model).
+// and so gpt_model); its compute too when it has block_flops and head_flops (decoder_model does).
 template <Backend B, class Model>
 model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t seq) {
     using R = typename Model::value_type;
@@ -87,6 +94,13 @@ model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t 
     f.block_input_bytes = buffers[0] / (f.blocks + 1) * sizeof(R);
     f.block_activation_bytes = buffers[1] * sizeof(R);
     f.norm_workspace_bytes = detail::charged(detail::norm_workspace_doubles<B>(model.groups()) * sizeof(double));
+    if constexpr (requires { model.block_flops(batch, seq); model.head_flops(batch, seq); }) {
+        const layer_flops block = model.block_flops(batch, seq);
+        f.block_gemm_flops = block.gemm;
+        f.block_attention_flops = block.attention;
+        f.head_flops = model.head_flops(batch, seq);
+        f.logits_bytes = batch * seq * model.vocab_size() * sizeof(R);
+    }
     return f;
 }
 

@@ -36,7 +36,10 @@
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/model/activations.hpp>     // activation_policy, kept_activations
 #include <strata/plan/footprint.hpp>        // model_footprint, footprint_of, detail::charged
+#include <strata/plan/cost_model.hpp>       // predict, detail::cost (the search's time of a plan)
+#include <strata/plan/machine.hpp>          // machine_rates
 #include <strata/plan/memory_plan.hpp>      // memory_plan, placement, tier_bytes, plan_category
+#include <strata/plan/plan_request.hpp>     // plan_request, default_budgets
 #include <strata/optim/optimizers.hpp>      // optimizer_kind, state_names_of, state_label
 #include <strata/plan/plan_table.hpp>       // plan_table, homes_summary, traffic_summary
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
@@ -45,6 +48,7 @@
 #include <strata/tier/tier.hpp>             // tier_id, name_of
 
 #include <algorithm>         // std::max, std::min, std::find
+#include <array>             // std::array
 #include <chrono>            // std::chrono::steady_clock
 #include <cstddef>           // std::size_t, std::byte
 #include <cstdint>           // std::int32_t
@@ -52,37 +56,10 @@
 #include <initializer_list>  // std::initializer_list
 #include <optional>          // std::optional
 #include <string>            // std::string, std::to_string
-#include <utility>           // std::move
+#include <utility>           // std::move, std::as_const
 #include <vector>            // std::vector
 
 namespace strata {
-
-// The machine's budgets, as tier_resources would default them: host = 90 % of RAM, storage = the
-// free disk at `storage_dir` (empty: the temp directory, where tier_resources puts its files).
-// The device budget comes from the caller: only the backend knows its free memory.
-inline tier_bytes default_budgets(std::size_t device_bytes, const std::filesystem::path& storage_dir = {}) {
-    return {.device = device_bytes,
-            .host = physical_memory_bytes() / 10 * 9,
-            .storage = free_disk_bytes(storage_dir.empty() ? std::filesystem::temp_directory_path() : storage_dir)};
-}
-
-struct plan_request {
-    // The model and its micro-batch B x T: footprint_of<B>(model, batch, seq) (plan/footprint.hpp).
-    model_footprint model;
-    std::size_t accum = 1;       // micro-batches per optimizer step
-    // keep: every block keeps its activations; recompute: none does; automatic: as many as the
-    // device budget holds once everything else is planned (memory_plan::kept_blocks).
-    activation_policy activations = activation_policy::automatic;
-    tier_bytes budgets;
-    placement where = placement::automatic;
-    bool moments_on_storage = false;  // a storage directory was given: the optimizer's state goes to storage when streamed
-    std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: 3 if it fits, else 2
-    link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
-    optimizer_kind optimizer = optimizer_kind::adamw;  // whose state tensors to count (train_options::optimizer)
-    // Data-parallel ranks (devices) training the plan at once (train/data_parallel.hpp): each has
-    // the device footprint planned here, and its own host staging; the host state exists once.
-    std::size_t ranks = 1;
-};
 
 namespace detail {
 
@@ -346,23 +323,12 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
     return l;
 }
 
-// Chooses a placement for `request`, or throws a strata::error with every tier's
-// needed and available bytes. Nothing is allocated.
-//
-// auto: resident when everything fits the device budget; otherwise streamed, with the optimizer's
-// state on the host unless moments_on_storage asks for storage or the host cannot hold it (then
-// storage must).
-// Streamed takes the requested slots, else 3 when they fit the device, else 2; the trainer that
-// allocates exactly this plan is trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<T>>,
-// T = host_tier or storage_tier as state_home says.
-// moments_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
-// Activations come last: the placement is chosen with the policy's fewest kept blocks (recompute
-// and auto: none; keep: all), then auto keeps as many blocks' activations as the device budget
-// still holds; the trainer takes memory_plan::kept() as train_options::activations.
-inline memory_plan plan(const plan_request& request) {
-    detail::plan_inputs in;
+namespace detail {
+
+// What every plan of `request` shares: the model's groups summed up, and the trainers' staging.
+inline plan_inputs inputs_of(const plan_request& request) {
+    plan_inputs in;
     in.model = request.model;
-    detail::validate(request);
     const auto& groups = in.model.group_bytes;
     const auto& trainable = in.model.trainable_bytes;
     if (groups.size() < 3 || trainable.size() != groups.size())
@@ -382,12 +348,29 @@ inline memory_plan plan(const plan_request& request) {
     // The trainers' staging: per micro-batch host copies of tokens, targets and losses; and the
     // grad-norm partial sums (one double per group) on the device and on the host.
     const std::size_t BT = in.model.batch * in.model.seq;
-    in.partials = detail::charged(groups.size() * sizeof(double));
+    in.partials = charged(groups.size() * sizeof(double));
     in.norm_workspace = in.model.norm_workspace_bytes;
     in.states = state_names_of(request.optimizer).size();
-    in.step_staging = request.accum * (2 * detail::charged(BT * sizeof(std::int32_t)) +
-                                       detail::charged(BT * in.model.element_bytes));
+    in.step_staging = request.accum * (2 * charged(BT * sizeof(std::int32_t)) + charged(BT * in.model.element_bytes));
+    return in;
+}
 
+// A plan, and when it does not fit, why (the refusal's first words).
+struct ruled_plan {
+    memory_plan plan;
+    std::string why;
+};
+
+// The fixed rules (the planner without a machine's rates):
+// auto: resident when everything fits the device budget; otherwise streamed, with the optimizer's
+// state on the host unless state_on_storage asks for storage or the host cannot hold it (then
+// storage must, the last groups' first).
+// Streamed takes the requested slots, else 3 when they fit the device, else 2.
+// Activations come first: as many blocks keep theirs as leave a plan that fits (the groups fill
+// what the device has left), within the policy (recompute: none; keep: all).
+inline ruled_plan rule_plan(const plan_request& request, const plan_inputs& in) {
+    const auto& groups = in.model.group_bytes;
+    const auto& trainable = in.model.trainable_bytes;
     // The activations are planned last, on what the placement leaves of the device budget: the
     // policy's fewest kept blocks decide the placement, then as many blocks as fit keep theirs.
     const std::size_t L = in.model.blocks;
@@ -421,13 +404,12 @@ inline memory_plan plan(const plan_request& request) {
     };
 
     if (request.where != placement::streamed) {
-        memory_plan resident = most_kept([&](kept_activations k) { return detail::resident_plan(request, in, k); });
-        if (resident.fits()) return resident;
-        if (request.where == placement::resident) {
+        memory_plan resident = most_kept([&](kept_activations k) { return resident_plan(request, in, k); });
+        if (resident.fits() || request.where == placement::resident) {
             const std::string states = state_label("", state_names_of(request.optimizer));  // " m, v"
-            detail::refuse(request, resident, "resident placement does not fit (weights, grads," + states + ": " +
-                                                  format_bytes(in.state + (1 + in.states) * in.trainable_state) +
-                                                  ", activations " + format_bytes(resident.activation_bytes) + ")");
+            return {resident, "resident placement does not fit (weights, grads," + states + ": " +
+                                  format_bytes(in.state + (1 + in.states) * in.trainable_state) + ", activations " +
+                                  format_bytes(resident.activation_bytes) + ")"};
         }
     }
 
@@ -439,13 +421,13 @@ inline memory_plan plan(const plan_request& request) {
         auto to_storage = [&](std::size_t g) {
             if (homes[g].weights == tier_id::host && trainable[g] > 0) homes[g].moments = tier_id::storage;
         };
-        if (request.moments_on_storage)
+        if (request.state_on_storage)
             for (std::size_t g = 0; g < G; ++g) to_storage(g);
-        memory_plan p = detail::streamed_plan(request, in, slots, homes, k);
+        memory_plan p = streamed_plan(request, in, slots, homes, k);
         for (std::size_t g = G; g-- > 0 && p.total(tier_id::host) > p.budgets.host;) {
             if (homes[g].weights != tier_id::host || homes[g].moments == tier_id::storage || trainable[g] == 0) continue;
             to_storage(g);
-            p = detail::streamed_plan(request, in, slots, homes, k);
+            p = streamed_plan(request, in, slots, homes, k);
         }
         return p;
     };
@@ -456,7 +438,7 @@ inline memory_plan plan(const plan_request& request) {
     // the rest). What the device does not take stays on the host, and the optimizer state the
     // host cannot hold goes to storage.
     auto placed = [&](std::size_t slots, kept_activations kept) {
-        auto homes = detail::uniform_homes(G, tier_id::host);
+        auto homes = uniform_homes(G, tier_id::host);
         memory_plan p = spill(homes, slots, kept);
         if (request.where == placement::streamed) return p;
         std::vector<std::size_t> order{0, G - 1};
@@ -474,28 +456,155 @@ inline memory_plan plan(const plan_request& request) {
         }
         return p;
     };
-    // Activations come first: as many blocks keep theirs as leave a plan that fits (the groups
-    // fill what the device has left).
     auto streamed = [&](std::size_t slots) {
         return most_kept([&](kept_activations k) { return placed(slots, k); });
     };
     // Why the optimizer's state is on storage when nobody asked: the host alone cannot hold it.
     auto moments_note = [&](const memory_plan& p) -> std::string {
-        if (request.moments_on_storage || p.state_home != tier_id::storage) return "";
-        const memory_plan on_host =
-            detail::streamed_plan(request, in, p.slots, detail::uniform_homes(G, tier_id::host), p.kept());
+        if (request.state_on_storage || p.state_home != tier_id::storage) return "";
+        const memory_plan on_host = streamed_plan(request, in, p.slots, uniform_homes(G, tier_id::host), p.kept());
         return " (" + p.state_label() + " went to storage: with them the host would need " +
                format_bytes(on_host.total(tier_id::host)) + ")";
     };
     const std::size_t slots = request.slots.value_or(3);
     memory_plan p = streamed(slots);
-    if (p.fits()) return p;
-    if (!request.slots) {
-        p = streamed(2);
-        if (p.fits()) return p;
-    }
-    detail::refuse(request, p,
-                   "streamed placement with " + std::to_string(p.slots) + " slots does not fit" + moments_note(p));
+    if (!p.fits() && !request.slots) p = streamed(2);
+    return {p, "streamed placement with " + std::to_string(p.slots) + " slots does not fit" + moments_note(p)};
+}
+
+// The fastest plan of `request` that fits on a machine of rates `m`, by the cost model
+// (plan/cost_model.hpp), of the placements the trainer supports:
+//   resident, with the most kept blocks the device holds (inputs offloaded or not);
+//   streamed with 2 or 3 slots (or the requested count), the embeddings on the device or the
+//   host (the final norm on the device: it is small), blocks 0 .. d-1 on the device for every d,
+//   the most kept blocks the device then holds (inputs offloaded or not), and the fewest host
+//   groups' state on storage that the host and the storage budgets allow, the last groups' first
+//   or the first groups' first (all of them when state_on_storage asks).
+// Each choice the search does not enumerate is exact: keeping one more block's activations and
+// spilling one group less never make a step slower (the simulation's times only grow with its
+// work), so the most kept blocks and the fewest spills are the best of their kind. `first` (the
+// fixed rules' plan) wins every near tie: another plan is chosen only when predicted faster by
+// more than fastest_plan_margin (the model's differences below that are not worth a placement
+// the user did not see before). Deterministic; plans that need a rate `m` lacks are skipped.
+// Empty when no candidate fits.
+inline constexpr double fastest_plan_margin = 0.02;
+
+inline std::optional<memory_plan> fastest_plan(const plan_request& request, const plan_inputs& in,
+                                               const machine_rates& m, const memory_plan* first) {
+    std::optional<memory_plan> best;
+    double best_seconds = 0;
+    auto consider = [&](const memory_plan& p) {
+        if (!p.fits() || !cost::missing_rate(p, request, m).empty()) return;
+        const cost::work_times w = cost::times_of(p, request, m);
+        const double margin = best ? best_seconds * (1 - 1e-9) : 0;
+        if (best && cost::compute_bound(p, request, w) >= margin) return;
+        const double seconds = cost::simulate(p, request, w, request.accum).seconds;
+        if (best && seconds >= margin) return;
+        best = p;
+        best_seconds = seconds;
+    };
+    if (first) consider(*first);
+    const bool first_counts = best.has_value();  // it fits, and the rates time it
+    const double first_seconds = best_seconds;
+
+    const std::size_t L = in.model.blocks, G = in.model.group_bytes.size();
+    const auto& trainable = in.model.trainable_bytes;
+    const activation_policy policy = request.activations;
+    const std::size_t fewest = policy == activation_policy::keep ? L : 0;
+    const std::size_t most = policy == activation_policy::recompute ? 0 : L;
+    std::vector<bool> offload_choices{policy == activation_policy::offload};
+    if (policy == activation_policy::automatic) offload_choices.push_back(true);
+    // The plan make(k) with the most kept blocks in [fewest, most] whose device bytes fit (they
+    // grow with the kept blocks; nothing else of the plan depends on them but time); empty if none.
+    auto most_kept = [&](auto make, bool offload) -> std::optional<std::size_t> {
+        auto device_fits = [&](std::size_t kept) {
+            const memory_plan p = make(kept_activations{kept, offload});
+            return p.total(tier_id::device) <= p.budgets.device;
+        };
+        if (!device_fits(fewest)) return std::nullopt;
+        std::size_t lo = fewest, hi = most;
+        while (lo < hi) {
+            const std::size_t mid = lo + (hi - lo + 1) / 2;
+            if (device_fits(mid))
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        return lo;
+    };
+
+    if (request.where != placement::streamed)
+        for (bool offload : offload_choices) {
+            auto make = [&](kept_activations k) { return resident_plan(request, in, k); };
+            if (const auto kept = most_kept(make, offload)) consider(make({*kept, offload}));
+        }
+    if (request.where == placement::resident) return best;
+
+    const bool forced = request.where == placement::streamed;  // every group on the host
+    std::vector<std::size_t> slot_choices{3, 2};
+    if (request.slots) slot_choices = {*request.slots};
+    std::vector<tier_id> embedding_homes{tier_id::host};
+    if (!forced) embedding_homes.insert(embedding_homes.begin(), tier_id::device);
+    for (std::size_t slots : slot_choices)
+        for (bool offload : offload_choices)
+            for (tier_id embeddings : embedding_homes)
+                for (std::size_t d = forced ? 0 : L + 1; d-- > 0;) {
+                    std::vector<group_home> homes = uniform_homes(G, tier_id::host);
+                    if (embeddings == tier_id::device) homes[0] = group_home::device();
+                    if (!forced) homes[G - 1] = group_home::device();
+                    for (std::size_t l = 0; l < d; ++l) homes[1 + l] = group_home::device();
+                    auto make = [&](kept_activations k) { return streamed_plan(request, in, slots, homes, k); };
+                    const auto kept = most_kept(make, offload);
+                    if (!kept) continue;
+                    const kept_activations k{*kept, offload};
+                    // The host groups with state, in the two orders their state may go to storage.
+                    std::vector<std::size_t> late;
+                    for (std::size_t g = G; g-- > 0;)
+                        if (homes[g].weights == tier_id::host && trainable[g] > 0) late.push_back(g);
+                    const std::vector<std::size_t> early(late.rbegin(), late.rend());
+                    for (const std::vector<std::size_t>* order : std::array{&std::as_const(late), &early}) {
+                        // The fewest spilled groups (a prefix of the order) with which the host
+                        // and storage budgets hold: host bytes fall with each spill after the
+                        // first (its two staging sets), storage bytes grow.
+                        std::vector<group_home> spilled = homes;
+                        std::size_t count = request.state_on_storage ? order->size() : 0;
+                        for (std::size_t i = 0; i < count; ++i) spilled[(*order)[i]].moments = tier_id::storage;
+                        memory_plan p = streamed_plan(request, in, slots, spilled, k);
+                        while (!p.fits() && count < order->size() && p.total(tier_id::storage) <= p.budgets.storage) {
+                            spilled[(*order)[count++]].moments = tier_id::storage;
+                            p = streamed_plan(request, in, slots, spilled, k);
+                        }
+                        consider(p);
+                        if (request.state_on_storage) break;  // one order: all of them
+                    }
+                }
+    if (first_counts && first_seconds <= best_seconds * (1 + fastest_plan_margin)) return *first;
+    return best;
+}
+
+}  // namespace detail
+
+// Chooses a placement for `request`, or throws a strata::error with every tier's needed and
+// available bytes. Nothing is allocated.
+//
+// With the machine's rates (plan_request::rates, one rank, placement not forced resident): the
+// fitting plan with the least predicted time per token (detail::fastest_plan; plan/cost_model.hpp),
+// of which the fixed rules' plan is one, so no shape gets a plan predicted slower than theirs.
+// Without rates: the fixed rules (detail::rule_plan).
+// The trainer that allocates exactly a streamed plan is trainer_t<R, B, prefetch_pipeline<slots -
+// 1>, moments_in<T>> with train_options::homes = memory_plan::trainer_homes(), T = host_tier or
+// storage_tier as state_home says; it takes memory_plan::kept() as train_options::activations.
+// state_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
+inline memory_plan plan(const plan_request& request) {
+    detail::validate(request);
+    const detail::plan_inputs in = detail::inputs_of(request);
+    const detail::ruled_plan ruled = detail::rule_plan(request, in);
+    const bool fits = ruled.plan.fits();
+    if (request.rates && request.ranks == 1 && request.where != placement::resident)
+        if (auto fastest = detail::fastest_plan(request, in, *request.rates, fits ? &ruled.plan : nullptr))
+            return *std::move(fastest);
+    if (fits) return ruled.plan;
+    detail::refuse(request, ruled.plan, ruled.why);
 }
 
 }  // namespace strata

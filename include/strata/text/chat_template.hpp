@@ -8,14 +8,13 @@
 #pragma once
 
 #include <strata/core/error.hpp>         // strata::error
+#include <strata/core/read_file.hpp>     // read_regular_file
 #include <strata/text/chat_message.hpp>  // chat_message
 #include <strata/text/jinja.hpp>         // jinja::compiled_template, jinja::value
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
 #include <filesystem>   // std::filesystem::path
-#include <fstream>      // std::ifstream
-#include <iterator>     // std::istreambuf_iterator
 #include <optional>     // std::optional
 #include <span>         // std::span
 #include <string>       // std::string
@@ -101,11 +100,7 @@ private:
     }
 
     static std::string read_text(const std::filesystem::path& file) {
-        std::ifstream in(file, std::ios::binary);
-        if (!in)
-            throw error("chat template: cannot read " + file.string(),
-                        "pass a tokenizer_config.json with a chat_template, or a .jinja file");
-        return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>{});
+        return read_regular_file(file, "chat template", "pass a tokenizer_config.json with a chat_template, or a .jinja file");
     }
 
     static nlohmann::json parse_config(const std::filesystem::path& file, const std::string& text) {

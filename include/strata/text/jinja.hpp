@@ -24,6 +24,11 @@
 // Anything else (macros, includes, other filters or tests, calls of unknown functions, arithmetic
 // on an undefined value) is a strata::error naming the construct and its line:column.
 //
+// A rendering is bounded (render_limits), so that a hostile template cannot take all memory or
+// time: its output, and every value it computes (a string's bytes; a list's or a mapping's items
+// and strings), stay under max_bytes; the statements it runs, the loop iterations and the
+// expressions it evaluates, under max_steps. Past a bound: a strata::error naming the line.
+//
 // Values are nlohmann::ordered_json: a JSON value as the template sees it, mappings keeping their
 // insertion order as Python's dicts do (tojson and items() show it); Jinja's undefined is a
 // discarded value (is_discarded()). Tuples are lists: {{ (1, 2) }} prints [1, 2] where Python
@@ -43,6 +48,7 @@
 #include <cstdint>      // std::int64_t
 #include <ctime>        // std::time, std::strftime, localtime_r
 #include <memory>       // std::shared_ptr, std::make_shared
+#include <stdexcept>    // std::length_error
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 #include <utility>      // std::move
@@ -145,8 +151,10 @@ inline void json_string(const std::string& s, std::string& out) {
 }
 
 // Python's json.dumps(v, ensure_ascii=False, indent=indent), as transformers' tojson filter calls
-// it: ", " and ": " between items without indent, newlines and `indent` spaces with it.
-inline void python_json(const value& v, int indent, int depth, std::string& out) {
+// it: ", " and ": " between items without indent, newlines and `indent` spaces with it. Throws
+// std::length_error before `out` would pass max_bytes (a huge indent asks for terabytes).
+inline void python_json(const value& v, int indent, int depth, std::string& out,
+                        std::size_t max_bytes = std::string::npos) {
     if (v.is_string()) return json_string(v.get<std::string>(), out);
     if (v.is_null() || is_undefined(v)) {
         out += "null";
@@ -168,8 +176,10 @@ inline void python_json(const value& v, int indent, int depth, std::string& out)
     }
     const auto newline = [&](int d) {
         if (indent < 0) return;
+        const std::size_t spaces = static_cast<std::size_t>(indent) * static_cast<std::size_t>(d);
+        if (out.size() + 1 + spaces > max_bytes) throw std::length_error("python_json: past max_bytes");
         out += '\n';
-        out.append(static_cast<std::size_t>(indent * d), ' ');
+        out.append(spaces, ' ');
     };
     out += array ? '[' : '{';
     bool first = true;
@@ -181,7 +191,8 @@ inline void python_json(const value& v, int indent, int depth, std::string& out)
             json_string(it.key(), out);
             out += ": ";
         }
-        python_json(*it, indent, depth + 1, out);
+        python_json(*it, indent, depth + 1, out, max_bytes);
+        if (out.size() > max_bytes) throw std::length_error("python_json: past max_bytes");
     }
     newline(depth);
     out += array ? ']' : '}';
@@ -270,6 +281,13 @@ inline std::vector<std::int64_t> slice_positions(std::int64_t n, const value& st
 
 }  // namespace detail
 
+// The bounds on one rendering, far beyond a chat template's needs: it takes some tens of steps a
+// message, and a conversation of a million tokens is a few MB. 4M steps take seconds.
+struct render_limits {
+    std::size_t max_bytes = std::size_t{64} << 20;  // the output, and any one value
+    std::int64_t max_steps = 4'000'000;             // statements, loop iterations, expressions
+};
+
 // A parsed template; render() may be called many times, also from several threads.
 class compiled_template {
 public:
@@ -287,7 +305,7 @@ public:
     }
 
     // `variables` is an object: the template's global names.
-    std::string render(const value& variables) const;
+    std::string render(const value& variables, const render_limits& limits = {}) const;
 
     const std::string& source() const { return m_program->source; }
 
@@ -304,7 +322,8 @@ private:
 // One rendering: the scopes of names, and what is written.
 class evaluator {
 public:
-    evaluator(std::string_view source, std::string_view name, const value& variables) : m_src(source), m_name(name) {
+    evaluator(std::string_view source, std::string_view name, const value& variables, const render_limits& limits = {})
+        : m_src(source), m_name(name), m_limits(limits) {
         m_scopes.push_back(variables.is_object() ? variables : value::object());
     }
 
@@ -318,12 +337,48 @@ public:
     // The most items a range() or a repeated string may have: far beyond any chat, and a bound
     // that keeps a hostile template from taking all memory.
     static constexpr std::int64_t max_items = 1 << 24;
+    // What a value counts for each item of a list or a mapping, beside its strings' bytes
+    static constexpr std::size_t item_bytes = sizeof(value);
 
 private:
     enum class flow { normal, loop_break, loop_continue };
 
     [[noreturn]] void fail(std::size_t pos, const std::string& what, const std::string& hint) const {
         throw error(std::string(m_name) + " " + line_column(m_src, pos) + ": " + what, hint);
+    }
+
+    // ---- bounds (render_limits) ----
+
+    // One more statement, loop iteration or expression, at `pos`.
+    void step(std::size_t pos) {
+        if (++m_steps > m_limits.max_steps)
+            fail(pos, "the template took more than " + std::to_string(m_limits.max_steps) +
+                          " steps (statements, loop iterations and expressions)",
+                 "a chat template walks the messages a few times; look for loops nested deep or over huge ranges");
+    }
+
+    // The bytes `v` counts for (its strings, and item_bytes an item), counted until past `limit`.
+    static std::size_t size_of(const value& v, std::size_t limit) {
+        if (v.is_string()) return v.get_ref<const std::string&>().size();
+        if (!v.is_structured()) return 0;
+        std::size_t total = 0;
+        for (auto it = v.begin(); it != v.end() && total <= limit; ++it) {
+            total += item_bytes + size_of(*it, limit - std::min(total, limit));
+            if (v.is_object()) total += it.key().size();
+        }
+        return total;
+    }
+
+    // `what` (the output, a value, a string being built) at `pos` may not pass max_bytes.
+    void within_bytes(std::size_t bytes, std::size_t pos, const std::string& what) const {
+        if (bytes > m_limits.max_bytes)
+            fail(pos, what + " of more than " + std::to_string(m_limits.max_bytes) + " bytes",
+                 "no chat template needs that; look for a string, list or output that grows in a loop");
+    }
+
+    value checked(value v, std::size_t pos) const {
+        if (v.is_string() || v.is_structured()) within_bytes(size_of(v, m_limits.max_bytes), pos, "a value");
+        return v;
     }
 
     // ---- statements ----
@@ -337,9 +392,16 @@ private:
     }
 
     flow run(const node& n, std::string& out) {
+        step(n.pos);
         switch (n.type) {
-            case node::kind::text: out += n.text; return flow::normal;
-            case node::kind::output: out += detail::python_str(eval(*n.value)); return flow::normal;
+            case node::kind::text:
+                out += n.text;
+                within_bytes(out.size(), n.pos, "output");
+                return flow::normal;
+            case node::kind::output:
+                out += detail::python_str(eval(*n.value));
+                within_bytes(out.size(), n.pos, "output");
+                return flow::normal;
             case node::kind::if_chain:
                 for (const auto& [condition, branch] : n.branches)
                     if (!condition || truthy(eval(*condition))) return run(branch, out);
@@ -397,6 +459,7 @@ private:
         }
         ++m_loop_depth;
         for (std::size_t i = 0; i < kept.size(); ++i) {
+            step(n.pos);
             value& scope = m_scopes.back();
             bind(n, *kept[i], scope);
             const auto count = static_cast<std::int64_t>(kept.size()), k = static_cast<std::int64_t>(i);
@@ -449,6 +512,11 @@ private:
     // ---- expressions ----
 
     value eval(const expr& e) {
+        step(e.pos);
+        return checked(eval_unchecked(e), e.pos);
+    }
+
+    value eval_unchecked(const expr& e) {
         switch (e.type) {
             case expr::kind::literal: return e.value;
             case expr::kind::name: {
@@ -630,12 +698,14 @@ private:
     value select(const expr& e, const value& v, const std::vector<value>& args, bool by_attribute, bool keep);
 
     std::string_view m_src, m_name;
+    render_limits m_limits;
+    std::int64_t m_steps = 0;
     std::vector<value> m_scopes;
     int m_loop_depth = 0;
 };
 
-inline std::string compiled_template::render(const value& variables) const {
-    return evaluator(m_program->source, m_program->name, variables).render(m_program->tree);
+inline std::string compiled_template::render(const value& variables, const render_limits& limits) const {
+    return evaluator(m_program->source, m_program->name, variables, limits).render(m_program->tree);
 }
 
 }  // namespace strata::jinja

@@ -35,8 +35,9 @@ inline value evaluator::call(const expr& e) {
         const std::int64_t stop = args.size() > 1 ? args[1].get<std::int64_t>() : args[0].get<std::int64_t>();
         const std::int64_t step = args.size() > 2 ? args[2].get<std::int64_t>() : 1;
         if (step == 0) fail(e.pos, "range() step of 0", "use a non-zero step");
-        if ((stop - start) / step > max_items)
-            fail(e.pos, "range() of more than " + std::to_string(max_items) + " items", "no chat template needs that");
+        const std::int64_t most = std::min<std::int64_t>(max_items, static_cast<std::int64_t>(m_limits.max_bytes / item_bytes));
+        if ((stop - start) / step > most)
+            fail(e.pos, "range() of more than " + std::to_string(most) + " items", "no chat template needs that");
         value out = value::array();
         for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
         return out;
@@ -119,8 +120,14 @@ inline value evaluator::apply_filter(const expr& e, const std::string& name, con
     }
     if (name == "tojson") {
         const value indent = arg(0, "indent");
+        const std::int64_t width = indent.is_number_integer() ? indent.get<std::int64_t>() : -1;
         std::string out;
-        detail::python_json(v, indent.is_number_integer() ? indent.get<int>() : -1, 0, out);
+        try {
+            detail::python_json(v, width < 0 ? -1 : static_cast<int>(std::min<std::int64_t>(width, 1 << 20)), 0, out,
+                                m_limits.max_bytes);
+        } catch (const std::length_error&) {
+            within_bytes(m_limits.max_bytes + 1, e.pos, "tojson's text");
+        }
         return out;
     }
     if (name == "string") return detail::python_str(v);
@@ -139,8 +146,18 @@ inline value evaluator::apply_filter(const expr& e, const std::string& name, con
     if (name == "replace") {
         const value from = arg(0, "old"), to = arg(1, "new"), count = arg(2, "count", -1);
         if (!from.is_string() || !to.is_string()) fail(e.pos, "replace() needs two strings", "e.g. replace(\"a\", \"b\")");
-        return detail::replace_all(need_string(), from.get<std::string>(), to.get<std::string>(),
-                                   count.is_number_integer() ? count.get<std::int64_t>() : -1);
+        const std::string& s = need_string();
+        const std::string& old_text = from.get_ref<const std::string&>();
+        const std::string& new_text = to.get_ref<const std::string&>();
+        const std::int64_t most = count.is_number_integer() ? count.get<std::int64_t>() : -1;
+        if (new_text.size() > old_text.size() && !old_text.empty()) {  // the result's size, before it is built
+            std::size_t hits = 0;
+            for (std::size_t at = s.find(old_text); at != std::string::npos && (most < 0 || static_cast<std::int64_t>(hits) < most);
+                 at = s.find(old_text, at + old_text.size()))
+                ++hits;
+            within_bytes(s.size() + hits * (new_text.size() - old_text.size()), e.pos, "replace()'s string");
+        }
+        return detail::replace_all(s, old_text, new_text, most);
     }
     if (name == "int" || name == "float") {
         try {
@@ -167,6 +184,7 @@ inline value evaluator::apply_filter(const expr& e, const std::string& name, con
             const value& item = attribute.is_string() && items[i].is_object() ? items[i].value(attribute.get<std::string>(), value())
                                                                                 : items[i];
             out += (i ? detail::python_str(separator) : "") + detail::python_str(item);
+            within_bytes(out.size(), e.pos, "join's string");
         }
         return out;
     }
