@@ -8,6 +8,8 @@
 #         -DCMAKE_CUDA_COMPILER_LAUNCHER=$PWD/scripts/compile-timer.sh
 #   STRATA_COMPILE_LOG=$PWD/build/timed/compile-times.log nice make -C build/timed -j2
 #   sort -rn build/timed/compile-times.log | head -20
+#
+# Bash alone (its `times` builtin and $EPOCHREALTIME, bash 5): no /usr/bin/time needed.
 log=${STRATA_COMPILE_LOG:-compile-times.log}
 out=""
 prev=""
@@ -15,11 +17,18 @@ for arg in "$@"; do
   [[ $prev == "-o" ]] && out=$arg
   prev=$arg
 done
-stats=$(mktemp)
-/usr/bin/time -f '%U %S %e' -o "$stats" "$@"
+started=$EPOCHREALTIME
+"$@"
 rc=$?
-read -r user sys wall < <(tail -1 "$stats")
+ended=$EPOCHREALTIME
+# `times` prints this shell's user and system time, then its finished children's: "0m1.250s 0m0.120s"
+# (run in this shell: in a $(...) subshell it would see no finished children)
+stats=$(mktemp)
+times > "$stats"
+children=$(tail -1 "$stats")
 rm -f "$stats"
-awk -v u="$user" -v s="$sys" -v w="$wall" -v o="${out:-$*}" \
-    'BEGIN { printf "%.2f %.2f %.2f %.2f %s\n", u + s, u, s, w, o }' >> "$log"
+awk -v c="$children" -v a="$started" -v b="$ended" -v o="${out:-$*}" '
+  function seconds(t,  p) { split(t, p, /[ms]/); return p[1] * 60 + p[2] }
+  BEGIN { split(c, f, " "); u = seconds(f[1]); s = seconds(f[2])
+          printf "%.2f %.2f %.2f %.2f %s\n", u + s, u, s, b - a, o }' >> "$log"
 exit $rc

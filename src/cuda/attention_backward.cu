@@ -1,5 +1,6 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), attention's backward: the dk/dv and dq kernels (one
 // instance each per padded head size), the largest part of strata's device code.
+// Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
 #include <strata/kernels/cuda/attention.cuh>  // attention_backward
 #include <strata/nn/cuda_ops.hpp>             // ops<cuda_backend>
 

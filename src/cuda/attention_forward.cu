@@ -1,5 +1,6 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), attention's forward: the flash-style causal kernel (one
 // instance per padded head size) and the decode kernel against a KV cache.
+// Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
 #include <strata/kernels/cuda/attention.cuh>         // attention_forward
 #include <strata/kernels/cuda/attention_decode.cuh>  // attention_decode
 #include <strata/nn/cuda_ops.hpp>                    // ops<cuda_backend>

@@ -1,6 +1,22 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), the elementwise family: zero, copies, in-place adds and
 // scales, the residual, GELU, the sum of squares of the gradient norm, and the optimizers' device
 // updates (AdamW, SGD with momentum: each bitwise equal to its host update).
+//
+// Adding a CUDA kernel (to any family, or a new one; the optimizers' kernels included, wherever
+// their headers live). The device code is compiled in these units only, once each:
+//  1. Its header defines the launcher template and a macro listing its instances,
+//       #define STRATA_CUDA_<NAME>_INSTANCES(prefix) prefix void <launcher><float>(<parameters>);
+//     and ends with STRATA_CUDA_<NAME>_INSTANCES(extern template), so that no other unit (a
+//     test, an example, a consumer's .cu) compiles the kernel again.
+//  2. The unit of its family below includes the header and expands
+//     STRATA_CUDA_<NAME>_INSTANCES(template) once, in namespace strata::kernels::cuda, next to the
+//     function the backend calls it through (an ops<cuda_backend> member, or the optimizer's
+//     device trait). A new family is a new file here: the top CMakeLists.txt takes every
+//     src/cuda/*.cu into strata_cuda_ops and strata::cuda, and installs it.
+//     Keep a unit near or under ~25 s of CPU (scripts/compile-timer.sh): the longest unit bounds a
+//     parallel build.
+//  3. A kernel left out of every unit fails to link ("undefined reference to
+//     strata::kernels::cuda::<launcher><float>"): add its instances here, never drop the extern.
 #include <strata/backend/cuda/check.hpp>        // cuda::check
 #include <strata/kernels/cuda/adamw.cuh>        // adamw
 #include <strata/kernels/cuda/elementwise.cuh>  // add_inplace, scale_inplace, residual_forward, sum_of_squares

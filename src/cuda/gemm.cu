@@ -1,5 +1,6 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), the GEMM family: matmul and lm_head forward and backward
 // through cuBLAS, the bias kernels around them, and the process-wide TF32 switch.
+// Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
 #include <strata/backend/cuda/check.hpp>          // cuda::check
 #include <strata/kernels/cuda/elementwise.cuh>    // column_sum_accumulate
 #include <strata/kernels/cuda/launch.cuh>         // check_launch, ceil_div

@@ -1,5 +1,6 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), the row-wise family: kernels that work one (B, T) row at a
 // time: the embeddings, layernorm and the cross-entropy loss, each forward and backward.
+// Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
 #include <strata/kernels/cuda/cross_entropy.cuh>  // cross_entropy_forward, cross_entropy_backward
 #include <strata/kernels/cuda/embedding.cuh>      // embedding_forward, embedding_backward
 #include <strata/kernels/cuda/layernorm.cuh>      // layernorm_forward, layernorm_backward

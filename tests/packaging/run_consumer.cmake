@@ -5,7 +5,7 @@
 #     blocks after "<!-- packaging_test: FILE -->") against that install with the CUDA toolkit out
 #     of reach (no nvcc on PATH, CUDAToolkit_ROOT pointing nowhere): it configures, builds and runs;
 #  3. find_package(strata COMPONENTS cuda): strata::cuda where the install has it and the toolkit
-#     is in reach, one clear error where it is not;
+#     is in reach (with every kernel unit of src/cuda/ installed), one clear error where it is not;
 #  4. tests/packaging/consumer with add_subdirectory, and an install of this build tree.
 foreach(var STRATA_SOURCE_DIR STRATA_BINARY_DIR WORK_DIR CXX_COMPILER)
   if(NOT DEFINED ${var})
@@ -108,8 +108,9 @@ if(install_has_cuda)
   refused("the CUDA toolkit was not found"
           ${no_cuda} ${CMAKE_COMMAND} -S ${component} -B ${WORK_DIR}/build-cuda-unreachable
           -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} ${no_cuda_root})
+  file(GLOB cuda_units RELATIVE ${STRATA_SOURCE_DIR}/src/cuda ${STRATA_SOURCE_DIR}/src/cuda/*.cu)
   run(${CMAKE_COMMAND} -S ${component} -B ${WORK_DIR}/build-cuda
-      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix})
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} "-DSTRATA_CUDA_UNITS=${cuda_units}")
 else()
   refused("installed without its CUDA backend"
           ${CMAKE_COMMAND} -S ${component} -B ${WORK_DIR}/build-cuda-absent
