@@ -109,8 +109,9 @@ if(install_has_cuda)
           ${no_cuda} ${CMAKE_COMMAND} -S ${component} -B ${WORK_DIR}/build-cuda-unreachable
           -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} ${no_cuda_root})
   file(GLOB cuda_units RELATIVE ${STRATA_SOURCE_DIR}/src/cuda ${STRATA_SOURCE_DIR}/src/cuda/*.cu)
+  string(REPLACE ";" "," cuda_units "${cuda_units}")  # one argument through run()
   run(${CMAKE_COMMAND} -S ${component} -B ${WORK_DIR}/build-cuda
-      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} "-DSTRATA_CUDA_UNITS=${cuda_units}")
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${prefix} -DSTRATA_CUDA_UNITS=${cuda_units})
 else()
   refused("installed without its CUDA backend"
           ${CMAKE_COMMAND} -S ${component} -B ${WORK_DIR}/build-cuda-absent
