@@ -50,7 +50,7 @@ fi
   echo
   echo "longest units (CPU s = user + system, wall s, output file):"
   sort -rn "$units" | head -12 | awk '{ printf "  %7.1f %7.1f  %s\n", $1, $4, $5 }'
-  awk '{ cpu += $1 } END { printf "all %d units and links: %.0f s of CPU\n", NR, cpu }' "$units"
+  awk '{ cpu += $1 } END { printf "all %d units compiled (links not counted): %.0f s of CPU\n", NR, cpu }' "$units"
 } >> "$summary"
 sort -rn "$units" > "$OUT/build-units.txt"
 cat "$summary"
