@@ -20,8 +20,8 @@
 #include <strata/plan/planner.hpp>
 #include <strata/report/trace.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/streamed_trainer.hpp>
-#include <strata/train/trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>
 #endif

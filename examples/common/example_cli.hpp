@@ -13,7 +13,7 @@
 #include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
 #include <strata/text/hf_tokenizer.hpp>       // hf_tokenizer
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
+#include <strata/train/tiered_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend
 #endif

@@ -11,7 +11,7 @@
 #include <strata/strata.hpp>                  // cpu_backend, tier_options
 #include <strata/train/checkpoint.hpp>        // load_model_files, host_blocks
 #include <strata/train/run.hpp>               // run_hooks, run_result
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // trainer_t, prefetch_pipeline
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
 #endif

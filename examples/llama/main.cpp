@@ -38,7 +38,7 @@
 #include <strata/text/byte_tokenizer.hpp>  // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>  // gpt2_tokenizer
 #include <strata/train/run.hpp>               // run_hooks, run_result
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // trainer_t, prefetch_pipeline
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>  // Eigen::setNbThreads

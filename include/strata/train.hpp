@@ -21,4 +21,4 @@
 #include <strata/train/checkpoint.hpp>          // save_checkpoint, load_checkpoint
 #include <strata/train/run.hpp>                 // run_training, run_options, run_hooks
 #include <strata/train/schedule.hpp>            // lr_schedule
-#include <strata/train/trainer.hpp>             // trainer_t, moments_in, train_options (every configuration)
+#include <strata/train/tiered_trainer.hpp>             // trainer_t, moments_in, train_options (every configuration)

@@ -15,7 +15,7 @@
 #include <strata/nn/layernorm_layer.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
-#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 
 #include <doctest/doctest.h>
 

@@ -6,7 +6,7 @@
 #include <strata/kernels/cpu/gradient_check.hpp>
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 
 #include <doctest/doctest.h>
 

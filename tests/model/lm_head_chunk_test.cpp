@@ -26,7 +26,7 @@
 #include <strata/strata.hpp>                  // gpt_model, cpu_backend
 #include <strata/testing/layer_harness.hpp>   // testing::detail::device_buffer
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks
-#include <strata/train/trainer.hpp>           // trainer_t
+#include <strata/train/tiered_trainer.hpp>           // trainer_t
 
 #include <doctest/doctest.h>
 

@@ -7,7 +7,7 @@
 #include <strata/plan/cost_model.hpp>         // predict, step_prediction
 #include <strata/plan/planner.hpp>            // plan, plan_request, detail::streamed_plan
 #include <strata/strata.hpp>                  // cpu_backend, gpt_model, tiered_tensor
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // trainer_t, prefetch_pipeline
 
 #include <doctest/doctest.h>
 

@@ -8,7 +8,7 @@
 #include <strata/nn/layernorm_layer.hpp>       // layernorm_layer
 #include <strata/plan/planner.hpp>             // plan, footprint_of
 #include <strata/strata.hpp>                   // cpu_backend
-#include <strata/train/streamed_trainer.hpp>   // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>   // trainer_t, prefetch_pipeline
 
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 #include <strata/nn/cpu_ops.hpp>       // ops<cpu_backend> (before the model is instantiated)
 #include <strata/plan/planner.hpp>     // plan, memory_plan, plan_request, default_budgets
 #include <strata/strata.hpp>           // cpu_backend, tier_options, tier_id
-#include <strata/train/trainer.hpp>    // trainer (the resident footprint, allocated for real)
+#include <strata/train/tiered_trainer.hpp>    // trainer (the resident footprint, allocated for real)
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 

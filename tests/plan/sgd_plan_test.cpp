@@ -5,7 +5,7 @@
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend> (before the model is instantiated)
 #include <strata/plan/planner.hpp>            // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                  // cpu_backend, tier_options, tier_id
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
+#include <strata/train/tiered_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE, SUBCASE
 

@@ -5,7 +5,7 @@
 #include <strata/plan/planner.hpp>             // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                   // cpu_backend, tier_options, tier_id
 #include <strata/train/checkpoint.hpp>         // download_blocks
-#include <strata/train/streamed_trainer.hpp>   // streamed_trainer, prefetch_pipeline, trainer_t
+#include <strata/train/tiered_trainer.hpp>   // tiered_trainer
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 

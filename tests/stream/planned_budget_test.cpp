@@ -3,7 +3,7 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/plan/planner.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 
 #include <doctest/doctest.h>
 

@@ -9,7 +9,7 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, download_blocks
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
+#include <strata/train/tiered_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
 
 #include <doctest/doctest.h>
 

@@ -5,7 +5,7 @@
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend>
 #include <strata/strata.hpp>                  // gpt_model, trainer_t, rng, tier_options
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks
-#include <strata/train/streamed_trainer.hpp>  // prefetch_pipeline, moments_in
+#include <strata/train/tiered_trainer.hpp>  // prefetch_pipeline, moments_in
 
 #include <unistd.h>  // getpid
 

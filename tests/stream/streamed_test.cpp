@@ -6,7 +6,7 @@
 
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 #include <strata/train/checkpoint.hpp>
 
 #include <doctest/doctest.h>

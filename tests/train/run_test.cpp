@@ -12,7 +12,7 @@
 #include <strata/strata.hpp>                  // cpu_backend
 #include <strata/train/checkpoint.hpp>        // download_blocks, load_checkpoint
 #include <strata/train/run.hpp>               // run_training
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // trainer_t, prefetch_pipeline
 
 #include <doctest/doctest.h>
 

@@ -19,7 +19,7 @@
 #include <strata/io/safetensors.hpp>    // safetensors_file
 #include <strata/strata.hpp>            // cpu_backend
 #include <strata/train/checkpoint.hpp>  // download_blocks
-#include <strata/train/trainer.hpp>     // trainer, train_options
+#include <strata/train/tiered_trainer.hpp>     // trainer, train_options
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE, MESSAGE
 

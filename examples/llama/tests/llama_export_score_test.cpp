@@ -12,7 +12,7 @@
 #include <strata/io/json_file.hpp>        // read_json_file, write_json_file
 #include <strata/io/safetensors.hpp>      // safetensors_file, safetensors_writer
 #include <strata/strata.hpp>              // cpu_backend
-#include <strata/train/trainer.hpp>       // trainer, train_options
+#include <strata/train/tiered_trainer.hpp>       // trainer, train_options
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, CHECK_THROWS_WITH_AS
 

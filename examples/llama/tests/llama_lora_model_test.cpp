@@ -17,7 +17,7 @@
 #include <strata/plan/planner.hpp>            // plan, footprint_of
 #include <strata/strata.hpp>                  // tier_options, cpu_backend
 #include <strata/train/checkpoint.hpp>        // download_blocks, host_blocks
-#include <strata/train/streamed_trainer.hpp>  // trainer_t with prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // trainer_t with prefetch_pipeline
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, MESSAGE
 

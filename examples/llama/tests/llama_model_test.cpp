@@ -18,7 +18,7 @@
 #include <strata/strata.hpp>                 // tier_options, cpu_backend
 #include <strata/testing/layer_harness.hpp>  // strata::testing::check_*
 #include <strata/train/checkpoint.hpp>       // download_blocks, host_blocks
-#include <strata/train/streamed_trainer.hpp>  // trainer_t with prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // trainer_t with prefetch_pipeline
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, MESSAGE
 

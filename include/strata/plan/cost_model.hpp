@@ -1,5 +1,5 @@
 // The step's cost model: predict(plan, request, rates) simulates one optimizer step of the trainer
-// (train/streamed_trainer.hpp, resident or streamed, any mix of homes) on a machine's rates
+// (train/tiered_trainer.hpp, resident or streamed, any mix of homes) on a machine's rates
 // (plan/machine.hpp) and says how long it takes, what bounds it, and how busy each resource is.
 //
 // It is an event simulation of the trainer's own streams and threads, issued in the trainer's
@@ -243,7 +243,7 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
     return w;
 }
 
-// The trainer's step, issued in its order onto a timeline (train/streamed_trainer.hpp:
+// The trainer's step, issued in its order onto a timeline (train/tiered_trainer.hpp:
 // step_or_throw, stream/prefetch_pipeline.hpp, model/decoder.hpp: forward_backward).
 class step_simulator {
 public:

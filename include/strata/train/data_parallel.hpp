@@ -42,7 +42,7 @@
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/data/loader.hpp>           // data::batch
 #include <strata/train/rank_link.hpp>       // rank_link, rank_exchange
-#include <strata/train/trainer.hpp>         // train_options, step_result, tiered_trainer
+#include <strata/train/tiered_trainer.hpp>         // train_options, step_result, tiered_trainer
 
 #include <cstddef>    // std::size_t
 #include <exception>  // std::exception_ptr

@@ -72,7 +72,7 @@
 #include <strata/stream/prefetch_pipeline.hpp>  // transfer_counters
 #include <strata/tier/resources.hpp>          // free_disk_bytes
 #include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, checkpoint_bytes
-#include <strata/train/trainer.hpp>           // step_result, train_options
+#include <strata/train/tiered_trainer.hpp>           // step_result, train_options
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 

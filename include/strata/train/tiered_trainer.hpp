@@ -64,7 +64,7 @@
 #include <strata/tier/group_home.hpp>            // group_home
 #include <strata/train/initialize.hpp>           // initialize_groups
 #include <strata/train/rank_link.hpp>            // rank_link
-#include <strata/train/trainer.hpp>              // train_options, step_result, trainer
+#include <strata/train/train_options.hpp>        // train_options, step_result
 
 #include <array>        // std::array
 #include <cmath>        // std::sqrt, std::isfinite
@@ -73,6 +73,32 @@
 #include <string_view>  // std::string_view
 #include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
+
+namespace strata {
+
+// Compile-time composition: trainer_t<R, Backend, Placement, Moments>.
+//   trainer_t<float, cpu_backend>                                              resident
+//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<host_tier>>    streamed
+//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<storage_tier>> streamed, moments on disk
+struct resident_placement {};
+template <Tier Home>
+struct moments_in {
+    using tier = Home;
+};
+
+template <class R, Backend B, class Placement, class Moments, class Model = gpt_model<R, B>>
+struct select_trainer {
+    static_assert(sizeof(Placement) == 0,
+                  "no trainer for this Placement/Moments pair: use resident_placement with moments_in<device_tier>, "
+                  "or prefetch_pipeline<N> with moments_in<host_tier> or moments_in<storage_tier>");
+};
+
+// Model: gpt_model<R, B> (default: GPT-2) or another decoder_model of Layers.
+template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>,
+          class Model = gpt_model<R, B>>
+using trainer_t = typename select_trainer<R, B, Placement, Moments, Model>::type;
+
+}  // namespace strata
 
 namespace strata {
 
