@@ -108,15 +108,15 @@ public:
             m_backends.push_back(backends[r]);
             detail::make_current(*backends[r]);  // its streams and memory on its device
             m_ranks.push_back(std::make_unique<Trainer>(*backends[r], model, options, std::move(dp),
-                                                        r == 0 ? nullptr : m_ranks[0].get()));
+                                                        r == 0 ? nullptr : m_ranks[0]->host_state()));
         }
         for (std::size_t r = 1; r < n; ++r) m_threads.emplace_back("rank " + std::to_string(r));
         m_options = options;
         m_options.accum = options.accum * n;
     }
 
-    // The ranks above 0 stream rank 0's host state, which their queued copies may still read:
-    // they go first.
+    // The ranks above 0 stream rank 0's host state (shared with them), which their queued copies
+    // may still read while rank 0's optimizer thread writes it: they go first.
     ~data_parallel_trainer() {
         while (!m_ranks.empty()) {
             detail::make_current(*m_backends[m_ranks.size() - 1]);
