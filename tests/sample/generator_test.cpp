@@ -134,8 +134,8 @@ TEST_CASE("the generator computes the trainer's model: per-position losses agree
     const gpt_config c = small();
     const gpt_model<double, cpu_backend> trained(c);
     const std::size_t T = 6;
-    trainer<double, cpu_backend> t(backend, trained, {.batch = 1, .seq = T, .accum = 1});
-    using kind = trainer<double, cpu_backend>::state_kind;
+    tiered_trainer<double, cpu_backend> t(backend, trained, {.batch = 1, .seq = T, .accum = 1});
+    using kind = tiered_trainer<double, cpu_backend>::state_kind;
     const auto model = make_gpt2<double, cpu_backend>(c);
     const auto uploaded = random_blocks<double>(model, 5);
     std::vector<std::vector<double>> blocks;

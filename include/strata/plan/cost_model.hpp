@@ -12,7 +12,7 @@
 //              backward, each block's backward in reverse (recomputing blocks first run their
 //              forward again, offloaded inputs brought back first), the embeddings' backward; then
 //              the sums of squares, and the device-homed groups' optimizer updates;
-//   h2d, d2h   prefetch_pipeline<slots - 1>: a streamed block's weights (and, after the first
+//   h2d, d2h   pipeline_engine with `slots` slots: a streamed block's weights (and, after the first
 //              micro-batch, its accumulated gradients) go up `slots - 1` uses ahead of compute into
 //              a slot whose previous use has finished; its gradients come down after its backward;
 //              the pinned groups go up once per step and their gradients come down at the end;
@@ -337,7 +337,7 @@ private:
         return m_t.run(lane::h2d, step_resource::pcie_up, m_w.weights_up[g], m_t.host(), {});
     }
 
-    // prefetch_pipeline::params: issue up to Depth uses ahead, then the use's slot is ready.
+    // pipeline_engine::params: issue up to slots - 1 uses ahead, then the use's slot is ready.
     int params(std::size_t g) {
         if (!streams(g)) return -1;
         const std::size_t depth = m_slots - 1;

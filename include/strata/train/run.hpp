@@ -96,7 +96,7 @@
 
 namespace strata {
 
-// What run_training asks of a trainer (every trainer_t configuration has it).
+// What run_training asks of a trainer (tiered_trainer has it, for every plan).
 template <class T>
 concept RunTrainer = requires(T& t, const T& ct, std::span<const data::batch> batches) {
     { t.step(batches) } -> std::same_as<step_result>;

@@ -1,22 +1,22 @@
-// tiered_trainer: the one trainer, for any placement of the model's state across the three tiers
-// (trainer<R, B, Model> is its resident configuration, trainer_t picks it for every plan). Each layer group has a home (tier/group_home.hpp, the planner's per-group answer,
-// train_options::homes):
+// tiered_trainer<R, B, Model>: the one trainer, for any placement of the model's state across the
+// three tiers. Placement is data: each layer group has a home (tier/group_home.hpp, the planner's
+// per-group answer, train_options::homes; none: every group on the device, the resident plan),
+// and the streamed blocks go through train_options::slots device slots. Each group's state is a
+// group_state (train/group_state.hpp: its tensors in each tier and the verbs upload, store,
+// update_device, update_host, copy); the trainer holds one per group and runs the step over them:
 //   device   weights, gradients and the optimizer's state (AdamW m and v, SGD momentum) on the
 //            device: the group never moves, and its update runs on the device after the norm
-//            (scale + the optimizer's ops<B> kernel: the resident trainer's kernels, in its order);
+//            (scale + the optimizer's ops<B> kernel: the resident plan's kernels, in its order);
 //   host     weights and gradients in pinned host memory, the optimizer state on the host: the transformer
-//            blocks stream through device slots by prefetch_pipeline<Depth>; the groups used at
+//            blocks stream through device slots (stream/prefetch_pipeline.hpp: pipeline_engine); the groups used at
 //            both ends of a pass (embeddings, final layernorm) go to the device once per step
 //            ("pinned groups"); the update runs on the host;
 //   storage  as host, with the optimizer state in files on the storage tier, read before the
 //            group's update and written back after it, double-buffered (the next storage group's
 //            state is read while the current one is updated).
-// Without homes, every group is homed by MomentsTier: device_tier puts every group on the device
-// (the resident plan: trainer<R, B, Model>), host_tier or storage_tier streams every group from
-// the host with its optimizer state in that tier (the plain streamed plan). Model: gpt_model (default:
-// GPT-2) or another decoder_model of Layers; frozen tensors have no gradients and no optimizer state,
-// and a frozen
-// block's weights stream to the device but nothing comes back.
+// Model: gpt_model (default: GPT-2) or another decoder_model of Layers; frozen tensors have no
+// gradients and no optimizer state, and a frozen block's weights stream to the device but nothing
+// comes back.
 //
 // The global gradient norm is computed on the device, where the gradients are anyway: right after
 // a streamed block's backward of the last micro-batch, its gradient slot holds the block's final
@@ -73,38 +73,11 @@
 #include <mutex>        // std::mutex, std::lock_guard
 #include <optional>     // std::optional
 #include <string_view>  // std::string_view
-#include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
 
 namespace strata {
 
-// Compile-time composition: trainer_t<R, Backend, Placement, Moments>.
-//   trainer_t<float, cpu_backend>                                              resident
-//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<host_tier>>    streamed
-//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<storage_tier>> streamed, moments on disk
-struct resident_placement {};
-template <Tier Home>
-struct moments_in {
-    using tier = Home;
-};
-
-template <class R, Backend B, class Placement, class Moments, class Model = gpt_model<R, B>>
-struct select_trainer {
-    static_assert(sizeof(Placement) == 0,
-                  "no trainer for this Placement/Moments pair: use resident_placement with moments_in<device_tier>, "
-                  "or prefetch_pipeline<N> with moments_in<host_tier> or moments_in<storage_tier>");
-};
-
-// Model: gpt_model<R, B> (default: GPT-2) or another decoder_model of Layers.
-template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>,
-          class Model = gpt_model<R, B>>
-using trainer_t = typename select_trainer<R, B, Placement, Moments, Model>::type;
-
-}  // namespace strata
-
-namespace strata {
-
-template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier, class Model = gpt_model<R, B>>
+template <class R, Backend B, class Model = gpt_model<R, B>>
 class tiered_trainer {
 public:
     using model_type = Model;
@@ -130,7 +103,8 @@ public:
           m_optimizer_thread("optimizer"),
           m_io(backend.make_stream("storage I/O")),
           m_optimizer(optimizer_of(m_options)),
-          m_engine(backend, largest_streamed_block(model, m_homes, false), largest_streamed_block(model, m_homes, true)),
+          m_engine(backend, m_options.slots, largest_streamed_block(model, m_homes, false),
+                   largest_streamed_block(model, m_homes, true)),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
           m_norm_workspace(backend, shape{detail::norm_workspace_doubles<B>(model.groups())}, "grad_norm.workspace"),
@@ -199,7 +173,7 @@ public:
     const train_options& options() const { return m_options; }
     // The optimizer (train_options::optimizer): its state names are the trainer's state tensors.
     const any_optimizer& optimizer() const { return m_optimizer.optimizer(); }
-    // Each group's home (train_options::homes, or the default: host, moments in MomentsTier).
+    // Each group's home (train_options::homes, or the default: every group on the device).
     const std::vector<group_home>& homes() const { return m_homes; }
     long step_count() const { return m_step; }
     void set_step_count(long step) { m_step = step; }
@@ -358,10 +332,7 @@ private:
                             std::to_string(model.max_seq()),
                         "lower the sequence length or build the model with a longer context", {"seq_len"});
         const std::size_t n = model.groups().size();
-        if (o.homes.empty())
-            return std::vector<group_home>(n, std::is_same_v<MomentsTier, device_tier>
-                                                  ? group_home::device()
-                                                  : group_home{tier_id::host, id_of<MomentsTier>});
+        if (o.homes.empty()) return every_group(n, group_home::device());  // the resident plan
         if (o.homes.size() != n)
             throw error("train_options::homes has " + std::to_string(o.homes.size()) + " entries for a model of " +
                             std::to_string(n) + " layer groups",
@@ -471,8 +442,8 @@ private:
         sum_of_squares(reduce, g, grads);
     }
 
-    typename pipeline_engine<R, B, Depth>::pass make_pass(bool backward, bool first_micro) {
-        typename pipeline_engine<R, B, Depth>::pass p;
+    typename pipeline_engine<R, B>::pass make_pass(bool backward, bool first_micro) {
+        typename pipeline_engine<R, B>::pass p;
         const std::size_t L = m_model.block_count();
         for (std::size_t l = 0; l < L; ++l)
             if (m_groups[m_model.block_group(l)].streams()) p.order.push_back({m_model.block_group(l), group_use::forward});
@@ -655,7 +626,7 @@ private:
     cpu::stream m_optimizer_thread;
     stream m_io;
     offloaded_optimizer<any_optimizer> m_optimizer;  // train_options::optimizer, with its host threads
-    pipeline_engine<R, B, Depth> m_engine;
+    pipeline_engine<R, B> m_engine;
     typename model_type::activations m_act;
     std::vector<group_state<R, B>> m_groups;  // by group: its home and its tensors in each tier
     tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
@@ -671,22 +642,4 @@ private:
     long m_step = 0;
 };
 
-}  // namespace strata
-
-namespace strata {
-
-// The resident configuration: every group on the device (no slots, no host state).
-template <class R, Backend B, class Model = gpt_model<R, B>>
-using trainer = tiered_trainer<R, B, 1, device_tier, Model>;
-
-template <class R, Backend B, class Model>
-struct select_trainer<R, B, resident_placement, moments_in<device_tier>, Model> {
-    using type = trainer<R, B, Model>;
-};
-template <class R, Backend B, std::size_t Depth, Tier M, class Model>
-struct select_trainer<R, B, prefetch_pipeline<Depth>, moments_in<M>, Model> {
-    static_assert(!std::is_same_v<M, device_tier>,
-                  "prefetch_pipeline streams from the host: use moments_in<host_tier> or moments_in<storage_tier>");
-    using type = tiered_trainer<R, B, Depth, M, Model>;
-};
 }  // namespace strata

@@ -49,9 +49,12 @@ struct train_options {
     // only their input and recompute (model/activations.hpp). The planner's memory_plan::kept
     // says how many fit; none() keeps the least memory, all() recomputes nothing.
     kept_activations activations = kept_activations::none();
-    // Where each layer group's state lives (memory_plan::homes), for the streamed trainer; empty:
-    // its default. The resident trainer keeps every group on the device and takes only that.
+    // Where each layer group's state lives: the planner's memory_plan::trainer_homes(), or by
+    // hand (every_group, tier/group_home.hpp). Empty: every group on the device (the resident plan).
     std::vector<group_home> homes;
+    // Device slots of the streamed blocks (memory_plan::slots, 2 at least): one computes while
+    // the others are filled, slots - 1 uses ahead. Unused when no block streams.
+    std::size_t slots = 3;
     // The optimizer: AdamW (the default; its hyperparameters are `adamw` above) or SGD with
     // momentum (`sgd`). optimizer_of(options) makes it.
     optimizer_kind optimizer = optimizer_kind::adamw;
