@@ -98,8 +98,9 @@ public:
         const shape s{layout.numel()}, ts{layout.trainable_numel()};
         if (on_device()) {
             m_dev_params.emplace(backend, s, "params." + name);
-            if (!frozen()) m_dev_grads.emplace(backend, ts, "grads." + name);
-            if (m_keeps_state) allocate_state(optimizer);
+            if (frozen()) return;  // no gradients, no optimizer state
+            m_dev_grads.emplace(backend, ts, "grads." + name);
+            if (m_keeps_state) allocate_state(optimizer);  // data parallel: one rank keeps it
             return;
         }
         if (m_host == nullptr)
