@@ -20,8 +20,7 @@
 #include <strata/plan/planner.hpp>
 #include <strata/report/trace.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/streamed_trainer.hpp>
-#include <strata/train/trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>
 #endif
@@ -38,6 +37,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,14 +92,17 @@ std::vector<data::batch> batches(const gpt_config& c, const args& a, int step) {
     return out;
 }
 
-template <class Trainer, class B>
-int bench(B& backend, const gpt_config& c, const args& a) {
+// homes: every group's (none: the resident plan); streamed plans use 3 device slots.
+template <class B>
+int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_home> homes) {
     gpt_model<float, B> model(c);
     train_options o{.batch = a.batch, .seq = a.seq, .accum = a.accum, .clip = 1.0};
+    if (homes) o.homes = every_group(model.groups().size(), *homes);
+    o.slots = 3;
     o.schedule = {.kind = lr_kind::constant, .lr = 3e-4, .min_lr = 3e-4, .warmup_steps = 0, .total_steps = a.warmup + a.steps + 1};
     set_activations(o, a.activations);
     const auto init_start = std::chrono::steady_clock::now();
-    Trainer t(backend, model, o);
+    tiered_trainer<float, B> t(backend, model, o);
     t.initialize(1);
     const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count();
     trace_recorder trace;
@@ -185,10 +188,9 @@ int run(const args& a) {
         std::filesystem::create_directories(tiers.storage_dir);
     }
     B backend(tiers);
-    if (a.placement == "resident") return bench<trainer_t<float, B>>(backend, c, a);
+    if (a.placement == "resident") return bench(backend, c, a, std::nullopt);
     if (a.placement != "streamed") throw error("--placement must be resident or streamed");
-    if (a.moments == "storage") return bench<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, c, a);
-    return bench<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, c, a);
+    return bench(backend, c, a, a.moments == "storage" ? group_home::storage() : group_home::host());
 }
 
 }  // namespace

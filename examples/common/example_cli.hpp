@@ -13,7 +13,7 @@
 #include <strata/text/byte_tokenizer.hpp>     // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>     // gpt2_tokenizer
 #include <strata/text/hf_tokenizer.hpp>       // hf_tokenizer
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend
 #endif
@@ -208,20 +208,11 @@ activation_policy activation_policy_of(const Args& a) {
     return activation_policy::keep;
 }
 
-// Calls f.template operator()<Trainer>() with the trainer type the plan asks for: resident, or
-// tiered with prefetch depth slots - 1 (2 at most); which group lives where is the plan's data
-// (train_options::homes = memory_plan::trainer_homes()), the Moments tier only its default.
+// Calls f.template operator()<Trainer>() with the trainer of every plan: the plan itself is data
+// (train_options::homes = memory_plan::trainer_homes(), train_options::slots = memory_plan::slots).
 template <Backend B, class Model, class F>
-int with_planned_trainer(const memory_plan& p, F&& f) {
-    using R = typename Model::value_type;
-    if (p.where != placement::streamed)
-        return f.template operator()<trainer_t<R, B, resident_placement, moments_in<device_tier>, Model>>();
-    const bool on_storage = p.state_home == tier_id::storage;
-    if (p.slots >= 3)
-        return on_storage ? f.template operator()<trainer_t<R, B, prefetch_pipeline<2>, moments_in<storage_tier>, Model>>()
-                          : f.template operator()<trainer_t<R, B, prefetch_pipeline<2>, moments_in<host_tier>, Model>>();
-    return on_storage ? f.template operator()<trainer_t<R, B, prefetch_pipeline<1>, moments_in<storage_tier>, Model>>()
-                      : f.template operator()<trainer_t<R, B, prefetch_pipeline<1>, moments_in<host_tier>, Model>>();
+int with_planned_trainer(const memory_plan&, F&& f) {
+    return f.template operator()<tiered_trainer<typename Model::value_type, B, Model>>();
 }
 
 }  // namespace strata::examples

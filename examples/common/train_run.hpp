@@ -13,7 +13,7 @@
 #include <strata/report/progress.hpp>  // stdout_is_terminal
 #include <strata/train/run.hpp>        // run_training, run_options, run_hooks, run_result, checkpoint_plan
 #include <strata/train/schedule.hpp>   // parse_lr_kind, validate
-#include <strata/train/trainer.hpp>    // train_options
+#include <strata/train/tiered_trainer.hpp>    // train_options
 #include <strata/comm/thread_communicator.hpp>  // thread_group, thread_communicator
 #include <strata/train/data_parallel.hpp>       // data_parallel_trainer
 #if defined(STRATA_WITH_CUDA) && defined(STRATA_HAVE_NCCL)

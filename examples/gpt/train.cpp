@@ -11,7 +11,7 @@
 #include <strata/strata.hpp>                  // cpu_backend, tier_options
 #include <strata/train/checkpoint.hpp>        // load_model_files, host_blocks
 #include <strata/train/run.hpp>               // run_hooks, run_result
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
 #endif
@@ -278,6 +278,7 @@ int run_train(const train_args& a) {
     const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
     o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
     o.homes = p.trainer_homes();  // each group's tier (streamed plans)
+    o.slots = p.slots;
     print_line(fmt_model(config, o, a.gpus, cuda ? "CUDA" : "CPU"));
     if (a.lora_rank > 0) {
         const auto lc = lora_config_of(a);

@@ -3,7 +3,7 @@
 // final RMSNorm, frozen embeddings and head. Resident or streamed, with either trainer:
 //
 //   auto model = llama::make_llama_lora_model<B>(base_config, {.rank = 8, .alpha = 16});
-//   trainer_t<float, B, ..., llama::llama_lora_model<B>> t(backend, model, o);
+//   tiered_trainer<float, B, llama::llama_lora_model<B>> t(backend, model, o);  // o.homes: the plan's
 //   t.initialize(seed);                                        // adapters: A random, B = 0
 //   llama::upload_base_weights(t, model, loaded.config, loaded.blocks);  // load_llama_files' weights, by name
 //

@@ -38,7 +38,7 @@
 #include <strata/text/byte_tokenizer.hpp>  // byte_tokenizer
 #include <strata/text/gpt2_tokenizer.hpp>  // gpt2_tokenizer
 #include <strata/train/run.hpp>               // run_hooks, run_result
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>  // Eigen::setNbThreads
@@ -394,6 +394,7 @@ int run_train(const train_args& a) {
             if (prediction) ctx.predicted_step_seconds = prediction->seconds;
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)
+            o.slots = p.slots;
             print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
                        std::to_string(config.n_head) + " heads" +
                        (config.n_kv_head ? " (" + std::to_string(config.kv_heads()) + " key/value)" : std::string()) +

@@ -4,7 +4,7 @@
 // checkpoint trains, resident or streamed, with either trainer:
 //
 //   auto model = lora::make_gpt2_lora_model<B>(base_config, lora_config);
-//   trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, lora::gpt2_lora_model<B>> t(backend, model, o);
+//   tiered_trainer<float, B, lora::gpt2_lora_model<B>> t(backend, model, o);  // o.homes: the plan's
 //   t.initialize(seed);                                   // adapters: A random, B = 0
 //   lora::upload_base_weights(t, model, base_blocks);     // the checkpoint's weights, by name
 //

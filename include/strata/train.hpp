@@ -1,8 +1,8 @@
 // strata/train.hpp: what a program composes to train a model, in one include: the CPU backend
 // and its ops, the model templates (decoder_model, and gpt_model: GPT-2, the decoder_model of the
-// GPT-2 block and layernorm), prefetch_pipeline, the optimizers (AdamW, SGD with momentum) and
-// offloaded_adamw, the trainer in every configuration (trainer_t: resident, streamed, moments on
-// storage), the planner, checkpoints, data loading, learning-rate schedules and the step loop of a
+// GPT-2 block and layernorm), the pipeline of streamed blocks, the optimizers (AdamW, SGD with
+// momentum) and offloaded_adamw, the trainer for every plan (tiered_trainer: resident, streamed,
+// state on storage, any mix, as train_options::homes says), the planner, checkpoints, data loading, learning-rate schedules and the step loop of a
 // run (run_training). <strata/cuda.hpp> adds the CUDA backend and its ops.
 #pragma once
 
@@ -16,9 +16,9 @@
 #include <strata/optim/offloaded_adamw.hpp>     // offloaded_adamw
 #include <strata/optim/optimizers.hpp>          // adamw_optimizer, sgd_optimizer, any_optimizer
 #include <strata/plan/planner.hpp>              // plan, memory_plan
-#include <strata/stream/prefetch_pipeline.hpp>  // prefetch_pipeline
+#include <strata/stream/prefetch_pipeline.hpp>  // pipeline_engine, transfer_counters
 #include <strata/strata.hpp>                    // backends, tiers, tensors
 #include <strata/train/checkpoint.hpp>          // save_checkpoint, load_checkpoint
 #include <strata/train/run.hpp>                 // run_training, run_options, run_hooks
 #include <strata/train/schedule.hpp>            // lr_schedule
-#include <strata/train/trainer.hpp>             // trainer_t, moments_in, train_options (every configuration)
+#include <strata/train/tiered_trainer.hpp>      // tiered_trainer, train_options (every plan)

@@ -15,6 +15,7 @@
 // on the losses of 6 steps and 1e-5 on the norms (measured on 2 and 3 ranks, every placement:
 // at most 1e-8 and 7e-7), and print the measured worst. Without the gradients' sum over the
 // ranks, step 1's norm is off by tens of percent.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "stream/stream_test_support.hpp"  // tiny_gpt, micro_batches, same_bits, scratch_tiers, state_of
 
 #include <strata/comm/thread_communicator.hpp>  // thread_group, thread_communicator
@@ -50,9 +51,9 @@ train_options rank_options() {
 }
 
 // The placements every case runs: one trainer type each, and the homes of mixed plans.
-using resident = trainer<float, cpu_backend>;
-using streamed_host = trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>;
-using streamed_storage = trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<storage_tier>>;
+using resident = tiered_trainer<float, cpu_backend>;
+using streamed_host = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier>;
+using streamed_storage = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, storage_tier>;
 
 std::vector<group_home> mixed_homes() {  // tiny_gpt: embeddings, 3 blocks, final norm
     return {group_home::device(), group_home::host(), group_home::storage(), group_home::device(), group_home::host()};

@@ -16,7 +16,7 @@
 #include <strata/model/gpt.hpp>         // gpt_model, group_use
 #include <strata/strata.hpp>            // cpu_backend, tiered_tensor, copy_async
 #include <strata/train/checkpoint.hpp>  // load_model_files, write_model_files, download_blocks
-#include <strata/train/trainer.hpp>     // trainer, train_options
+#include <strata/train/tiered_trainer.hpp>     // trainer, train_options
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE, MESSAGE
 
@@ -140,7 +140,7 @@ TEST_CASE("HF parity: the comparison catches a misplaced tensor") {
 }
 
 TEST_CASE_TEMPLATE("HF parity: loss and every parameter's gradient after one backward", B, STRATA_TEST_BACKENDS) {
-    using resident_trainer = trainer<float, B>;
+    using resident_trainer = tiered_trainer<float, B>;
     for (const std::string name : shapes) {
         CAPTURE(name);
         const fixture f(name);
@@ -180,7 +180,7 @@ TEST_CASE_TEMPLATE("HF parity: loss and every parameter's gradient after one bac
 }
 
 TEST_CASE_TEMPLATE("HF parity: a 10-step AdamW trajectory with clipping on one batch", B, STRATA_TEST_BACKENDS) {
-    using resident_trainer = trainer<float, B>;
+    using resident_trainer = tiered_trainer<float, B>;
     for (const std::string name : shapes) {
         CAPTURE(name);
         const fixture f(name);

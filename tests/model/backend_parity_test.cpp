@@ -11,7 +11,7 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>  // download_blocks
-#include <strata/train/trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 
 #include <doctest/doctest.h>
 
@@ -51,7 +51,7 @@ struct trajectory {
 template <class B>
 trajectory train(B& backend, const train_options& o, int steps) {
     gpt_model<float, B> model(config);
-    trainer<float, B> t(backend, model, o);
+    tiered_trainer<float, B> t(backend, model, o);
     t.initialize(3);
     trajectory r;
     for (int s = 0; s < steps; ++s) {
@@ -59,7 +59,7 @@ trajectory train(B& backend, const train_options& o, int steps) {
         r.losses.push_back(res.loss);
         r.norms.push_back(res.grad_norm);
     }
-    r.params = download_blocks(t, trainer<float, B>::state_kind::params);
+    r.params = download_blocks(t, tiered_trainer<float, B>::state_kind::params);
     return r;
 }
 

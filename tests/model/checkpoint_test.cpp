@@ -56,14 +56,14 @@ TEST_CASE_TEMPLATE("resuming from a checkpoint gives bitwise the same losses as 
     B& backend = *made;
     gpt_model<float, B> model(config);
 
-    trainer<float, B> straight(backend, model, options);
+    tiered_trainer<float, B> straight(backend, model, options);
     straight.initialize(5);
     auto loader = data::make_train_loader(toy_data(8), 2, 11);
     const auto expected = run_steps(straight, loader, 8);
 
     fs::path saved;
     {
-        trainer<float, B> first(backend, model, options);
+        tiered_trainer<float, B> first(backend, model, options);
         first.initialize(5);
         auto l1 = data::make_train_loader(toy_data(8), 2, 11);
         const auto head = run_steps(first, l1, 3);
@@ -75,7 +75,7 @@ TEST_CASE_TEMPLATE("resuming from a checkpoint gives bitwise the same losses as 
     CHECK(fs::exists(saved / "config.json"));
     CHECK(fs::exists(saved / "optimizer.safetensors"));
 
-    trainer<float, B> resumed(backend, model, options);
+    tiered_trainer<float, B> resumed(backend, model, options);
     resumed.initialize(999);  // different weights: the checkpoint must overwrite everything
     auto state = load_checkpoint(resumed, saved);
     CHECK(resumed.step_count() == 3);
@@ -97,7 +97,7 @@ TEST_CASE_TEMPLATE("checkpoint_bytes is what a save writes, computed before it, 
     for (const optimizer_kind optimizer : {optimizer_kind::adamw, optimizer_kind::sgd}) {
         train_options o = options;
         o.optimizer = optimizer;
-        trainer<float, B> t(*made, model, o);
+        tiered_trainer<float, B> t(*made, model, o);
         t.initialize(3);
         const std::string name(t.optimizer().name());
         CAPTURE(name);
@@ -130,14 +130,14 @@ TEST_CASE_TEMPLATE("a weights-only checkpoint resumes with the weights and step,
     auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     if (!made) return;
     gpt_model<float, B> model(config);
-    using kind = typename trainer<float, B>::state_kind;
-    trainer<float, B> first(*made, model, options);
+    using kind = typename tiered_trainer<float, B>::state_kind;
+    tiered_trainer<float, B> first(*made, model, options);
     first.initialize(5);
     auto loader = data::make_train_loader(toy_data(8), 2, 11);
     run_steps(first, loader, 3);
     const fs::path saved = save_checkpoint(first, s.dir, {{"data_cursor", loader.cursor()}}, {}, checkpoint_contents::weights);
 
-    trainer<float, B> resumed(*made, model, options);
+    tiered_trainer<float, B> resumed(*made, model, options);
     resumed.initialize(999);
     run_steps(resumed, loader, 1);  // moments that are not zero, which the resume must clear
     const auto state = load_checkpoint(resumed, saved);
@@ -164,9 +164,9 @@ TEST_CASE_TEMPLATE("a weights-only checkpoint resumes with the weights and step,
 TEST_CASE("a save hands the trainer's state to the files group by group through one buffer") {
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
-    trainer<float, cpu_backend> t(backend, model, options);
+    tiered_trainer<float, cpu_backend> t(backend, model, options);
     t.initialize(2);
-    using kind = trainer<float, cpu_backend>::state_kind;
+    using kind = tiered_trainer<float, cpu_backend>::state_kind;
     for (const auto k : {kind::params, kind::adam_m}) {
         const auto whole = download_blocks(t, k);
         std::vector<std::size_t> seen;
@@ -204,7 +204,7 @@ TEST_CASE("model.safetensors uses Hugging Face GPT-2 names and Conv1D layouts") 
     scratch s;
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
-    trainer<float, cpu_backend> t(backend, model, options);
+    tiered_trainer<float, cpu_backend> t(backend, model, options);
     t.initialize(2);
     const auto dir = save_checkpoint(t, s.dir, {});
     const auto f = safetensors_file::open(dir / "model.safetensors");
@@ -221,7 +221,7 @@ TEST_CASE("model.safetensors uses Hugging Face GPT-2 names and Conv1D layouts") 
 
     // the weights load back exactly, and a missing tensor is named
     auto loaded = load_model_files<float>(dir);
-    const auto blocks = download_blocks(t, trainer<float, cpu_backend>::state_kind::params);
+    const auto blocks = download_blocks(t, tiered_trainer<float, cpu_backend>::state_kind::params);
     CHECK(loaded.blocks == blocks);
 }
 
@@ -232,7 +232,7 @@ TEST_CASE("a corrupt or mismatched checkpoint is refused with its name") {
                          strata::error);
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
-    trainer<float, cpu_backend> t(backend, model, options);
+    tiered_trainer<float, cpu_backend> t(backend, model, options);
     t.initialize(2);
     const auto dir = save_checkpoint(t, s.dir, {});
     gpt_config other = config;

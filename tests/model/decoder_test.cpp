@@ -7,6 +7,7 @@
 // - Frozen tensors: frozen embeddings (the LoRA setting) and a wholly frozen block keep their
 //   weights bitwise, have no gradients or moments, stream == resident, and cost exactly their
 //   gradient and moment bytes less host memory.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
 
 #include <strata/model/decoder.hpp>
@@ -15,7 +16,7 @@
 #include <strata/nn/layernorm_layer.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
-#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 
 #include <doctest/doctest.h>
 
@@ -178,13 +179,13 @@ TEST_CASE_TEMPLATE("GPT-2 assembled from its three configs trains bit for bit li
         for (std::size_t i = 0; i < gpt.groups()[g].entries().size(); ++i)
             CHECK(layers.hf_name(g, layers.groups()[g].entries()[i]) == gpt.hf_name(g, gpt.groups()[g].entries()[i]));
     }
-    const auto reference = run<trainer_t<float, B>>(backend, gpt, o, 6);
+    const auto reference = run<tiered_trainer<float, B>>(backend, gpt, o, 6);
     CHECK(reference.losses.back() < reference.losses.front());
-    const auto resident = run<trainer_t<float, B, resident_placement, moments_in<device_tier>, gpt2_from_layers<B>>>(
+    const auto resident = run<tiered_trainer<float, B, gpt2_from_layers<B>>>(
         backend, layers, o, 6);
     CHECK(same_bits(reference.initial, resident.initial));  // the same draws
     check_equal(reference, resident);
-    check_equal(reference, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, gpt2_from_layers<B>>>(
+    check_equal(reference, run<test::streamed_trainer<tiered_trainer<float, B, gpt2_from_layers<B>>, 2, host_tier>>(
                                backend, layers, o, 6));
 }
 
@@ -204,7 +205,7 @@ TEST_CASE_TEMPLATE("an untied LM head: its own tensor in group 0; equal to the e
     CHECK(untied.hf_name(0, g0.entries()[2]) == "lm_head.weight");
     CHECK(g0.entries()[2].spec.shape.numel() == config.vocab_size * config.n_embd);
 
-    using resident = trainer_t<float, B, resident_placement, moments_in<device_tier>, gpt2_from_layers<B>>;
+    using resident = tiered_trainer<float, B, gpt2_from_layers<B>>;
     resident a(backend, tied, o), b(backend, untied, o);
     a.initialize(7);
     using kind = typename resident::state_kind;
@@ -226,7 +227,7 @@ TEST_CASE_TEMPLATE("an untied LM head: its own tensor in group 0; equal to the e
 
     const auto r = run<resident>(backend, untied, o, 4);
     CHECK(r.losses.back() < r.losses.front());
-    check_equal(r, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, gpt2_from_layers<B>>>(
+    check_equal(r, run<test::streamed_trainer<tiered_trainer<float, B, gpt2_from_layers<B>>, 2, host_tier>>(
                        backend, untied, o, 4));
 }
 
@@ -239,8 +240,8 @@ TEST_CASE_TEMPLATE("frozen embeddings: weights kept bitwise, no gradients or mom
     const gpt2_from_layers<B> frozen(decoder_shape(true), config, layernorm_config{.channels = config.n_embd});
     CHECK(frozen.groups()[0].frozen());
     CHECK(frozen.groups()[0].trainable_numel() == 0);
-    using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, gpt2_from_layers<B>>;
-    using streamed_t = trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, gpt2_from_layers<B>>;
+    using resident_t = tiered_trainer<float, B, gpt2_from_layers<B>>;
+    using streamed_t = test::streamed_trainer<tiered_trainer<float, B, gpt2_from_layers<B>>, 3, host_tier>;
     const auto resident = run<resident_t>(backend, frozen, o, 6);
     CHECK(resident.losses.back() < resident.losses.front());
     CHECK(same_bits(resident.params[0], resident.initial[0]));   // the embeddings did not move
@@ -268,12 +269,12 @@ TEST_CASE_TEMPLATE("a wholly frozen block streams to the device only and keeps i
     B& backend = *made;
     const auto o = options();
     const frozen_blocks<B> model(decoder_shape(false), config, layernorm_config{.channels = config.n_embd});
-    const auto resident = run<trainer_t<float, B, resident_placement, moments_in<device_tier>, frozen_blocks<B>>>(
+    const auto resident = run<tiered_trainer<float, B, frozen_blocks<B>>>(
         backend, model, o, 4);
     for (std::size_t l = 0; l < config.n_layer; ++l) CHECK(same_bits(resident.params[1 + l], resident.initial[1 + l]));
     CHECK_FALSE(same_bits(resident.params[0], resident.initial[0]));  // the embeddings trained
     CHECK(resident.losses.back() < resident.losses.front());
-    check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, frozen_blocks<B>>>(
+    check_equal(resident, run<test::streamed_trainer<tiered_trainer<float, B, frozen_blocks<B>>, 2, storage_tier>>(
                               backend, model, o, 4));
 }
 

@@ -19,6 +19,7 @@
 //         the sums of products of mixed signs);
 //   FP64: 1e-12 (u = 1.1e-16, the same reasoning with a margin for the propagation).
 // Losses are compared relatively with the same bounds.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
 
 #include <strata/model/lm_head.hpp>           // lm_head_loss_forward, lm_head_loss_backward
@@ -26,7 +27,7 @@
 #include <strata/strata.hpp>                  // gpt_model, cpu_backend
 #include <strata/testing/layer_harness.hpp>   // testing::detail::device_buffer
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks
-#include <strata/train/trainer.hpp>           // trainer_t
+#include <strata/train/tiered_trainer.hpp>           // tiered_trainer
 
 #include <doctest/doctest.h>
 
@@ -311,7 +312,7 @@ void check_close(const run_result<R>& chunked, const run_result<R>& whole) {
 
 template <class R, class B, class Model>
 void chunked_against_one_chunk(B& backend) {
-    using resident = trainer_t<R, B, resident_placement, moments_in<device_tier>, Model>;
+    using resident = tiered_trainer<R, B, Model>;
     const auto whole = run<resident>(backend, make_model<Model>(lm_head_chunk_rows), kept_activations::none(), 1);
     // B x T fits in the chunk, however large: the same calls, the same bits
     check_bitwise(whole, run<resident>(backend, make_model<Model>(batch * seq), kept_activations::none(), 1));
@@ -323,8 +324,8 @@ void chunked_against_one_chunk(B& backend) {
 
 template <class B, class Model>
 void chunked_is_deterministic_for_every_policy_and_placement(B& backend) {
-    using resident = trainer_t<float, B, resident_placement, moments_in<device_tier>, Model>;
-    using streamed = trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, Model>;
+    using resident = tiered_trainer<float, B, Model>;
+    using streamed = test::streamed_trainer<tiered_trainer<float, B, Model>, 2, host_tier>;
     const Model model = make_model<Model>(4);
     const auto reference = run<resident>(backend, model, kept_activations::none(), 3);
     CHECK(reference.losses.back() < reference.losses.front());

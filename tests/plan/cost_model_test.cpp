@@ -2,12 +2,13 @@
 // fits: the search finds the best plan of an exhaustive enumeration; a plan the fixed rules fit is
 // never refused; a storage directory alone moves no state the host can hold; and the model's
 // ordering of two placements is the CPU backend's measured ordering, with rates measured here.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend> (before the model is instantiated)
 #include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer (the calibration's host optimizer)
 #include <strata/plan/cost_model.hpp>         // predict, step_prediction
 #include <strata/plan/planner.hpp>            // plan, plan_request, detail::streamed_plan
 #include <strata/strata.hpp>                  // cpu_backend, gpt_model, tiered_tensor
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 
 #include <doctest/doctest.h>
 
@@ -344,11 +345,11 @@ double measured_step(cpu_backend& backend, const gpt_config& c, const plan_reque
         return best;
     };
     if (p.where == placement::resident) {
-        trainer_t<float, cpu_backend, resident_placement, moments_in<device_tier>> t(backend, model, o);
+        tiered_trainer<float, cpu_backend> t(backend, model, o);
         return time_steps(t);
     }
     REQUIRE(p.slots == 2);
-    trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<storage_tier>> t(backend, model, o);
+    test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, storage_tier> t(backend, model, o);
     return time_steps(t);
 }
 

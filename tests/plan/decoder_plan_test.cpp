@@ -2,13 +2,14 @@
 // tensors included: with budgets of exactly the plan's totals, a resident and a streamed step fit
 // and every tier's peak is the plan's total to the byte. Freezing the embeddings saves exactly
 // their gradients, m and v in the plan.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/model/decoder.hpp>            // decoder_model, decoder_config
 #include <strata/nn/cpu_ops.hpp>               // ops<cpu_backend>
 #include <strata/nn/gpt2_block.hpp>            // gpt2_block
 #include <strata/nn/layernorm_layer.hpp>       // layernorm_layer
 #include <strata/plan/planner.hpp>             // plan, footprint_of
 #include <strata/strata.hpp>                   // cpu_backend
-#include <strata/train/streamed_trainer.hpp>   // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>   // tiered_trainer
 
 #include <doctest/doctest.h>
 
@@ -78,8 +79,8 @@ TEST_CASE("a decoder_model's plans are what the trainers allocate, frozen tensor
         const memory_plan resident = plan_for(model, placement::resident);
         const memory_plan streamed = plan_for(model, placement::streamed);
         REQUIRE(streamed.slots == 3);
-        check_exact<trainer_t<float, cpu_backend, resident_placement, moments_in<device_tier>, model_t>>(model, resident);
-        check_exact<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>, model_t>>(model, streamed);
+        check_exact<tiered_trainer<float, cpu_backend, model_t>>(model, resident);
+        check_exact<test::streamed_trainer<tiered_trainer<float, cpu_backend, model_t>, 3, host_tier>>(model, streamed);
     }
 }
 

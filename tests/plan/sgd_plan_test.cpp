@@ -2,10 +2,11 @@
 // m and v bytes), its table row and homes say "SGD momentum", its storage traffic is one read and
 // one write of the momentum per step; and an SGD plan is what the trainer running SGD allocates,
 // to the byte, resident and streamed with the momentum on the host and on storage.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend> (before the model is instantiated)
 #include <strata/plan/planner.hpp>            // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                  // cpu_backend, tier_options, tier_id
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline, moments_in
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE, SUBCASE
 
@@ -123,20 +124,20 @@ TEST_CASE("the planner counts one state tensor for SGD: half of AdamW's moment b
 TEST_CASE("an SGD plan is what the trainer running SGD allocates: resident, streamed on the host and on storage") {
     SUBCASE("resident") {
         const plan_request r = request(optimizer_kind::sgd, placement::resident, false);
-        check_exact<trainer_t<float, cpu_backend>>(plan(r), r);
+        check_exact<tiered_trainer<float, cpu_backend>>(plan(r), r);
     }
     SUBCASE("streamed, momentum on the host") {
         const plan_request r = request(optimizer_kind::sgd, placement::streamed, false);
         const memory_plan p = plan(r);
         REQUIRE(p.slots == 3);
-        check_exact<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>>(p, r);
+        check_exact<test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier>>(p, r);
     }
     SUBCASE("streamed, momentum on storage") {
         const plan_request r = request(optimizer_kind::sgd, placement::streamed, true);
         const memory_plan p = plan(r);
         REQUIRE(p.slots == 3);
         REQUIRE(p.state_home == tier_id::storage);
-        check_exact<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<storage_tier>>>(p, r);
+        check_exact<test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, storage_tier>>(p, r);
     }
 }
 

@@ -1,11 +1,12 @@
 // A streamed plan is what the streamed trainer really allocates: for prefetch depth 1 and 2 and
 // AdamW moments in the host and the storage tier, one step with accumulation on a backend whose
 // budgets are exactly the plan's totals fits, and each tier's peak is the plan's total, to the byte.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>               // ops<cpu_backend> (before the model is instantiated)
 #include <strata/plan/planner.hpp>             // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                   // cpu_backend, tier_options, tier_id
 #include <strata/train/checkpoint.hpp>         // download_blocks
-#include <strata/train/streamed_trainer.hpp>   // streamed_trainer, prefetch_pipeline, trainer_t
+#include <strata/train/tiered_trainer.hpp>   // tiered_trainer
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
@@ -85,7 +86,7 @@ void check_streamed_plan(const gpt_config& c, double clip) {
     const train_options o{.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .clip = clip, .activations = p.kept()};
     {
         cpu_backend backend(exact);
-        trainer_t<float, cpu_backend, prefetch_pipeline<Depth>, moments_in<Moments>> t(backend, model, o);
+        test::streamed_trainer<tiered_trainer<float, cpu_backend>, Depth + 1, Moments> t(backend, model, o);
         // every device and host byte and every storage file is allocated up front
         CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
         CHECK(backend.budget(tier_id::host).used() == p.total(tier_id::host));
@@ -109,7 +110,7 @@ void check_streamed_plan(const gpt_config& c, double clip) {
     tier_options short_device = exact;
     short_device.device_bytes = p.total(tier_id::device) - 1;
     cpu_backend backend(short_device);
-    using streamed_t = trainer_t<float, cpu_backend, prefetch_pipeline<Depth>, moments_in<Moments>>;
+    using streamed_t = test::streamed_trainer<tiered_trainer<float, cpu_backend>, Depth + 1, Moments>;
     CHECK_THROWS_AS(streamed_t(backend, model, o), error);
 }
 
@@ -167,20 +168,38 @@ TEST_CASE("the planner's own choice builds: its slots and moments' home name a t
     gpt_model<float, cpu_backend> model(c);
     // auto activations: the blocks the rest of the device budget holds keep theirs
     CHECK(p.kept_blocks > 0);
-    const train_options o{
-        .batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .activations = p.kept(), .homes = p.trainer_homes()};
-    auto run = [&]<std::size_t Depth>(prefetch_pipeline<Depth>) {
-        trainer_t<float, cpu_backend, prefetch_pipeline<Depth>, moments_in<host_tier>> t(backend, model, o);
+    const train_options o{.batch = r.model.batch,
+                          .seq = r.model.seq,
+                          .accum = r.accum,
+                          .activations = p.kept(),
+                          .homes = p.trainer_homes(),
+                          .slots = p.slots};
+    {
+        tiered_trainer<float, cpu_backend> t(backend, model, o);
         t.initialize(2);
         (void)t.step(micro_batches(c, r.accum, r.model.batch * r.model.seq));
-    };
-    if (p.slots == 3)
-        run(prefetch_pipeline<2>{});
-    else
-        run(prefetch_pipeline<1>{});
+    }
     CHECK(backend.budget(tier_id::device).peak() == p.total(tier_id::device));
     CHECK(backend.budget(tier_id::device).peak() <= r.budgets.device);
     CHECK(backend.budget(tier_id::host).peak() == p.total(tier_id::host));
+}
+
+// Placement is data: the slots are the options', and fewer than 2 cannot stream a block (one
+// computes while the next is filled); with no block streaming they are not used.
+TEST_CASE("train_options::slots below 2 is refused when a block streams, unused when none does") {
+    const gpt_config c = blocks_largest;
+    cpu_backend backend({.device_bytes = std::size_t(256) << 20, .host_bytes = std::size_t(256) << 20, .storage_bytes = 0});
+    gpt_model<float, cpu_backend> model(c);
+    train_options o{.batch = 2, .seq = 8};
+    o.slots = 1;
+    using trainer = tiered_trainer<float, cpu_backend>;
+    CHECK_NOTHROW(trainer(backend, model, o));  // resident: no slots
+    o.homes = every_group(model.groups().size(), group_home::host());
+    CHECK_THROWS_WITH_AS(trainer(backend, model, o),
+                         doctest::Contains("train_options::slots is 1: streaming a block needs at least 2 device slots"),
+                         error);
+    o.slots = 2;
+    CHECK_NOTHROW(trainer(backend, model, o));
 }
 
 // Issue 13: with a device budget that holds some groups and a host budget that cannot hold every
@@ -234,7 +253,7 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
     host_blocks<float> params, m, v;
     {
         cpu_backend backend(exact);
-        using tiered_t = trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>;
+        using tiered_t = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier>;
         REQUIRE(p.slots == 3);
         tiered_t t(backend, model, o);
         CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
@@ -265,7 +284,7 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
     cpu_backend backend({.device_bytes = generous, .host_bytes = generous, .storage_bytes = 0});
     train_options resident_options = o;
     resident_options.homes.clear();
-    trainer_t<float, cpu_backend> t(backend, model, resident_options);
+    tiered_trainer<float, cpu_backend> t(backend, model, resident_options);
     t.initialize(4);
     bool clipped = false;
     for (int s = 0; s < steps; ++s) {
@@ -275,7 +294,7 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
         clipped |= res.grad_norm > o.clip;
     }
     CHECK(clipped);
-    using kind = trainer_t<float, cpu_backend>::state_kind;
+    using kind = tiered_trainer<float, cpu_backend>::state_kind;
     CHECK(download_blocks(t, kind::params) == params);
     CHECK(download_blocks(t, kind::adam_m) == m);
     CHECK(download_blocks(t, kind::adam_v) == v);

@@ -5,7 +5,7 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
-#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 
 #include <doctest/doctest.h>
 
@@ -55,13 +55,13 @@ struct remove_dir_at_end {
     ~remove_dir_at_end() { std::filesystem::remove_all(dir); }
 };
 
-template <class Moments>
+template <Tier Moments>
 void check_step_bytes(double clip, std::size_t accum, std::size_t expected_per_step) {
     const remove_dir_at_end cleanup{tiers().storage_dir};
     cpu_backend backend(tiers());
     gpt_model<float, cpu_backend> model(config);
     train_options o{.batch = 2, .seq = 8, .accum = accum, .clip = clip};
-    trainer_t<float, cpu_backend, prefetch_pipeline<1>, Moments> t(backend, model, o);
+    test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, Moments> t(backend, model, o);
     t.initialize(3);
     CHECK(t.counters().storage_read_bytes == 0);  // zeroing the moments at construction is not a step
     CHECK(t.counters().storage_write_bytes == 0);
@@ -86,9 +86,9 @@ void check_step_bytes(double clip, std::size_t accum, std::size_t expected_per_s
 TEST_CASE("a streamed step with moments on storage reads and writes both moments of every group once") {
     const std::size_t per_step = moment_bytes(gpt_model<float, cpu_backend>(config));
     REQUIRE(per_step > 0);
-    SUBCASE("clipping on, accumulation 2") { check_step_bytes<moments_in<storage_tier>>(1.0, 2, per_step); }
-    SUBCASE("clipping off") { check_step_bytes<moments_in<storage_tier>>(0.0, 1, per_step); }
-    SUBCASE("moments in the host tier: no storage traffic") { check_step_bytes<moments_in<host_tier>>(1.0, 1, 0); }
+    SUBCASE("clipping on, accumulation 2") { check_step_bytes<storage_tier>(1.0, 2, per_step); }
+    SUBCASE("clipping off") { check_step_bytes<storage_tier>(0.0, 1, per_step); }
+    SUBCASE("moments in the host tier: no storage traffic") { check_step_bytes<host_tier>(1.0, 1, 0); }
 }
 
 }  // namespace storage_bytes_test

@@ -23,14 +23,14 @@ constexpr std::size_t n = 8;  // elements of each streamed block (weights and gr
 // uses 1 and 2 forward, then backward: the order a two-block model's forward_backward follows.
 struct fixture {
     cpu_backend backend;
-    pipeline_engine<float, cpu_backend, 2> engine{backend, n, n};
+    pipeline_engine<float, cpu_backend> engine{backend, 3, n, n};
     cpu_backend::stream compute = backend.make_stream("compute");
     std::vector<float> params1 = std::vector<float>(n, 1.0f), params2 = std::vector<float>(n, 2.0f);
     std::vector<float> grads1 = std::vector<float>(n, -1.0f), grads2 = std::vector<float>(n, -1.0f);
     std::vector<cpu_backend::event> last_d2h = std::vector<cpu_backend::event>(3);
 
     fixture() {
-        pipeline_engine<float, cpu_backend, 2>::pass p;
+        pipeline_engine<float, cpu_backend>::pass p;
         p.order = {{1, group_use::forward}, {2, group_use::forward}, {2, group_use::backward}, {1, group_use::backward}};
         p.host_params = {nullptr, params1.data(), params2.data()};
         p.host_grads = {nullptr, grads1.data(), grads2.data()};

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend>
-#include <strata/strata.hpp>                  // gpt_model, trainer_t, rng, tier_options
+#include <strata/strata.hpp>                  // gpt_model, tiered_trainer, rng, tier_options
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks
-#include <strata/train/streamed_trainer.hpp>  // prefetch_pipeline, moments_in
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 
 #include <unistd.h>  // getpid
 

@@ -11,6 +11,7 @@
 //   file truncated under the run) surfaces as strata::error at the next step or finish_updates,
 //   naming the file; the trainer is then failed for good (each later call rethrows) and is
 //   destroyed without hanging or touching freed memory (TSan/ASan in CI).
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "stream/stream_test_support.hpp"  // tiny_gpt, micro_batches, state_of, scratch_tiers
 
 #include <doctest/doctest.h>
@@ -30,9 +31,9 @@ using test::tiny_gpt;
 
 namespace {
 
-using resident = trainer_t<float, cpu_backend>;
-using streamed_host = trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>>;
-using streamed_storage = trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<storage_tier>>;
+using resident = tiered_trainer<float, cpu_backend>;
+using streamed_host = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, host_tier>;
+using streamed_storage = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, storage_tier>;
 
 train_options options_with_clip(double clip) {
     train_options o{.batch = 2, .seq = 8, .accum = 2, .clip = clip};

@@ -8,6 +8,7 @@
 // blocks' weights go to free slots on the H2D stream while compute runs, and each block's
 // gradients go home while the next block computes. Measured: 0.75-0.82 here; with the slots cut
 // to one (each copy then waits for the previous block's compute), 0.25-0.34, and the test fails.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "stream/stream_test_support.hpp"  // micro_batches
 
 #include <strata/report/trace.hpp>  // trace_recorder, trace_track
@@ -61,7 +62,7 @@ TEST_CASE("a streamed CPU run with slow copies hides most of its transfer time u
     const gpt_config c{.vocab_size = 29, .max_seq = 32, .n_layer = 4, .n_head = 2, .n_embd = 64};
     gpt_model<float, backend_type> model(c);
     const train_options o{.batch = 4, .seq = 32, .accum = 2, .clip = 1.0};
-    trainer_t<float, backend_type, prefetch_pipeline<2>, moments_in<host_tier>> t(backend, model, o);
+    test::streamed_trainer<tiered_trainer<float, backend_type>, 3, host_tier> t(backend, model, o);
     t.initialize(21);
 
     trace_recorder trace;

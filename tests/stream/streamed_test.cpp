@@ -3,10 +3,11 @@
 // storage tier; and device memory that does not grow with the number of layers. Instantiated for
 // every backend: on the GPU, the CUDA kernels must be as deterministic as the CPU's.
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+#include "support/placements.hpp"  // streamed_options
 
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 #include <strata/train/checkpoint.hpp>
 
 #include <doctest/doctest.h>
@@ -22,6 +23,11 @@ using namespace strata;
 namespace {
 
 const gpt_config config{.vocab_size = 29, .max_seq = 8, .n_layer = 4, .n_head = 2, .n_embd = 16};
+
+// o streamed through `slots` device slots; without homes of its own, every group at `home`.
+train_options placed(const train_options& o, std::size_t slots, group_home home = group_home::host()) {
+    return test::streamed_options(o, config.n_layer + 2, slots, home);  // groups: embeddings, blocks, final norm
+}
 
 std::vector<data::batch> micro_batches(int step, std::size_t accum, std::size_t B, std::size_t T) {
     std::vector<data::batch> out;
@@ -98,17 +104,17 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
     B& backend = *made;
     train_options o{.batch = 2, .seq = 8, .accum = 3, .clip = 0.05};  // a small max norm: clipping really happens
     o.schedule = {.kind = lr_kind::cosine, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 3, .total_steps = 20};
-    const auto resident = run<trainer_t<float, B>>(backend, o, 20);
+    const auto resident = run<tiered_trainer<float, B>>(backend, o, 20);
     CHECK(resident.losses.back() < resident.losses.front());
     bool clipped = false;
     for (double n : resident.norms) clipped |= n > o.clip;
     CHECK(clipped);
 
     SUBCASE("moments in the host tier") {
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, o, 20));
+        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 2, group_home::host()), 20));
     }
     SUBCASE("moments in the storage tier") {
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>>>(backend, o, 20));
+        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 3, group_home::storage()), 20));
     }
     // Per-group homes (issue 13): any mix of device, host and storage, not only the planner's
     // prefixes: device groups between streamed ones, storage groups apart and side by side.
@@ -116,13 +122,13 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
         train_options mixed = o;
         mixed.homes = {group_home::host(),    group_home::device(), group_home::storage(),
                        group_home::host(),    group_home::device(), group_home::storage()};
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, mixed, 20));
+        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(mixed, 2, group_home::host()), 20));
     }
     SUBCASE("mixed homes: the planner's shape (device prefix, host, storage suffix)") {
         train_options mixed = o;
         mixed.homes = {group_home::device(), group_home::device(),  group_home::host(),
                        group_home::storage(), group_home::storage(), group_home::device()};
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, mixed, 20));
+        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(mixed, 3, group_home::host()), 20));
     }
     // What the planner's search (plan/planner.hpp: detail::fastest_plan) may choose beyond the
     // fixed rules: the embeddings on the host beside device-homed blocks, the state of the first
@@ -133,15 +139,15 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
         searched.homes = {group_home::host(),    group_home::device(), group_home::storage(),
                           group_home::storage(), group_home::host(),   group_home::device()};
         searched.activations = kept_activations{1, true};
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, searched, 20));
+        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(searched, 3, group_home::host()), 20));
         searched.activations = kept_activations{2};
         searched.homes[0] = group_home::device();
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, searched, 20));
+        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(searched, 2, group_home::host()), 20));
     }
     SUBCASE("every group on the device: the resident plan in the streamed trainer") {
         train_options all = o;
         all.homes.assign(6, group_home::device());
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>>(backend, all, 20));
+        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(all, 2, group_home::host()), 20));
     }
 }
 
@@ -150,7 +156,7 @@ TEST_CASE("homes the trainers cannot build are refused with the group named") {
     gpt_model<float, cpu_backend> model(config);
     train_options o{.batch = 2, .seq = 8};
     o.homes = {group_home::host(), group_home::host()};
-    using streamed = trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>>;
+    using streamed = tiered_trainer<float, cpu_backend>;
     CHECK_THROWS_WITH_AS(streamed(backend, model, o), doctest::Contains("2 entries for a model of 6 layer groups"),
                          error);
     o.homes.assign(6, group_home::host());
@@ -165,8 +171,8 @@ TEST_CASE_TEMPLATE("without clipping, the overlapped AdamW still equals resident
     B& backend = *made;
     train_options o{.batch = 2, .seq = 8, .accum = 1, .clip = 0};
     o.schedule = {.kind = lr_kind::constant, .lr = 2e-3, .min_lr = 2e-3, .warmup_steps = 0, .total_steps = 10};
-    const auto resident = run<trainer_t<float, B>>(backend, o, 10);
-    check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>>>(backend, o, 10));
+    const auto resident = run<tiered_trainer<float, B>>(backend, o, 10);
+    check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 3, group_home::host()), 10));
 }
 
 TEST_CASE_TEMPLATE("streamed device memory is slots + activations, independent of the number of layers", B,
@@ -184,11 +190,11 @@ TEST_CASE_TEMPLATE("streamed device memory is slots + activations, independent o
         std::size_t peak = 0;
         auto micro = micro_batches(0, 1, 2, 8);
         if (streamed) {
-            trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>> t(backend, model, o);
+            tiered_trainer<float, B> t(backend, model, test::streamed_options(o, layers + 2, 2));
             t.initialize(1);
             t.step(micro);
         } else {
-            trainer_t<float, B> t(backend, model, o);
+            tiered_trainer<float, B> t(backend, model, o);
             t.initialize(1);
             t.step(micro);
         }
@@ -223,9 +229,9 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
     train_options o{.batch = 2, .seq = 8, .accum = 2, .clip = 0.05};
     o.schedule = {.kind = lr_kind::cosine, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 2, .total_steps = 6};
     const int steps = 6;
-    const auto resident = run<trainer_t<float, B>>(backend, o, steps);
+    const auto resident = run<tiered_trainer<float, B>>(backend, o, steps);
     gpt_model<float, B> model(config);
-    using streamed = trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>>;
+    using streamed = tiered_trainer<float, B>;  // with placed(options, 2)
     for (int stop : {1, 2, 5}) {
         CAPTURE(stop);
         std::filesystem::remove_all(dir);
@@ -238,7 +244,7 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
             if (stop == 2)  // saved from three tiers
                 keep.homes = {group_home::storage(), group_home::device(), group_home::host(),
                               group_home::storage(), group_home::host(),   group_home::device()};
-            streamed first(backend, model, keep);
+            streamed first(backend, model, placed(keep, 2));
             first.initialize(21);
             for (int s = 0; s < stop; ++s) {
                 losses.push_back(first.step(micro_batches(s, o.accum, o.batch, o.seq)).loss);
@@ -260,12 +266,12 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
         };
         train_options all = o;
         all.activations = kept_activations::all();
-        CHECK(continue_in.template operator()<streamed>(all) == resident.losses);
-        CHECK(continue_in.template operator()<trainer_t<float, B>>(o) == resident.losses);
+        CHECK(continue_in.template operator()<streamed>(placed(all, 2)) == resident.losses);
+        CHECK(continue_in.template operator()<tiered_trainer<float, B>>(o) == resident.losses);
         train_options mixed = o;  // resumed with the state spread over three tiers
         mixed.homes = {group_home::device(), group_home::host(),   group_home::storage(),
                        group_home::device(), group_home::storage(), group_home::host()};
-        CHECK(continue_in.template operator()<streamed>(mixed) == resident.losses);
+        CHECK(continue_in.template operator()<streamed>(placed(mixed, 2)) == resident.losses);
     }
 }
 

@@ -2,6 +2,7 @@
 // the loss plot are written; a run stopped (stop_at, or stop_requested) and resumed continues
 // bitwise like one never stopped; a non-finite or diverged loss ends the run with an error and
 // leaves the last checkpoint as it was.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "io/scratch_dir.hpp"  // test::scratch_dir
 
 #include <strata/data/loader.hpp>             // data::make_train_loader, make_validation_loader
@@ -12,7 +13,7 @@
 #include <strata/strata.hpp>                  // cpu_backend
 #include <strata/train/checkpoint.hpp>        // download_blocks, load_checkpoint
 #include <strata/train/run.hpp>               // run_training
-#include <strata/train/streamed_trainer.hpp>  // trainer_t, prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 
 #include <doctest/doctest.h>
 
@@ -48,7 +49,7 @@ data::token_dataset toy_data(int offset) {
     return data::token_dataset::packed(stream, 8);
 }
 
-using resident = trainer<float, cpu_backend>;
+using resident = tiered_trainer<float, cpu_backend>;
 
 // A resident trainer whose reported losses a test edits: run_training's own refusals without
 // having to make a real run diverge.
@@ -339,7 +340,7 @@ TEST_CASE("a loss past the divergence limit is never saved") {
 
 TEST_CASE("a streamed trainer's records carry the bytes it moved and the transfer overlap; --trace keeps steps 2-3") {
     setup s;
-    trainer_t<float, cpu_backend, prefetch_pipeline<1>, moments_in<host_tier>> t(s.backend, s.model, options_of(4));
+    test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, host_tier> t(s.backend, s.model, options_of(4));
     t.initialize(5);
     loaders data;
     const run_options o{.out = s.dir / "run", .checkpoints = std::nullopt, .metrics = s.dir / "run.jsonl",

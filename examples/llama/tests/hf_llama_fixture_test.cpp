@@ -18,7 +18,7 @@
 #include <strata/io/safetensors.hpp>    // safetensors_file
 #include <strata/strata.hpp>            // cpu_backend, tiered_tensor, copy_async, kept_activations
 #include <strata/train/checkpoint.hpp>  // download_blocks, host_blocks
-#include <strata/train/trainer.hpp>     // trainer, train_options
+#include <strata/train/tiered_trainer.hpp>     // trainer, train_options
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE, REQUIRE_MESSAGE, MESSAGE
 
@@ -164,7 +164,7 @@ void check_logits(B& backend, const fixture& f) {
 // Loss, gradient norm and every HF tensor's gradient after one backward against torch's.
 template <class B>
 void check_loss_and_gradients(B& backend, const fixture& f) {
-    using llama_trainer = trainer<float, B, llama_model<B>>;
+    using llama_trainer = tiered_trainer<float, B, llama_model<B>>;
     auto* made = &backend;
     const auto model = llama::make_llama_model<B>(f.hf.config);
     // clip 0: step() leaves the gradients as the backward made them (clipping would scale them)

@@ -19,7 +19,7 @@
 #include <strata/io/safetensors.hpp>    // safetensors_file
 #include <strata/strata.hpp>            // cpu_backend
 #include <strata/train/checkpoint.hpp>  // download_blocks
-#include <strata/train/trainer.hpp>     // trainer, train_options
+#include <strata/train/tiered_trainer.hpp>     // trainer, train_options
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK_MESSAGE, MESSAGE
 
@@ -128,7 +128,7 @@ struct trained {
 // (constant lr, no warmup), clip and the AdamW hyperparameters `h`.
 template <class B>
 trained train(B& backend, const fixture& f, const trajectory& tr, const adamw_hparams& h) {
-    using llama_trainer = trainer<float, B, llama_model<B>>;
+    using llama_trainer = tiered_trainer<float, B, llama_model<B>>;
     const auto model = llama::make_llama_model<B>(f.hf.config);
     const double lr = tr.hparam("lr");
     train_options o{.batch = tr.batch, .seq = tr.seq, .accum = 1, .clip = tr.hparam("clip")};

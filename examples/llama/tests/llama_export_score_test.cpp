@@ -12,7 +12,7 @@
 #include <strata/io/json_file.hpp>        // read_json_file, write_json_file
 #include <strata/io/safetensors.hpp>      // safetensors_file, safetensors_writer
 #include <strata/strata.hpp>              // cpu_backend
-#include <strata/train/trainer.hpp>       // trainer, train_options
+#include <strata/train/tiered_trainer.hpp>       // trainer, train_options
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, CHECK_THROWS_WITH_AS
 
@@ -214,7 +214,7 @@ TEST_CASE("llama score: the logits are the model's forward logits bitwise, the l
     // the last row is what the uncached forward reads (sampling reads it with the KV cache)
     CHECK(gen.logits_uncached(ids) == std::vector<float>(want.end() - long(V), want.end()));
 
-    using llama_trainer = trainer<float, cpu_backend, llama::llama_model<cpu_backend>>;
+    using llama_trainer = tiered_trainer<float, cpu_backend, llama::llama_model<cpu_backend>>;
     train_options o{.batch = 1, .seq = T, .accum = 1};
     llama_trainer t(backend, model, o);
     for (std::size_t g = 0; g < weights.size(); ++g) t.upload(llama_trainer::state_kind::params, g, weights[g]);

@@ -5,6 +5,7 @@
 // - streamed == resident bitwise (losses, norms, weights, the adapters' moments);
 // - the adapters file (adapters.hpp's, "model.layers.<l>...") loads back bitwise;
 // - the planner sees the frozen base: gradients are the adapters' bytes only.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "../llama_lora_model.hpp"  // llama::make_llama_lora_model, upload_base_weights
 #ifdef STRATA_TESTS_WITH_CUDA
 #include "../llama_ops_cuda.hpp"  // llama_ops<cuda_backend> (definitions: strata_llama_cuda_ops)
@@ -17,7 +18,7 @@
 #include <strata/plan/planner.hpp>            // plan, footprint_of
 #include <strata/strata.hpp>                  // tier_options, cpu_backend
 #include <strata/train/checkpoint.hpp>        // download_blocks, host_blocks
-#include <strata/train/streamed_trainer.hpp>  // trainer_t with prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, MESSAGE
 
@@ -45,7 +46,7 @@ using namespace lora::finetune_support;  // text, options, same, finetune, run
 template <class B>
 host_blocks<float> train_base(B& backend, double& loss_on_b) {
     const auto model = llama::make_llama_model<B>(base_config);
-    trainer_t<float, B, resident_placement, moments_in<device_tier>, llama::llama_model<B>> t(backend, model, options(1e-2));
+    tiered_trainer<float, B, llama::llama_model<B>> t(backend, model, options(1e-2));
     t.initialize(11);
     for (int s = 0; s < 20; ++s) t.step(text(1, s));
     loss_on_b = t.evaluate(text(3, 1000));
@@ -64,8 +65,8 @@ TEST_CASE_TEMPLATE("llama LoRA: only the adapters move, the loss on new text fal
     const host_blocks<float> base = train_base(backend, base_loss);
     const auto model = llama::make_llama_lora_model<B>(base_config, adapters);
     using M = std::remove_const_t<decltype(model)>;
-    using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, M>;
-    using streamed_t = trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, M>;
+    using resident_t = tiered_trainer<float, B, M>;
+    using streamed_t = test::streamed_trainer<tiered_trainer<float, B, M>, 2, storage_tier>;
     const auto upload = [&](auto& t) { llama::upload_base_weights(t, model, base_config, base); };
     const auto resident = run<resident_t>(backend, model, upload, 30, dir.path() / "adapters.safetensors");
 

@@ -4,6 +4,7 @@
 // bitwise; a trainer checkpoint is such a directory), and generation with a KV cache against the
 // model's forward (and, with CUDA, against the CPU).
 // Every backend of the build; CUDA cases skip, visibly, without a GPU.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "../llama_lora_model.hpp"  // llama::llama_lora_model (generation with adapters)
 #include "../llama_model.hpp"  // llama::llama_model, rmsnorm_layer, write_model_files, load_llama_files
 #ifdef STRATA_TESTS_WITH_CUDA
@@ -18,7 +19,7 @@
 #include <strata/strata.hpp>                 // tier_options, cpu_backend
 #include <strata/testing/layer_harness.hpp>  // strata::testing::check_*
 #include <strata/train/checkpoint.hpp>       // download_blocks, host_blocks
-#include <strata/train/streamed_trainer.hpp>  // trainer_t with prefetch_pipeline
+#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, MESSAGE
 
@@ -165,7 +166,7 @@ train_options options() {
 }
 
 template <class B>
-using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, llama_model<B>>;
+using resident_t = tiered_trainer<float, B, llama_model<B>>;
 
 TEST_CASE_TEMPLATE("llama model: trains with accumulation and clipping, the loss falls", B, STRATA_TEST_BACKENDS) {
     auto made = test::make_backend<B>(tiers());
@@ -194,25 +195,25 @@ TEST_CASE_TEMPLATE("llama model: streamed == resident bitwise (prefetch 1 and 2,
     const auto resident = run<resident_t<B>>(backend, model, o, 6);
     SUBCASE("prefetch 1, moments on the host") {
         check_equal(resident,
-                    run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, llama_model<B>>>(backend, model, o, 6));
+                    run<test::streamed_trainer<tiered_trainer<float, B, llama_model<B>>, 2, host_tier>>(backend, model, o, 6));
     }
     SUBCASE("prefetch 2, moments on the host") {
         check_equal(resident,
-                    run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, llama_model<B>>>(backend, model, o, 6));
+                    run<test::streamed_trainer<tiered_trainer<float, B, llama_model<B>>, 3, host_tier>>(backend, model, o, 6));
     }
     SUBCASE("prefetch 1, moments on storage") {
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, llama_model<B>>>(
+        check_equal(resident, run<test::streamed_trainer<tiered_trainer<float, B, llama_model<B>>, 2, storage_tier>>(
                                   backend, model, o, 6));
     }
     SUBCASE("prefetch 2, moments on storage") {
-        check_equal(resident, run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<storage_tier>, llama_model<B>>>(
+        check_equal(resident, run<test::streamed_trainer<tiered_trainer<float, B, llama_model<B>>, 3, storage_tier>>(
                                   backend, model, o, 6));
     }
     SUBCASE("no clipping") {
         auto unclipped = o;
         unclipped.clip = 0;
         check_equal(run<resident_t<B>>(backend, model, unclipped, 4),
-                    run<trainer_t<float, B, prefetch_pipeline<2>, moments_in<host_tier>, llama_model<B>>>(backend, model,
+                    run<test::streamed_trainer<tiered_trainer<float, B, llama_model<B>>, 3, host_tier>>(backend, model,
                                                                                                        unclipped, 4));
     }
 }
@@ -325,7 +326,7 @@ TEST_CASE_TEMPLATE("llama model: a trainer checkpoint is an HF Llama directory; 
     fs::remove_all(dir);
     const auto model = llama::make_llama_model<B>(tiny);
     const auto o = options();
-    trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, llama_model<B>> t(*made, model, o);
+    test::streamed_trainer<tiered_trainer<float, B, llama_model<B>>, 2, host_tier> t(*made, model, o);
     t.initialize(3);
     t.step(micro_batches(0, o.accum, o.batch, o.seq));
     const auto saved = llama::save_llama_checkpoint(t, dir, {{"tokenizer", "byte"}});
@@ -530,7 +531,7 @@ TEST_CASE_TEMPLATE("llama family: a GQA + bias + llama3 model trains, streamed =
     const auto o = options();
     const auto resident = run<resident_t<B>>(*made, model, o, 4);
     const auto streamed =
-        run<trainer_t<float, B, prefetch_pipeline<1>, moments_in<host_tier>, llama_model<B>>>(*made, model, o, 4);
+        run<test::streamed_trainer<tiered_trainer<float, B, llama_model<B>>, 2, host_tier>>(*made, model, o, 4);
     check_equal(resident, streamed);
     CHECK(resident.losses.back() < resident.losses.front());
 }

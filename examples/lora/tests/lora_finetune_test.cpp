@@ -5,6 +5,7 @@
 // - the merged model (W + alpha/r A B) gives the LoRA model's loss;
 // - the planner's host bytes are the full fine-tune's minus exactly the frozen tensors'
 //   gradients and moments (plus the adapters' weights and state).
+#include "support/placements.hpp"  // test::streamed_trainer
 #include "../lora_model.hpp"     // lora::make_gpt2_lora_model, upload_base_weights, merged_blocks
 #include "finetune_support.hpp"  // text, options, same, finetune, run
 #include "io/scratch_dir.hpp"    // scratch_dir
@@ -14,7 +15,7 @@
 #include <strata/plan/planner.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
-#include <strata/train/streamed_trainer.hpp>
+#include <strata/train/tiered_trainer.hpp>
 
 #include <doctest/doctest.h>
 
@@ -39,10 +40,10 @@ using namespace lora::finetune_support;  // text, options, same, finetune, run
 template <class B>
 host_blocks<float> train_base(B& backend) {
     const gpt_model<float, B> model(base_config);
-    trainer_t<float, B> t(backend, model, options(1e-2));
+    tiered_trainer<float, B> t(backend, model, options(1e-2));
     t.initialize(11);
     for (int s = 0; s < 30; ++s) t.step(text(1, s));
-    return download_blocks(t, trainer_t<float, B>::state_kind::params);
+    return download_blocks(t, tiered_trainer<float, B>::state_kind::params);
 }
 
 }  // namespace
@@ -56,8 +57,8 @@ TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on
     const host_blocks<float> base = train_base(backend);
     const auto model = lora::make_gpt2_lora_model<B>(base_config, adapters);
     using M = decltype(model);
-    using resident_t = trainer_t<float, B, resident_placement, moments_in<device_tier>, std::remove_const_t<M>>;
-    using streamed_t = trainer_t<float, B, prefetch_pipeline<1>, moments_in<storage_tier>, std::remove_const_t<M>>;
+    using resident_t = tiered_trainer<float, B, std::remove_const_t<M>>;
+    using streamed_t = test::streamed_trainer<tiered_trainer<float, B, std::remove_const_t<M>>, 2, storage_tier>;
     const auto upload = [&](auto& t) { lora::upload_base_weights(t, model, base_config, base); };
     const auto resident = run<resident_t>(backend, model, upload, 40, dir.path() / "adapters.safetensors");
 
@@ -97,8 +98,8 @@ TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on
     const host_blocks<float> merged = lora::merged_blocks(base_config, lora::gpt2_lora_config(adapters), base,
                                                           dir.path() / "adapters.safetensors");
     const gpt_model<float, B> plain(base_config);
-    trainer_t<float, B> t(backend, plain, options(1e-3));
-    for (std::size_t g = 0; g < merged.size(); ++g) t.upload(trainer_t<float, B>::state_kind::params, g, merged[g]);
+    tiered_trainer<float, B> t(backend, plain, options(1e-3));
+    for (std::size_t g = 0; g < merged.size(); ++g) t.upload(tiered_trainer<float, B>::state_kind::params, g, merged[g]);
     const double merged_loss = t.evaluate(text(3, 1000));
     MESSAGE("merged model's loss " << merged_loss << ", LoRA model's " << resident.after);
     CHECK(std::abs(merged_loss - resident.after) < 1e-5 * resident.after);

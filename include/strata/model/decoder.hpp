@@ -1,7 +1,7 @@
 // decoder_model<Block, Norm>: a decoder-only language model assembled from Layers
 // (nn/layer.hpp): token embedding (+ learned positions, optional), n_layer Blocks, a final Norm,
-// an LM head (tied to the token embedding, or its own (V, C) matrix), softmax cross-entropy. Both trainers (train/trainer.hpp,
-// train/streamed_trainer.hpp) train it resident or streamed, through its groups and the binder
+// an LM head (tied to the token embedding, or its own (V, C) matrix), softmax cross-entropy. The trainer (train/tiered_trainer.hpp)
+// trains it resident or streamed, through its groups and the binder
 // protocol. GPT-2 is one: gpt_model<R, B> = decoder_model<gpt2_block<R, B>, layernorm_layer<R, B>>
 // (model/gpt.hpp).
 //

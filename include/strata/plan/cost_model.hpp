@@ -1,5 +1,5 @@
 // The step's cost model: predict(plan, request, rates) simulates one optimizer step of the trainer
-// (train/streamed_trainer.hpp, resident or streamed, any mix of homes) on a machine's rates
+// (train/tiered_trainer.hpp, resident or streamed, any mix of homes) on a machine's rates
 // (plan/machine.hpp) and says how long it takes, what bounds it, and how busy each resource is.
 //
 // It is an event simulation of the trainer's own streams and threads, issued in the trainer's
@@ -12,7 +12,7 @@
 //              backward, each block's backward in reverse (recomputing blocks first run their
 //              forward again, offloaded inputs brought back first), the embeddings' backward; then
 //              the sums of squares, and the device-homed groups' optimizer updates;
-//   h2d, d2h   prefetch_pipeline<slots - 1>: a streamed block's weights (and, after the first
+//   h2d, d2h   pipeline_engine with `slots` slots: a streamed block's weights (and, after the first
 //              micro-batch, its accumulated gradients) go up `slots - 1` uses ahead of compute into
 //              a slot whose previous use has finished; its gradients come down after its backward;
 //              the pinned groups go up once per step and their gradients come down at the end;
@@ -243,7 +243,7 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
     return w;
 }
 
-// The trainer's step, issued in its order onto a timeline (train/streamed_trainer.hpp:
+// The trainer's step, issued in its order onto a timeline (train/tiered_trainer.hpp:
 // step_or_throw, stream/prefetch_pipeline.hpp, model/decoder.hpp: forward_backward).
 class step_simulator {
 public:
@@ -337,7 +337,7 @@ private:
         return m_t.run(lane::h2d, step_resource::pcie_up, m_w.weights_up[g], m_t.host(), {});
     }
 
-    // prefetch_pipeline::params: issue up to Depth uses ahead, then the use's slot is ready.
+    // pipeline_engine::params: issue up to slots - 1 uses ahead, then the use's slot is ready.
     int params(std::size_t g) {
         if (!streams(g)) return -1;
         const std::size_t depth = m_slots - 1;

@@ -11,10 +11,9 @@
 //
 // Placements:
 // - resident: weights, grads, the optimizer's state of every group, the activations and the step's
-//   staging live in the device tier (trainer<R, B>: tiered_trainer with every group on the device).
-// - streamed: what tiered_trainer<R, B, Depth, MomentsTier> (train/streamed_trainer.hpp)
-//   allocates, chosen as trainer_t<R, B, prefetch_pipeline<slots - 1>, moments_in<host_tier or
-//   storage_tier>>. Weights and grads of every group live in the host tier (pinned), the
+//   staging live in the device tier (tiered_trainer with no homes: every group on the device).
+// - streamed: what tiered_trainer<R, B> (train/tiered_trainer.hpp) allocates with
+//   train_options::homes = memory_plan::trainer_homes() and train_options::slots = slots. Weights and grads of every group live in the host tier (pinned), the
 //   optimizer's state in the host or the storage tier. The transformer blocks stream through the device: `slots`
 //   weight buffers and as many gradient buffers, each the size of the largest transformer block
 //   (not of the largest group: the embeddings never stream). A slot is filled host -> device while
@@ -591,9 +590,9 @@ inline std::optional<memory_plan> fastest_plan(const plan_request& request, cons
 // fitting plan with the least predicted time per token (detail::fastest_plan; plan/cost_model.hpp),
 // of which the fixed rules' plan is one, so no shape gets a plan predicted slower than theirs.
 // Without rates: the fixed rules (detail::rule_plan).
-// The trainer that allocates exactly a streamed plan is trainer_t<R, B, prefetch_pipeline<slots -
-// 1>, moments_in<T>> with train_options::homes = memory_plan::trainer_homes(), T = host_tier or
-// storage_tier as state_home says; it takes memory_plan::kept() as train_options::activations.
+// The trainer that allocates exactly a plan is tiered_trainer<R, B> with train_options::homes =
+// memory_plan::trainer_homes(), train_options::slots = memory_plan::slots and
+// train_options::activations = memory_plan::kept().
 // state_on_storage only shapes streamed plans: a resident plan keeps everything on the device.
 inline memory_plan plan(const plan_request& request) {
     detail::validate(request);

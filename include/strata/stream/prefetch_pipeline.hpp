@@ -1,14 +1,15 @@
-// prefetch_pipeline<Depth>: streams transformer blocks through a few device slots.
+// pipeline_engine: streams transformer blocks through a few device slots.
 //
-// The blocks' weights and gradients live in the host tier. The device holds `slots = Depth + 1`
-// weight slots and as many gradient slots, each the size of one block, plus the small groups
+// The blocks' weights and gradients live in the host tier. The device holds `slots` weight slots
+// (train_options::slots, the planner's memory_plan::slots) and as many gradient slots, each the size of one block, plus the small groups
 // that are used at both ends of a pass (embeddings: tied LM head; final layernorm), which stay on
-// the device for the whole step ("pinned"). Device memory is therefore O(Depth x block +
-// activations), independent of the number of layers.
+// the device for the whole step ("pinned"). Device memory is therefore O(slots x block +
+// activations), independent of the number of layers. The prefetch depth is slots - 1: one slot
+// computes while the others are filled.
 //
 // Three backend streams, ordered only by events:
 //   h2d     weights (and, for micro-batches after the first, the accumulated gradients) into a
-//           slot, `Depth` uses ahead of compute, in forward order and then in reverse for backward;
+//           slot, slots - 1 uses ahead of compute, in forward order and then in reverse for backward;
 //   compute waits for a slot's "ready" event, computes, records "free";
 //   d2h     waits for a block's backward to finish and takes its gradients to the host at once
 //           (work the trainer enqueues on compute before done(), such as the block's sum of
@@ -33,14 +34,6 @@
 
 namespace strata {
 
-// The placement policy tag: trainer<R, B, prefetch_pipeline<2>, ...>.
-template <std::size_t Depth>
-struct prefetch_pipeline {
-    static_assert(Depth >= 1, "prefetch_pipeline needs at least one slot of prefetch (Depth >= 1)");
-    static constexpr std::size_t depth = Depth;
-    static constexpr std::size_t slots = Depth + 1;
-};
-
 // Bytes moved over each link, for the metrics (H2D and D2H counted when issued, storage once moved).
 struct transfer_counters {
     std::size_t h2d_bytes = 0;
@@ -49,28 +42,32 @@ struct transfer_counters {
     std::size_t storage_write_bytes = 0;  // host -> storage tier: the training steps' writes
 };
 
-// The engine behind prefetch_pipeline: slots, streams and events. `streamed` lists the groups
-// that stream (the transformer blocks); the others are pinned on the device by the trainer.
-template <class R, Backend B, std::size_t Depth>
+// The pipeline's slots, streams and events. Each pass lists the groups that stream (the
+// transformer blocks); the others are pinned on the device by the trainer.
+template <class R, Backend B>
 class pipeline_engine {
 public:
     using stream = typename B::stream;
     using event = typename B::event;
     using op = ops<B>;
-    static constexpr std::size_t slot_count = prefetch_pipeline<Depth>::slots;
 
-    // block_numel: elements of the largest streamed block; grad_numel: of the largest trainable
+    // slots: device slots (2 at least when a block streams); block_numel: elements of the
+    // largest streamed block (0: none streams, no slots); grad_numel: of the largest trainable
     // prefix of one (0: every streamed block is frozen, no gradient slots).
-    pipeline_engine(B& backend, std::size_t block_numel, std::size_t grad_numel)
-        : m_backend(backend), m_h2d(backend.make_stream("h2d")), m_d2h(backend.make_stream("d2h")) {
-        for (std::size_t k = 0; k < slot_count && block_numel > 0; ++k) {  // 0: no block streams, no slots
+    pipeline_engine(B& backend, std::size_t slots, std::size_t block_numel, std::size_t grad_numel)
+        : m_backend(backend), m_slots(block_numel > 0 ? slots : 1), m_h2d(backend.make_stream("h2d")), m_d2h(backend.make_stream("d2h")) {
+        if (block_numel > 0 && slots < 2)
+            throw error("train_options::slots is " + std::to_string(slots) +
+                            ": streaming a block needs at least 2 device slots (one computes while the next is filled)",
+                        "use the plan's slots (memory_plan::slots), 2 or more");
+        for (std::size_t k = 0; k < m_slots && block_numel > 0; ++k) {  // 0: no block streams, no slots
             m_param_slots.emplace_back(backend, shape{block_numel}, "slot.params." + std::to_string(k));
             if (grad_numel > 0) m_grad_slots.emplace_back(backend, shape{grad_numel}, "slot.grads." + std::to_string(k));
         }
-        m_param_ready.resize(slot_count);
-        m_param_free.resize(slot_count);
-        m_grad_ready.resize(slot_count);
-        m_grad_free.resize(slot_count);
+        m_param_ready.resize(m_slots);
+        m_param_free.resize(m_slots);
+        m_grad_ready.resize(m_slots);
+        m_grad_free.resize(m_slots);
     }
 
     stream& h2d() { return m_h2d; }
@@ -106,7 +103,7 @@ public:
 
     const R* params(std::size_t g, stream& compute, group_use u) {
         check_next(g, u);
-        while (m_issued < m_pass.order.size() && m_issued <= m_used + Depth) issue(m_issued++);
+        while (m_issued < m_pass.order.size() && m_issued < m_used + m_slots) issue(m_issued++);  // slots - 1 ahead
         const std::size_t k = slot_of(m_used);
         compute.wait(m_param_ready[k]);
         return m_param_slots[k].device_data().get();
@@ -163,7 +160,7 @@ public:
     }
 
 private:
-    std::size_t slot_of(std::size_t use) const { return (m_base + use) % slot_count; }
+    std::size_t slot_of(std::size_t use) const { return (m_base + use) % m_slots; }
 
     void check_next(std::size_t g, group_use u) const {
         if (m_used >= m_pass.order.size() || m_pass.order[m_used].first != g || m_pass.order[m_used].second != u)
@@ -199,10 +196,11 @@ private:
 
 public:
     // Called after a pass: the next pass starts on the slot after the last one used.
-    void end() { m_base = (m_base + m_used) % slot_count; }
+    void end() { m_base = (m_base + m_used) % m_slots; }
 
 private:
     B& m_backend;
+    std::size_t m_slots;
     stream m_h2d, m_d2h;
     std::vector<tiered_tensor<R, device_tier, B>> m_param_slots, m_grad_slots;
     std::vector<event> m_param_ready, m_param_free, m_grad_ready, m_grad_free;

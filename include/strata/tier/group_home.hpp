@@ -30,6 +30,12 @@ struct group_home {
     friend constexpr bool operator==(const group_home&, const group_home&) = default;
 };
 
+// `groups` homes, every one `home`: a uniform placement written by hand (a plan gives its own:
+// memory_plan::trainer_homes()).
+inline std::vector<group_home> every_group(std::size_t groups, group_home home) {
+    return std::vector<group_home>(groups, home);
+}
+
 // Throws for a combination no trainer implements (group g's).
 inline void validate(const group_home& h, std::size_t g) {
     const bool ok = h.weights == tier_id::device ? h.moments == tier_id::device

@@ -31,7 +31,7 @@
 #include <strata/model/gpt.hpp>        // gpt_model, gpt_config_of, is_gpt_model
 #include <strata/nn/gpt2_config.hpp>   // gpt_config
 #include <strata/optim/optimizers.hpp> // adamw_optimizer (the default optimizer's state names)
-#include <strata/train/trainer.hpp>    // trainer
+#include <strata/train/tiered_trainer.hpp>    // trainer
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 

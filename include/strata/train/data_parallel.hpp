@@ -3,8 +3,9 @@
 //
 //   thread_group group(2);                                  // CPU: ranks as threads
 //   std::vector<thread_communicator> comms{{group, 0}, {group, 1}};
-//   data_parallel_trainer<trainer_t<float, cpu_backend, prefetch_pipeline<2>, moments_in<host_tier>>,
-//                         thread_communicator> dp({&b0, &b1}, std::move(comms), model, options);
+//   options.homes = every_group(model.groups().size(), group_home::host());  // or a plan's
+//   data_parallel_trainer<tiered_trainer<float, cpu_backend>, thread_communicator> dp(
+//       {&b0, &b1}, std::move(comms), model, options);
 //   dp.initialize(seed);
 //   dp.step(micro);   // ranks x options.accum micro-batches: rank r takes [r accum, (r + 1) accum)
 //
@@ -19,7 +20,8 @@
 //     is kept by one rank (device_state_owners: round robin over the device-homed groups), which
 //     alone updates the group and broadcasts the new weights, so every group is updated once
 //     and each device holds about 1/N of the device-homed optimizer state;
-//   - host-homed groups (streamed, pinned, moments on storage) exist ONCE, in rank 0's trainer:
+//   - host-homed groups (streamed, pinned, moments on storage) exist ONCE: rank 0's trainer makes
+//     their host state (group_state.hpp: host_store) and the other ranks share it:
 //     only rank 0's summed gradients come home, its optimizer thread updates each group once,
 //     and every rank waits for that update before it copies the group's weights to its device
 //     in the next step. Host memory holds one copy of the training state however many ranks
@@ -42,7 +44,7 @@
 #include <strata/core/error.hpp>            // strata::error
 #include <strata/data/loader.hpp>           // data::batch
 #include <strata/train/rank_link.hpp>       // rank_link, rank_exchange
-#include <strata/train/trainer.hpp>         // train_options, step_result, tiered_trainer
+#include <strata/train/tiered_trainer.hpp>  // train_options, step_result, tiered_trainer
 
 #include <cstddef>    // std::size_t
 #include <exception>  // std::exception_ptr
@@ -108,15 +110,15 @@ public:
             m_backends.push_back(backends[r]);
             detail::make_current(*backends[r]);  // its streams and memory on its device
             m_ranks.push_back(std::make_unique<Trainer>(*backends[r], model, options, std::move(dp),
-                                                        r == 0 ? nullptr : m_ranks[0].get()));
+                                                        r == 0 ? nullptr : m_ranks[0]->host_state()));
         }
         for (std::size_t r = 1; r < n; ++r) m_threads.emplace_back("rank " + std::to_string(r));
         m_options = options;
         m_options.accum = options.accum * n;
     }
 
-    // The ranks above 0 stream rank 0's host state, which their queued copies may still read:
-    // they go first.
+    // The ranks above 0 stream rank 0's host state (shared with them), which their queued copies
+    // may still read while rank 0's optimizer thread writes it: they go first.
     ~data_parallel_trainer() {
         while (!m_ranks.empty()) {
             detail::make_current(*m_backends[m_ranks.size() - 1]);

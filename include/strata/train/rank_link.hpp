@@ -10,8 +10,9 @@
 //   broadcast    copies a device buffer from one rank to all (a device-homed group's weights,
 //                from the rank that keeps its optimizer state and updates it: device_state_owners);
 //   rank         rank 0 owns the host state: the host-homed groups' weights, gradients and
-//                optimizer state exist once, in rank 0's trainer; the others stream the weights
-//                from there and never write them (see tiered_trainer).
+//                optimizer state exist once, made by rank 0's trainer; the others share it (a
+//                host_store, train/group_state.hpp), stream the weights from it and never write
+//                them.
 // ranks == 1 with no all_reduce is the plain, single-device trainer.
 #pragma once
 

@@ -72,7 +72,7 @@
 #include <strata/stream/prefetch_pipeline.hpp>  // transfer_counters
 #include <strata/tier/resources.hpp>          // free_disk_bytes
 #include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, checkpoint_bytes
-#include <strata/train/trainer.hpp>           // step_result, train_options
+#include <strata/train/tiered_trainer.hpp>           // step_result, train_options
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
@@ -96,7 +96,7 @@
 
 namespace strata {
 
-// What run_training asks of a trainer (every trainer_t configuration has it).
+// What run_training asks of a trainer (tiered_trainer has it, for every plan).
 template <class T>
 concept RunTrainer = requires(T& t, const T& ct, std::span<const data::batch> batches) {
     { t.step(batches) } -> std::same_as<step_result>;

@@ -1,10 +1,6 @@
-// What every trainer shares: train_options, step_result, the checks of a step's micro-batches,
-// the global norm of per-group partial sums, and the compile-time composition trainer_t<R, B,
-// Placement, Moments, Model>. One trainer implements every plan: tiered_trainer
-// (train/streamed_trainer.hpp), whose per-group homes (train_options::homes) put each layer
-// group's state on the device, in pinned host memory, or its AdamW moments on storage.
-// trainer<R, B, Model> is its resident configuration: every group on the device, AdamW where the
-// state lives, only the tokens, the losses and the norm's partial sums crossing the link.
+// What the trainer (train/tiered_trainer.hpp) takes and gives: train_options (its options, the
+// planner's homes among them), trainer_state_kind (which block a checkpoint reads or writes),
+// step_result, the checks of a step's micro-batches and the global norm of per-group partial sums.
 //
 // The optimizer is train_options::optimizer (AdamW by default, or SGD with momentum): the trainer
 // keeps one block per state tensor it names (optim/optimizer.hpp: AdamW m and v, SGD momentum) in
@@ -53,9 +49,12 @@ struct train_options {
     // only their input and recompute (model/activations.hpp). The planner's memory_plan::kept
     // says how many fit; none() keeps the least memory, all() recomputes nothing.
     kept_activations activations = kept_activations::none();
-    // Where each layer group's state lives (memory_plan::homes), for the streamed trainer; empty:
-    // its default. The resident trainer keeps every group on the device and takes only that.
+    // Where each layer group's state lives: the planner's memory_plan::trainer_homes(), or by
+    // hand (every_group, tier/group_home.hpp). Empty: every group on the device (the resident plan).
     std::vector<group_home> homes;
+    // Device slots of the streamed blocks (memory_plan::slots, 2 at least): one computes while
+    // the others are filled, slots - 1 uses ahead. Unused when no block streams.
+    std::size_t slots = 3;
     // The optimizer: AdamW (the default; its hyperparameters are `adamw` above) or SGD with
     // momentum (`sgd`). optimizer_of(options) makes it.
     optimizer_kind optimizer = optimizer_kind::adamw;
@@ -150,36 +149,4 @@ inline void check_finite(const step_result& r, long update) {
 }
 }  // namespace detail
 
-
-
 }  // namespace strata
-
-namespace strata {
-
-// Compile-time composition: trainer_t<R, Backend, Placement, Moments>.
-//   trainer_t<float, cpu_backend>                                              resident
-//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<host_tier>>    streamed
-//   trainer_t<float, cuda_backend, prefetch_pipeline<2>, moments_in<storage_tier>> streamed, moments on disk
-struct resident_placement {};
-template <Tier Home>
-struct moments_in {
-    using tier = Home;
-};
-
-template <class R, Backend B, class Placement, class Moments, class Model = gpt_model<R, B>>
-struct select_trainer {
-    static_assert(sizeof(Placement) == 0,
-                  "no trainer for this Placement/Moments pair: use resident_placement with moments_in<device_tier>, "
-                  "or prefetch_pipeline<N> with moments_in<host_tier> or moments_in<storage_tier>");
-};
-
-// Model: gpt_model<R, B> (default: GPT-2) or another decoder_model of Layers.
-template <class R, Backend B, class Placement = resident_placement, class Moments = moments_in<device_tier>,
-          class Model = gpt_model<R, B>>
-using trainer_t = typename select_trainer<R, B, Placement, Moments, Model>::type;
-
-}  // namespace strata
-
-// The trainer itself, and the specializations of select_trainer (resident and streamed plans are
-// two sets of homes of one trainer): included last, so that including this header is enough.
-#include <strata/train/streamed_trainer.hpp>  // tiered_trainer, trainer

@@ -1,22 +1,22 @@
-// tiered_trainer: the one trainer, for any placement of the model's state across the three tiers
-// (trainer<R, B, Model> is its resident configuration, trainer_t picks it for every plan). Each layer group has a home (tier/group_home.hpp, the planner's per-group answer,
-// train_options::homes):
+// tiered_trainer<R, B, Model>: the one trainer, for any placement of the model's state across the
+// three tiers. Placement is data: each layer group has a home (tier/group_home.hpp, the planner's
+// per-group answer, train_options::homes; none: every group on the device, the resident plan),
+// and the streamed blocks go through train_options::slots device slots. Each group's state is a
+// group_state (train/group_state.hpp: its tensors in each tier and the verbs upload, store,
+// update_device, update_host, copy); the trainer holds one per group and runs the step over them:
 //   device   weights, gradients and the optimizer's state (AdamW m and v, SGD momentum) on the
 //            device: the group never moves, and its update runs on the device after the norm
-//            (scale + the optimizer's ops<B> kernel: the resident trainer's kernels, in its order);
+//            (scale + the optimizer's ops<B> kernel: the resident plan's kernels, in its order);
 //   host     weights and gradients in pinned host memory, the optimizer state on the host: the transformer
-//            blocks stream through device slots by prefetch_pipeline<Depth>; the groups used at
+//            blocks stream through device slots (stream/prefetch_pipeline.hpp: pipeline_engine); the groups used at
 //            both ends of a pass (embeddings, final layernorm) go to the device once per step
 //            ("pinned groups"); the update runs on the host;
 //   storage  as host, with the optimizer state in files on the storage tier, read before the
 //            group's update and written back after it, double-buffered (the next storage group's
 //            state is read while the current one is updated).
-// Without homes, every group is homed by MomentsTier: device_tier puts every group on the device
-// (the resident plan: trainer<R, B, Model>), host_tier or storage_tier streams every group from
-// the host with its optimizer state in that tier (the plain streamed plan). Model: gpt_model (default:
-// GPT-2) or another decoder_model of Layers; frozen tensors have no gradients and no optimizer state,
-// and a frozen
-// block's weights stream to the device but nothing comes back.
+// Model: gpt_model (default: GPT-2) or another decoder_model of Layers; frozen tensors have no
+// gradients and no optimizer state, and a frozen block's weights stream to the device but nothing
+// comes back.
 //
 // The global gradient norm is computed on the device, where the gradients are anyway: right after
 // a streamed block's backward of the last micro-batch, its gradient slot holds the block's final
@@ -62,21 +62,22 @@
 #include <strata/stream/prefetch_pipeline.hpp>   // prefetch_pipeline, pipeline_engine
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/tier/group_home.hpp>            // group_home
+#include <strata/train/group_state.hpp>          // group_state, host_store
 #include <strata/train/initialize.hpp>           // initialize_groups
 #include <strata/train/rank_link.hpp>            // rank_link
-#include <strata/train/trainer.hpp>              // train_options, step_result, trainer
+#include <strata/train/train_options.hpp>        // train_options, step_result
 
 #include <array>        // std::array
 #include <cmath>        // std::sqrt, std::isfinite
+#include <memory>       // std::shared_ptr
 #include <mutex>        // std::mutex, std::lock_guard
 #include <optional>     // std::optional
 #include <string_view>  // std::string_view
-#include <type_traits>  // std::is_same_v
 #include <vector>       // std::vector
 
 namespace strata {
 
-template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier, class Model = gpt_model<R, B>>
+template <class R, Backend B, class Model = gpt_model<R, B>>
 class tiered_trainer {
 public:
     using model_type = Model;
@@ -85,91 +86,61 @@ public:
     using op = ops<B>;
     using state_kind = trainer_state_kind;
     using link = rank_link<R, stream, event>;
+    using host_state_type = host_store<R, B>;
 
-    // `dp` and `owner`: one rank of a data-parallel group (train/data_parallel.hpp builds them):
-    // rank 0 (owner null) owns the host state; rank r > 0 names rank 0's trainer as its owner and
-    // allocates no host state of its own. Default: a single-device trainer.
+    // `dp` and `shared`: one rank of a data-parallel group (train/data_parallel.hpp builds them):
+    // rank 0 (shared null) makes the host state; rank r > 0 is given rank 0's (host_state()) and
+    // allocates none of its own. Default: a single-device trainer.
     tiered_trainer(B& backend, const model_type& model, train_options options, link dp = {},
-                   tiered_trainer* owner = nullptr)
+                   std::shared_ptr<host_state_type> shared = nullptr)
         : m_backend(backend),
           m_model(model),
           m_options(std::move(options)),
           m_homes(homes_of(model, m_options)),
           m_link(std::move(dp)),
-          m_owner(check_owner(m_link, owner, model, m_homes)),
+          m_host(host_state_of(m_link, std::move(shared), model, m_homes)),
           m_compute(backend.make_stream("compute")),
           m_optimizer_thread("optimizer"),
           m_io(backend.make_stream("storage I/O")),
           m_optimizer(optimizer_of(m_options)),
-          m_engine(backend, largest_streamed_block(model, m_homes, false), largest_streamed_block(model, m_homes, true)),
+          m_engine(backend, m_options.slots, largest_streamed_block(model, m_homes, false),
+                   largest_streamed_block(model, m_homes, true)),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
           m_norm_workspace(backend, shape{detail::norm_workspace_doubles<B>(model.groups())}, "grad_norm.workspace"),
           m_norm_partials_host(backend, shape{model.groups().size()}, "grad_norm.partials.host") {
         const auto& groups = model.groups();
         const std::size_t n = groups.size();
-        for (auto* v : {&m_params, &m_grads}) v->resize(n);
-        for (auto* v : {&m_dev_params, &m_dev_grads}) v->resize(n);
-        m_state.resize(n);
-        m_stored_state.resize(n);
-        m_dev_state.resize(n);
-        const auto states = optimizer().state_names();
-        // "adamw.m.g3": the optimizer's name, the state's, the group's (storage files are named so)
-        auto state_name = [&](std::size_t i, const std::string& suffix) {
-            return std::string(optimizer().name()) + "." + std::string(states[i]) + "." + suffix;
-        };
-        std::size_t largest_stored = 0;
         if (m_link.parallel()) m_reduce.emplace(backend.make_stream("reduce"));
         std::vector<bool> device_state(n);
-        for (std::size_t g = 0; g < n; ++g) device_state[g] = on_device(g) && !groups[g].frozen();
-        m_state_owner = device_state_owners(device_state, m_link.ranks);
+        for (std::size_t g = 0; g < n; ++g) device_state[g] = m_homes[g].weights == tier_id::device && !groups[g].frozen();
+        m_state_owner = device_state_owners(device_state, m_link.ranks);  // data parallel: one rank keeps it
+        const bool owns_host = m_link.owns_host_state();
+        std::size_t largest_stored = 0;
+        m_groups.reserve(n);
         for (std::size_t g = 0; g < n; ++g) {
-            const std::string name = "g" + std::to_string(g);
-            const shape s{groups[g].numel()}, ts{groups[g].trainable_numel()};
-            const bool trains = !groups[g].frozen();
-            if (on_device(g)) {
-                m_dev_params[g].emplace(backend, s, "params." + name);
-                if (trains) {
-                    m_dev_grads[g].emplace(backend, ts, "grads." + name);
-                    if (m_link.rank == m_state_owner[g])  // data parallel: one rank keeps it
-                        for (std::size_t i = 0; i < states.size(); ++i)
-                            m_dev_state[g].emplace_back(backend, ts, state_name(i, name));
-                }
-                continue;
-            }
-            if (used_at_both_ends(g)) {  // pinned: a device copy for the whole step
-                m_dev_params[g].emplace(backend, s, "pinned.params." + name);
-                if (trains) m_dev_grads[g].emplace(backend, ts, "pinned.grads." + name);
-            }
-            if (m_owner) continue;  // the host state is the owner's
-            m_params[g].emplace(backend, s, "params." + name);
-            std::fill(m_params[g]->span().begin(), m_params[g]->span().end(), R(0));
-            if (trains) {
-                m_grads[g].emplace(backend, ts, "grads." + name);
-                std::fill(m_grads[g]->span().begin(), m_grads[g]->span().end(), R(0));
-                for (std::size_t i = 0; i < states.size(); ++i) {
-                    if (m_homes[g].moments == tier_id::storage)
-                        m_stored_state[g].emplace_back(backend, ts, state_name(i, name));
-                    else
-                        m_state[g].emplace_back(backend, ts, state_name(i, name));
-                }
-                if (!m_stored_state[g].empty()) largest_stored = std::max(largest_stored, ts.numel());
-            }
+            std::shared_ptr<host_group<R, B>> host;  // host-homed: its part of the host state
+            if (m_homes[g].weights != tier_id::device) host = std::shared_ptr<host_group<R, B>>(m_host, &m_host->groups[g]);
+            m_groups.emplace_back(backend, g, groups[g], m_homes[g], used_at_both_ends(g),
+                                  m_link.rank == m_state_owner[g], std::move(host), owns_host, optimizer());
+            if (m_groups[g].owns_host() && m_groups[g].state_on_storage())
+                largest_stored = std::max(largest_stored, groups[g].trainable_numel());
         }
         m_last_d2h.resize(n);
-        m_updated.resize(n);
-        m_uploaded.assign(n, false);
         const std::size_t BT = m_options.batch * m_options.seq;
         for (std::size_t k = 0; k < std::max<std::size_t>(m_options.accum, 1); ++k) {
             m_staged_tokens.emplace_back(backend, shape{BT}, "tokens.host");
             m_staged_tokens.emplace_back(backend, shape{BT}, "targets.host");
             m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
         }
-        // Two sets: one group's state is updated while the next one's is read.
+        // Two sets: one group's state is updated while the next one's is read. "adamw.m.staging.0":
+        // the optimizer's name, the state's, the set's.
+        const auto states = optimizer().state_names();
         if (largest_stored > 0)
             for (const char* set : {"0", "1"})
-                for (std::size_t i = 0; i < states.size(); ++i)
-                    m_state_staging.emplace_back(backend, shape{largest_stored}, state_name(i, std::string("staging.") + set));
+                for (const auto& state : states)
+                    m_state_staging.emplace_back(backend, shape{largest_stored},
+                                                 std::string(optimizer().name()) + "." + std::string(state) + ".staging." + set);
         zero_state();
     }
 
@@ -185,9 +156,13 @@ public:
     void finish_updates() {
         m_optimizer_thread.synchronize();
         m_io.synchronize();
-        if (m_owner)
-            for (const auto& e : m_owner->m_updated) e.wait();  // named: the owner's updates of the host state
+        for (const auto& group : m_groups)
+            if (!group.owns_host()) group.wait_updated();  // named: rank 0's updates of the shared host state
     }
+
+    // The host state of every host-homed group, which the ranks above 0 of a data-parallel group
+    // share (data_parallel_trainer gives rank 0's to the others).
+    std::shared_ptr<host_state_type> host_state() const { return m_host; }
 
     // This trainer's place in a data-parallel group (rank 0 of 1 when it trains alone).
     const link& rank() const { return m_link; }
@@ -198,7 +173,7 @@ public:
     const train_options& options() const { return m_options; }
     // The optimizer (train_options::optimizer): its state names are the trainer's state tensors.
     const any_optimizer& optimizer() const { return m_optimizer.optimizer(); }
-    // Each group's home (train_options::homes, or the default: host, moments in MomentsTier).
+    // Each group's home (train_options::homes, or the default: every group on the device).
     const std::vector<group_home>& homes() const { return m_homes; }
     long step_count() const { return m_step; }
     void set_step_count(long step) { m_step = step; }
@@ -222,16 +197,18 @@ public:
     // The model's initialization from a seed (initialize_groups: one generator per group, all
     // cores), straight into each group's home.
     void initialize(std::uint64_t seed) {
-        if (m_owner)
+        if (!m_link.owns_host_state())
             throw error("initialize() on data-parallel rank " + std::to_string(m_link.rank) +
                             ": the host state is rank 0's",
                         "initialize rank 0 and copy the device-homed groups to the others (data_parallel_trainer does)");
         finish_updates();
         std::mutex copying;  // device-homed groups: one copy at a time on the compute stream
-        auto home = [&](std::size_t g) { return m_params[g] ? m_params[g]->span() : std::span<R>{}; };
+        auto home = [&](std::size_t g) {
+            return m_groups[g].on_device() ? std::span<R>{} : m_groups[g].host().params->span();
+        };
         initialize_groups(m_model, seed, home, [&](std::size_t g, std::span<const R> block) {
             std::lock_guard lock(copying);
-            m_backend.copy(m_dev_params[g]->device_data().get(), tier_id::device, block.data(), tier_id::host,
+            m_backend.copy(m_groups[g].device_params(), tier_id::device, block.data(), tier_id::host,
                            block.size_bytes(), m_compute)
                 .wait();  // named: the worker refills its buffer next
         });
@@ -355,10 +332,7 @@ private:
                             std::to_string(model.max_seq()),
                         "lower the sequence length or build the model with a longer context", {"seq_len"});
         const std::size_t n = model.groups().size();
-        if (o.homes.empty())
-            return std::vector<group_home>(n, std::is_same_v<MomentsTier, device_tier>
-                                                  ? group_home::device()
-                                                  : group_home{tier_id::host, id_of<MomentsTier>});
+        if (o.homes.empty()) return every_group(n, group_home::device());  // the resident plan
         if (o.homes.size() != n)
             throw error("train_options::homes has " + std::to_string(o.homes.size()) + " entries for a model of " +
                             std::to_string(n) + " layer groups",
@@ -367,34 +341,28 @@ private:
         return o.homes;
     }
 
-    static tiered_trainer* check_owner(const link& dp, tiered_trainer* owner, const model_type& model,
-                                       const std::vector<group_home>& homes) {
+    // Rank 0's host state: made here on rank 0 (shared null), given to the ranks above 0.
+    static std::shared_ptr<host_state_type> host_state_of(const link& dp, std::shared_ptr<host_state_type> shared,
+                                                          const model_type& model, const std::vector<group_home>& homes) {
         if (dp.ranks == 0 || dp.rank >= dp.ranks)
             throw error("rank_link: rank " + std::to_string(dp.rank) + " of " + std::to_string(dp.ranks) + " ranks");
         const bool linked = dp.all_reduce && dp.broadcast && dp.exchange != nullptr && dp.exchange->size() == dp.ranks;
         if (dp.parallel() && !linked)
             throw error("rank_link of " + std::to_string(dp.ranks) + " ranks without its all_reduce, broadcast or exchange",
                         "make the ranks with data_parallel_trainer");
-        if ((dp.rank == 0) != (owner == nullptr))
+        if (dp.owns_host_state() != (shared == nullptr))
             throw error("data-parallel rank " + std::to_string(dp.rank) +
-                            (owner ? " names an owner: rank 0 owns the host state itself"
-                                   : " names no owner: ranks above 0 stream rank 0's host state"));
-        if (owner && (&owner->m_model != &model || owner->m_homes != homes))
+                        (shared ? " is given a host state: rank 0 makes its own"
+                                : " is given no host state: ranks above 0 stream rank 0's"));
+        if (!shared) return std::make_shared<host_state_type>(&model, homes);
+        if (shared->model != &model || shared->homes != homes)
             throw error("data-parallel rank " + std::to_string(dp.rank) + " has another model or other homes than rank 0",
                         "every rank trains the same model object with the same plan");
-        return owner;
+        return shared;
     }
 
-    // The host state of group g: this trainer's, or on a rank above 0 the owner's.
-    tiered_trainer& host_side() { return m_owner ? *m_owner : *this; }
-
-    bool on_device(std::size_t g) const { return m_homes[g].weights == tier_id::device; }
     // Groups used at both ends of a pass: when host-homed, on the device for the whole step.
     bool used_at_both_ends(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
-    // Host-homed groups that do not stream block by block (their device copy is the step's).
-    bool pinned(std::size_t g) const { return !on_device(g) && used_at_both_ends(g); }
-    bool streams(std::size_t g) const { return !on_device(g) && !used_at_both_ends(g); }
-
     // Elements of the largest streamed transformer block (trainable: of its trainable prefix);
     // 0 when none streams.
     static std::size_t largest_streamed_block(const model_type& model, const std::vector<group_home>& homes,
@@ -422,20 +390,18 @@ private:
         tiered_trainer& t;
         bool last_micro;
         const R* params(std::size_t g, stream& s, group_use u) {
-            if (t.on_device(g)) return t.m_dev_params[g]->device_data().get();
-            if (t.pinned(g)) return t.pinned_params(g);
+            auto& group = t.m_groups[g];
+            if (group.on_device()) return group.device_params();
+            if (group.pinned()) return group.upload(t.m_engine.h2d(), t.m_compute, t.m_engine.counters());
             return t.m_engine.params(g, s, u);
         }
         R* grads(std::size_t g, stream& s) {
-            if (!t.streams(g)) {
-                auto& grads = t.m_dev_grads[g];
-                return grads ? grads->device_data().get() : nullptr;
-            }
+            if (!t.m_groups[g].streams()) return t.m_groups[g].device_grads();
             return t.m_engine.grads(g, s);
         }
         void done(std::size_t g, stream& s, group_use u) {
             if (t.m_link.parallel() && u == group_use::backward) return t.done_parallel(g, s, last_micro);
-            if (!t.streams(g)) return;  // summed in end_backward, after their last use
+            if (!t.m_groups[g].streams()) return;  // summed in end_backward, after their last use
             // The slot holds the block's final gradients; summed before done() releases the slot
             // (its "free" event, which the D2H copy and the slot's next user wait for, follows).
             if (last_micro && u == group_use::backward) t.sum_of_squares(g, t.m_engine.grads_in_use());
@@ -455,7 +421,7 @@ private:
     // gradients, so every rank computes the same norm.
     void done_parallel(std::size_t g, stream& s, bool last_micro) {
         stream& reduce = *m_reduce;
-        if (streams(g)) {
+        if (m_groups[g].streams()) {
             R* slot = m_engine.grads_in_use();
             if (slot == nullptr) return m_engine.done(g, s, group_use::backward);  // frozen
             reduce.wait(s.record());
@@ -464,45 +430,47 @@ private:
             const event reduced = reduce.record();
             return m_engine.done(g, s, group_use::backward, &reduced);
         }
-        if (last_micro && g != 0 && m_dev_grads[g]) reduce_device_grads(g, s);
+        if (last_micro && g != 0 && m_groups[g].has_device_grads()) reduce_device_grads(g, s);
     }
 
     // Group g's device gradients summed over the ranks, then its sum of squares, on the reduce stream.
     void reduce_device_grads(std::size_t g, stream& s) {
         stream& reduce = *m_reduce;
-        R* grads = m_dev_grads[g]->device_data().get();
+        R* grads = m_groups[g].device_grads();
         reduce.wait(s.record());
         m_link.all_reduce(reduce, grads, m_model.groups()[g].trainable_numel());
         sum_of_squares(reduce, g, grads);
     }
 
-    typename pipeline_engine<R, B, Depth>::pass make_pass(bool backward, bool first_micro) {
-        typename pipeline_engine<R, B, Depth>::pass p;
+    typename pipeline_engine<R, B>::pass make_pass(bool backward, bool first_micro) {
+        typename pipeline_engine<R, B>::pass p;
         const std::size_t L = m_model.block_count();
         for (std::size_t l = 0; l < L; ++l)
-            if (streams(m_model.block_group(l))) p.order.push_back({m_model.block_group(l), group_use::forward});
+            if (m_groups[m_model.block_group(l)].streams()) p.order.push_back({m_model.block_group(l), group_use::forward});
         if (backward)
             for (std::size_t l = L; l-- > 0;)
-                if (streams(m_model.block_group(l))) p.order.push_back({m_model.block_group(l), group_use::backward});
+                if (m_groups[m_model.block_group(l)].streams())
+                    p.order.push_back({m_model.block_group(l), group_use::backward});
         const std::size_t n = m_homes.size();
         p.host_params.assign(n, nullptr);
         p.host_grads.assign(n, nullptr);
         p.bytes.assign(n, 0);
         p.grad_bytes.assign(n, 0);
-        auto& home = host_side();
-        for (std::size_t g = 0; g < n; ++g)
-            if (streams(g)) {
-                p.host_params[g] = home.m_params[g]->data();
-                p.bytes[g] = home.m_params[g]->bytes();
-                if (home.m_grads[g]) {
-                    p.host_grads[g] = m_owner ? nullptr : home.m_grads[g]->data();
-                    p.grad_bytes[g] = home.m_grads[g]->bytes();
-                }
+        for (auto& group : m_groups) {
+            if (!group.streams()) continue;
+            auto& host = group.host();
+            const std::size_t g = group.index();
+            p.host_params[g] = host.params->data();
+            p.bytes[g] = host.params->bytes();
+            if (host.grads) {
+                p.host_grads[g] = group.owns_host() ? host.grads->data() : nullptr;
+                p.grad_bytes[g] = host.grads->bytes();
             }
-        p.grads_home = m_owner == nullptr;
+        }
+        p.grads_home = m_link.owns_host_state();
         p.last_d2h = &m_last_d2h;
         p.first_micro = first_micro;
-        p.before_h2d = [this](std::size_t g) { wait_updated(g); };
+        p.before_h2d = [this](std::size_t g) { m_groups[g].wait_updated(); };
         return p;
     }
 
@@ -516,29 +484,11 @@ private:
         m_act.targets_tensor().copy_from(tgt, m_compute);
     }
 
-    // Named host wait: the previous step's update of host group g has finished, so its host
-    // weights are final. Called just before they are first copied to the device in a pass.
-    void wait_updated(std::size_t g) { host_side().m_updated[g].wait(); }
-
     // At the start of a pass: the device gradients of the groups that keep them on the device
     // start from zero (a step's, not an evaluation's); the pinned groups' weights go up at first
-    // use (pinned_params), once their update has finished: the final norm's comes last.
+    // use (group_state::upload), once their update has finished: the final norm's comes last.
     void begin_pass(bool zero_grads) {
-        std::fill(m_uploaded.begin(), m_uploaded.end(), false);
-        if (!zero_grads) return;
-        for (auto& grads : m_dev_grads)
-            if (grads) op::zero(m_compute, grads->device_data().get(), grads->numel());
-    }
-    // The device copy of pinned group g for this step, uploaded at its first use (compute waits).
-    const R* pinned_params(std::size_t g) {
-        auto& dev = *m_dev_params[g];
-        if (!m_uploaded[g]) {
-            wait_updated(g);
-            m_compute.wait(dev.copy_from(*host_side().m_params[g], m_engine.h2d()));
-            m_engine.counters().h2d_bytes += dev.bytes();
-            m_uploaded[g] = true;
-        }
-        return dev.device_data().get();
+        for (auto& group : m_groups) group.begin_pass(m_compute, zero_grads);
     }
     // After the last backward: the sums of squares of the groups whose gradients are on the device
     // (device-homed and pinned), and the pinned groups' gradients to the host.
@@ -546,18 +496,14 @@ private:
     // their backward ended: done_parallel), and compute and the copies home wait for every sum.
     void end_backward() {
         if (m_link.parallel()) {
-            if (m_dev_grads[0]) reduce_device_grads(0, m_compute);
+            if (m_groups[0].has_device_grads()) reduce_device_grads(0, m_compute);
             m_compute.wait(m_reduce->record());
         } else {
-            for (std::size_t g = 0; g < m_homes.size(); ++g)
-                if (!streams(g) && m_dev_grads[g]) sum_of_squares(g, m_dev_grads[g]->device_data().get());
+            for (auto& group : m_groups)
+                if (!group.streams() && group.has_device_grads()) sum_of_squares(group.index(), group.device_grads());
         }
-        for (std::size_t g = 0; g < m_homes.size(); ++g) {
-            if (!pinned(g) || !m_grads[g]) continue;  // frozen, or not this rank's to bring home
-            m_engine.d2h().wait(m_compute.record());
-            m_last_d2h[g] = m_grads[g]->copy_from(*m_dev_grads[g], m_engine.d2h());
-            m_engine.counters().d2h_bytes += m_grads[g]->bytes();
-        }
+        for (auto& group : m_groups)  // pinned, trainable, this rank's to bring home
+            if (auto copied = group.store(m_engine.d2h(), m_compute, m_engine.counters())) m_last_d2h[group.index()] = *copied;
     }
 
     // The device-homed groups' updates, on the compute stream, as the resident trainer runs them:
@@ -565,24 +511,12 @@ private:
     // kernel per tensor. Data parallel: only the rank that keeps the group's state updates it
     // (device_state_owners), then broadcasts the weights, in group order on every rank.
     void update_device_groups(double coefficient, double lr, long update) {
-        const auto& groups = m_model.groups();
-        std::vector<R*> state(optimizer().state_names().size());
-        for (std::size_t g = 0; g < groups.size(); ++g) {
-            if (!on_device(g) || groups[g].frozen()) continue;
-            R* params = m_dev_params[g]->device_data().get();
-            if (m_link.rank == m_state_owner[g]) {
-                R* grad = m_dev_grads[g]->device_data().get();
-                if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
-                for (const auto& entry : groups[g].entries()) {
-                    if (!entry.spec.trainable) continue;
-                    const std::size_t o = entry.offset, n = entry.spec.shape.numel();
-                    for (std::size_t i = 0; i < state.size(); ++i) state[i] = m_dev_state[g][i].device_data().get() + o;
-                    optimizer().template update_device<op>(m_compute, params + o, grad + o, std::span<R* const>(state), n,
-                                                           {.lr = lr, .step = update, .decay = entry.spec.decay});
-                }
-            }
+        for (auto& group : m_groups) {
+            if (!group.on_device() || group.frozen()) continue;
+            group.update_device(m_compute, optimizer(), coefficient, lr, update);  // where this rank keeps its state
             // Data parallel: the owner's updated weights reach every rank before its next step.
-            if (m_link.parallel()) m_link.broadcast(m_compute, params, m_dev_params[g]->numel(), m_state_owner[g]);
+            if (m_link.parallel())
+                m_link.broadcast(m_compute, group.device_params(), group.layout().numel(), m_state_owner[group.index()]);
         }
     }
 
@@ -592,31 +526,33 @@ private:
     // final norm). Storage groups' state is read one group ahead (read_stored).
     void schedule_host_updates(double lr, long update, R grad_scale) {
         std::vector<std::size_t> stored;
-        for (std::size_t g = 0; g < m_homes.size(); ++g)
-            if (!m_stored_state[g].empty()) stored.push_back(g);
+        for (auto& group : m_groups)
+            if (group.owns_host() && group.state_on_storage()) stored.push_back(group.index());
         const char* task = optimizer().name().data();  // a literal's: null-terminated
+        const std::size_t n = m_groups.size();
         std::size_t next_stored = 0;
-        for (std::size_t g = 0; g < m_homes.size(); ++g) {
-            if (!m_grads[g]) continue;  // frozen, or on the device
+        for (auto& group : m_groups) {
+            if (!group.owns_host() || group.frozen()) continue;  // on the device, rank 0's, or frozen
+            const std::size_t g = group.index();
             event landed = m_last_d2h[g];
-            if (!m_stored_state[g].empty()) {
+            if (group.state_on_storage()) {
                 const std::size_t j = next_stored++;
-                const std::size_t following = j + 1 < stored.size() ? stored[j + 1] : m_homes.size();
+                const std::size_t following = j + 1 < stored.size() ? stored[j + 1] : n;
                 m_optimizer_thread.enqueue(
-                    [this, landed, g, j, following, lr, update, grad_scale] {
+                    [this, landed, g, j, following, n, lr, update, grad_scale] {
                         if (j == 0) read_stored(g, 0);
-                        if (following < m_homes.size()) read_stored(following, (j + 1) % 2);
+                        if (following < n) read_stored(following, (j + 1) % 2);
                         landed.wait();
                         m_read[j % 2].wait();  // named: this group's state is in its staging
+                        auto& stored_state = m_groups[g].host().stored_state;
                         std::vector<R*> state;
-                        for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
-                            state.push_back(staged(j % 2, i, g).data());
-                        update_group(g, state, lr, update, grad_scale);
+                        for (std::size_t i = 0; i < stored_state.size(); ++i) state.push_back(staged(j % 2, i, g).data());
+                        m_groups[g].update_host(m_optimizer, state, lr, update, grad_scale);
                         for (std::size_t i = 0; i < state.size(); ++i)  // written back behind the next
-                            copy_async(m_backend, m_stored_state[g][i].view(), staged(j % 2, i, g), m_io);  // group's read
+                            copy_async(m_backend, stored_state[i].view(), staged(j % 2, i, g), m_io);  // group's read
                     },
                     task);
-                for (const auto& t : m_stored_state[g]) {
+                for (const auto& t : group.host().stored_state) {
                     m_engine.counters().storage_read_bytes += t.bytes();
                     m_engine.counters().storage_write_bytes += t.bytes();
                 }
@@ -624,70 +560,46 @@ private:
                 m_optimizer_thread.enqueue(
                     [this, landed, g, lr, update, grad_scale] {
                         landed.wait();
-                        std::vector<R*> state;
-                        for (auto& t : m_state[g]) state.push_back(t.data());
-                        update_group(g, state, lr, update, grad_scale);
+                        m_groups[g].update_host(m_optimizer, m_groups[g].host_state(), lr, update, grad_scale);
                     },
                     task);
             }
-            m_updated[g] = m_optimizer_thread.record();
+            group.host().updated = m_optimizer_thread.record();
         }
     }
 
     // State tensor i's staging buffer of set `set`, as long as storage group g's state.
     auto staged(std::size_t set, std::size_t i, std::size_t g) {
-        return m_state_staging[set * m_stored_state[g].size() + i].view().flat(0, m_stored_state[g][i].shape());
+        const auto& stored_state = m_groups[g].host().stored_state;
+        return m_state_staging[set * stored_state.size() + i].view().flat(0, stored_state[i].shape());
     }
 
     // Storage group g's state into staging set `set`, on the storage I/O stream (behind the
     // write-back of the set's previous group). Optimizer thread only.
     void read_stored(std::size_t g, std::size_t set) {
-        for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
-            m_read[set] = copy_async(m_backend, staged(set, i, g), m_stored_state[g][i].view(), m_io);
-    }
-
-    // The optimizer's update of one host group, tensor by tensor (weight decay per tensor), the
-    // clip folded in as grad_scale (1: none), with its state tensors at `state` (host homes, or
-    // the storage staging), one pointer per state name.
-    void update_group(std::size_t g, const std::vector<R*>& state, double lr, long update, R grad_scale) {
-        R* p = m_params[g]->data();
-        R* grad = m_grads[g]->data();
-        std::vector<std::span<R>> slices(state.size());
-        for (const auto& entry : m_model.groups()[g].entries()) {
-            if (!entry.spec.trainable) continue;
-            const std::size_t o = entry.offset, n = entry.spec.shape.numel();
-            for (std::size_t i = 0; i < state.size(); ++i) slices[i] = {state[i] + o, n};
-            m_optimizer.step_block(std::span<R>(p + o, n), std::span<const R>(grad + o, n),
-                                   optimizer_state<R>(slices), {.lr = lr, .step = update, .decay = entry.spec.decay},
-                                   grad_scale);
-        }
+        const auto& stored_state = m_groups[g].host().stored_state;
+        for (std::size_t i = 0; i < stored_state.size(); ++i)
+            m_read[set] = copy_async(m_backend, staged(set, i, g), stored_state[i].view(), m_io);
     }
 
     // Gradients and optimizer state start at zero (host weights and gradients are zero-filled when made).
     void zero_state() {
-        for (auto& grads : m_dev_grads)
-            if (grads) op::zero(m_compute, grads->device_data().get(), grads->numel());
-        for (auto& set : m_dev_state)
-            for (auto& t : set) op::zero(m_compute, t.device_data().get(), t.numel());
-        for (auto& set : m_state)
-            for (auto& t : set) std::fill(t.span().begin(), t.span().end(), R(0));
-        for (std::size_t g = 0; g < m_homes.size(); ++g)
-            if (!m_stored_state[g].empty()) {
-                std::vector<R> zeros(m_stored_state[g][0].numel(), R(0));
-                for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
-                    upload(state_kind::optimizer_state(i), g, zeros);
-            }
+        for (auto& group : m_groups) group.zero(m_compute, m_io, staging());
         m_compute.synchronize();  // named: the state is ready before the first step
     }
 
+    // The first storage staging buffer (free between steps: checkpoint I/O), or null.
+    tiered_tensor<R, host_tier, B>* staging() { return m_state_staging.empty() ? nullptr : &m_state_staging[0]; }
+
     void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
-        if (m_owner && !on_device(g))
+        auto& group = m_groups.at(g);
+        if (!group.on_device() && !group.owns_host())
             throw error("data-parallel rank " + std::to_string(m_link.rank) + " keeps no host state of group " +
                             std::to_string(g) + ": rank 0 does",
                         "read and write host-homed groups through rank 0 (data_parallel_trainer does)");
         finish_updates();  // the state of the last step, complete
         using part = state_kind::part;
-        if (k.of != part::params && m_model.groups()[g].frozen())
+        if (k.of != part::params && group.frozen())
             throw error("group " + std::to_string(g) + " is frozen: it has no gradients and no optimizer state");
         const auto states = optimizer().state_names();
         if (k.of == part::optimizer && k.index >= states.size())
@@ -695,47 +607,11 @@ private:
                             std::string(optimizer().display_name()) + " keeps " + std::to_string(states.size()) +
                             " (" + state_label("", states).substr(1) + ")",
                         "ask for trainer_state_kind::optimizer_state(i) with i < the count of state_names()");
-        auto check_size = [&](std::size_t numel) {
-            if (buf.size() != numel)
-                throw error("trainer: block size mismatch for group " + std::to_string(g));
-        };
-        if (on_device(g)) {  // behind the device updates, on the compute stream
-            if (k.of == part::optimizer && m_link.rank != m_state_owner[g])
-                throw error("data-parallel rank " + std::to_string(m_link.rank) + " keeps no optimizer state of group " +
-                                std::to_string(g) + ": rank " + std::to_string(m_state_owner[g]) + " does",
-                            "read and write it through its owner (data_parallel_trainer does)");
-            auto& t = k.of == part::params  ? *m_dev_params[g]
-                      : k.of == part::grads ? *m_dev_grads[g]
-                                            : m_dev_state[g][k.index];
-            check_size(t.numel());
-            if (to_host)
-                m_backend.copy(buf.data(), tier_id::host, t.device_data().get(), tier_id::device, t.bytes(), m_compute)
-                    .wait();  // named: checkpoint I/O
-            else
-                m_backend.copy(t.device_data().get(), tier_id::device, buf.data(), tier_id::host, t.bytes(), m_compute)
-                    .wait();  // named: checkpoint I/O
-            return;
-        }
-        auto host = [&](tiered_tensor<R, host_tier, B>& t) {
-            check_size(t.numel());
-            if (to_host)
-                std::copy(t.span().begin(), t.span().end(), buf.begin());
-            else
-                std::copy(buf.begin(), buf.end(), t.span().begin());
-        };
-        if (k.of == part::params) return host(*m_params[g]);
-        if (k.of == part::grads) return host(*m_grads[g]);
-        if (m_stored_state[g].empty()) return host(m_state[g][k.index]);
-        auto& t = m_stored_state[g][k.index];
-        check_size(t.numel());
-        auto staging = m_state_staging[0].view().flat(0, t.shape());  // between steps: free
-        if (to_host) {
-            copy_async(m_backend, staging, t.view(), m_io).wait();  // named: checkpoint I/O
-            std::copy(staging.data(), staging.data() + staging.numel(), buf.begin());
-        } else {
-            std::copy(buf.begin(), buf.end(), staging.data());
-            copy_async(m_backend, t.view(), staging, m_io).wait();  // named: checkpoint I/O
-        }
+        if (group.on_device() && k.of == part::optimizer && !group.keeps_state())
+            throw error("data-parallel rank " + std::to_string(m_link.rank) + " keeps no optimizer state of group " +
+                            std::to_string(g) + ": rank " + std::to_string(m_state_owner[g]) + " does",
+                        "read and write it through its owner (data_parallel_trainer does)");
+        group.copy(k, buf, to_host, m_compute, m_io, staging());
     }
 
     B& m_backend;
@@ -743,24 +619,16 @@ private:
     train_options m_options;
     std::vector<group_home> m_homes;  // by group
     link m_link;
-    tiered_trainer* m_owner;  // data-parallel ranks above 0: rank 0's trainer, which holds the host state
+    std::shared_ptr<host_state_type> m_host;  // the host-homed groups' host side (rank 0's, shared by all ranks)
     std::optional<stream> m_reduce;  // data-parallel: the gradients' sums over the ranks
     std::vector<std::size_t> m_state_owner;  // by group: the rank that keeps its device optimizer state
     stream m_compute;
     cpu::stream m_optimizer_thread;
     stream m_io;
     offloaded_optimizer<any_optimizer> m_optimizer;  // train_options::optimizer, with its host threads
-    pipeline_engine<R, B, Depth> m_engine;
+    pipeline_engine<R, B> m_engine;
     typename model_type::activations m_act;
-    // By group; empty where the group has no such state in that tier (frozen, or another home).
-    std::vector<std::optional<tiered_tensor<R, host_tier, B>>> m_params, m_grads;  // host homes
-    // Device homes; for pinned groups, the step's device copies of weights and gradients.
-    std::vector<std::optional<tiered_tensor<R, device_tier, B>>> m_dev_params, m_dev_grads;
-    // The optimizer's state by group, then by state name (state_names() order), in the group's
-    // home: the host, storage files, or the device; empty in the other tiers and for frozen groups.
-    std::vector<std::vector<tiered_tensor<R, host_tier, B>>> m_state;
-    std::vector<std::vector<tiered_tensor<R, storage_tier, B>>> m_stored_state;
-    std::vector<std::vector<tiered_tensor<R, device_tier, B>>> m_dev_state;
+    std::vector<group_state<R, B>> m_groups;  // by group: its home and its tensors in each tier
     tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
     tiered_tensor<double, device_tier, B> m_norm_workspace;  // sum_of_squares' workspace
     tiered_tensor<double, host_tier, B> m_norm_partials_host;  // their copy on the host
@@ -770,28 +638,8 @@ private:
     // storage group's size.
     std::vector<tiered_tensor<R, host_tier, B>> m_state_staging;
     std::array<event, 2> m_read;  // by staging set: its state has been read (optimizer thread)
-    std::vector<event> m_last_d2h;
-    std::vector<cpu::event> m_updated;  // by group: its last scheduled update (empty: none pending)
-    std::vector<bool> m_uploaded;       // this pass: the pinned group's weights are on the device
+    std::vector<event> m_last_d2h;  // by group: the step's newest gradient copy home
     long m_step = 0;
 };
 
-}  // namespace strata
-
-namespace strata {
-
-// The resident configuration: every group on the device (no slots, no host state).
-template <class R, Backend B, class Model = gpt_model<R, B>>
-using trainer = tiered_trainer<R, B, 1, device_tier, Model>;
-
-template <class R, Backend B, class Model>
-struct select_trainer<R, B, resident_placement, moments_in<device_tier>, Model> {
-    using type = trainer<R, B, Model>;
-};
-template <class R, Backend B, std::size_t Depth, Tier M, class Model>
-struct select_trainer<R, B, prefetch_pipeline<Depth>, moments_in<M>, Model> {
-    static_assert(!std::is_same_v<M, device_tier>,
-                  "prefetch_pipeline streams from the host: use moments_in<host_tier> or moments_in<storage_tier>");
-    using type = tiered_trainer<R, B, Depth, M, Model>;
-};
 }  // namespace strata
