@@ -2,6 +2,7 @@
 // and bytes_storage_write): with the AdamW moments on storage, every step reads and writes both
 // moments of every group once, whatever the accumulation or clipping; with moments on the host
 // nothing; checkpoint I/O of the moments is not step traffic.
+#include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
