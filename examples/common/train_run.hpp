@@ -56,11 +56,22 @@ train_options train_options_of(const Args& a) {
                   .warmup_steps = resolved_warmup(a.warmup, a.steps), .total_steps = a.steps,
                   .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
-    o.adamw.weight_decay = a.weight_decay;
-    o.optimizer = optimizer_kind_from_string(a.optimizer);
-    o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
+    o.optimizer = make_optimizer(a.optimizer, optimizer_hparams_of(a));
     o.clip = a.clip;
     return o;
+}
+
+// The chosen optimizer's hyperparameters from the flags (make_optimizer's names).
+template <class Args>
+nlohmann::json optimizer_hparams_of(const Args& a) {
+    nlohmann::json h{{"weight_decay", a.weight_decay}};
+    if (a.optimizer == "sgd") h["momentum"] = a.momentum;
+    if (a.optimizer == "adafactor") {
+        h["beta2_decay"] = a.beta2_decay;
+        h["eps2"] = a.eps2;
+        h["d"] = a.update_clip;
+    }
+    return h;
 }
 
 // run_training's options from the train flags both programs have. `data` is the file trained on,

@@ -239,7 +239,7 @@ TEST_CASE("a run stopped at a step and resumed from its checkpoint continues bit
 TEST_CASE("the checkpoint plan counts the trainer's optimizer state: an SGD run's checkpoint is planned at its size") {
     setup s;
     train_options o = options_of(2);
-    o.optimizer = optimizer_kind::sgd;
+    o.optimizer = sgd_optimizer();
     resident t(s.backend, s.model, o);
     t.initialize(5);
     loaders data;

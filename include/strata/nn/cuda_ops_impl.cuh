@@ -6,7 +6,6 @@
 #pragma once
 
 #include <strata/backend/cuda/check.hpp>         // cuda::check
-#include <strata/kernels/cuda/adamw.cuh>         // adamw
 #include <strata/kernels/cuda/attention.cuh>     // attention_forward, attention_backward
 #include <strata/kernels/cuda/attention_decode.cuh>  // attention_decode
 #include <strata/kernels/cuda/cross_entropy.cuh> // cross_entropy_forward, cross_entropy_backward
@@ -14,7 +13,6 @@
 #include <strata/kernels/cuda/embedding.cuh>     // embedding_forward, embedding_backward
 #include <strata/kernels/cuda/gelu.cuh>          // gelu_forward, gelu_backward
 #include <strata/kernels/cuda/launch.cuh>        // check_launch, ceil_div
-#include <strata/kernels/cuda/sgd.cuh>           // sgd
 #include <strata/kernels/cuda/layernorm.cuh>     // layernorm_forward, layernorm_backward
 #include <strata/nn/cuda_ops.hpp>                // ops<cuda_backend>
 
@@ -219,18 +217,6 @@ void ops<cuda_backend>::cross_entropy_backward(stream& s, float* dlogits, const 
     cuda::trace_span span(s, "cross_entropy_backward");
     kernels::cuda::cross_entropy_backward(dlogits, lse, logits, targets, static_cast<float>(scale), B, T, V,
                                           s.native());
-}
-
-void ops<cuda_backend>::adamw(stream& s, float* p, const float* g, float* m, float* v, size n, adamw_hparams h,
-                              double lr, long step, bool decay) {
-    cuda::trace_span span(s, "adamw");
-    kernels::cuda::adamw(p, g, m, v, n, adamw_constants_for<float>(h, lr, step, decay), s.native());
-}
-
-void ops<cuda_backend>::sgd(stream& s, float* p, const float* g, float* b, size n, sgd_hparams h, double lr,
-                            bool decay) {
-    cuda::trace_span span(s, "sgd");
-    kernels::cuda::sgd(p, g, b, n, sgd_constants_for<float>(h, lr, decay), s.native());
 }
 
 }  // namespace strata

@@ -58,7 +58,8 @@
 #include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
 #include <strata/model/gpt.hpp>                  // gpt_model
 #include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer
-#include <strata/optim/optimizers.hpp>           // any_optimizer
+#include <strata/optim/optimizers.hpp>           // any_optimizer, device_update
+#include <strata/optim/state_layout.hpp>         // optimizer_state_layout
 #include <strata/stream/prefetch_pipeline.hpp>   // prefetch_pipeline, pipeline_engine
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/tier/group_home.hpp>            // group_home
@@ -76,7 +77,10 @@
 
 namespace strata {
 
-template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier, class Model = gpt_model<R, B>>
+// Opt: the optimizer (any_optimizer, from train_options::optimizer, unless a caller brings its own
+// Optimizer: then the constructor that takes one).
+template <class R, Backend B, std::size_t Depth, Tier MomentsTier = host_tier, class Model = gpt_model<R, B>,
+          Optimizer Opt = any_optimizer>
 class tiered_trainer {
 public:
     using model_type = Model;
@@ -91,6 +95,11 @@ public:
     // allocates no host state of its own. Default: a single-device trainer.
     tiered_trainer(B& backend, const model_type& model, train_options options, link dp = {},
                    tiered_trainer* owner = nullptr)
+        requires std::same_as<Opt, any_optimizer>
+        : tiered_trainer(backend, model, options, options.optimizer, std::move(dp), owner) {}
+    // With an optimizer of the caller's (train_options::optimizer is not read).
+    tiered_trainer(B& backend, const model_type& model, train_options options, Opt optimizer, link dp = {},
+                   tiered_trainer* owner = nullptr)
         : m_backend(backend),
           m_model(model),
           m_options(std::move(options)),
@@ -100,7 +109,7 @@ public:
           m_compute(backend.make_stream("compute")),
           m_optimizer_thread("optimizer"),
           m_io(backend.make_stream("storage I/O")),
-          m_optimizer(optimizer_of(m_options)),
+          m_optimizer(std::move(optimizer)),
           m_engine(backend, largest_streamed_block(model, m_homes, false), largest_streamed_block(model, m_homes, true)),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
@@ -113,12 +122,13 @@ public:
         m_state.resize(n);
         m_stored_state.resize(n);
         m_dev_state.resize(n);
+        for (const auto& layout : groups) m_state_layout.push_back(optimizer_state_layout::of<R>(optimizer(), layout));
         const auto states = optimizer().state_names();
         // "adamw.m.g3": the optimizer's name, the state's, the group's (storage files are named so)
         auto state_name = [&](std::size_t i, const std::string& suffix) {
             return std::string(optimizer().name()) + "." + std::string(states[i]) + "." + suffix;
         };
-        std::size_t largest_stored = 0;
+        std::vector<std::size_t> largest_stored(states.size(), 0);  // by state tensor
         if (m_link.parallel()) m_reduce.emplace(backend.make_stream("reduce"));
         std::vector<bool> device_state(n);
         for (std::size_t g = 0; g < n; ++g) device_state[g] = on_device(g) && !groups[g].frozen();
@@ -133,7 +143,7 @@ public:
                     m_dev_grads[g].emplace(backend, ts, "grads." + name);
                     if (m_link.rank == m_state_owner[g])  // data parallel: one rank keeps it
                         for (std::size_t i = 0; i < states.size(); ++i)
-                            m_dev_state[g].emplace_back(backend, ts, state_name(i, name));
+                            m_dev_state[g].emplace_back(backend, state_shape(g, i), state_name(i, name));
                 }
                 continue;
             }
@@ -148,12 +158,13 @@ public:
                 m_grads[g].emplace(backend, ts, "grads." + name);
                 std::fill(m_grads[g]->span().begin(), m_grads[g]->span().end(), R(0));
                 for (std::size_t i = 0; i < states.size(); ++i) {
-                    if (m_homes[g].moments == tier_id::storage)
-                        m_stored_state[g].emplace_back(backend, ts, state_name(i, name));
-                    else
-                        m_state[g].emplace_back(backend, ts, state_name(i, name));
+                    if (m_homes[g].moments == tier_id::storage) {
+                        m_stored_state[g].emplace_back(backend, state_shape(g, i), state_name(i, name));
+                        largest_stored[i] = std::max(largest_stored[i], state_shape(g, i).numel());
+                    } else {
+                        m_state[g].emplace_back(backend, state_shape(g, i), state_name(i, name));
+                    }
                 }
-                if (!m_stored_state[g].empty()) largest_stored = std::max(largest_stored, ts.numel());
             }
         }
         m_last_d2h.resize(n);
@@ -166,10 +177,10 @@ public:
             m_staged_losses.emplace_back(backend, shape{BT}, "losses.host");
         }
         // Two sets: one group's state is updated while the next one's is read.
-        if (largest_stored > 0)
+        if (!states.empty() && largest_stored[0] > 0)
             for (const char* set : {"0", "1"})
                 for (std::size_t i = 0; i < states.size(); ++i)
-                    m_state_staging.emplace_back(backend, shape{largest_stored}, state_name(i, std::string("staging.") + set));
+                    m_state_staging.emplace_back(backend, shape{largest_stored[i]}, state_name(i, std::string("staging.") + set));
         zero_state();
     }
 
@@ -197,7 +208,7 @@ public:
     const model_type& model() const { return m_model; }
     const train_options& options() const { return m_options; }
     // The optimizer (train_options::optimizer): its state names are the trainer's state tensors.
-    const any_optimizer& optimizer() const { return m_optimizer.optimizer(); }
+    const Opt& optimizer() const { return m_optimizer.optimizer(); }
     // Each group's home (train_options::homes, or the default: host, moments in MomentsTier).
     const std::vector<group_home>& homes() const { return m_homes; }
     long step_count() const { return m_step; }
@@ -389,6 +400,8 @@ private:
     tiered_trainer& host_side() { return m_owner ? *m_owner : *this; }
 
     bool on_device(std::size_t g) const { return m_homes[g].weights == tier_id::device; }
+    // Group g's block of state tensor i (optimizer_state_layout: the gradients' size for AdamW and SGD).
+    shape state_shape(std::size_t g, std::size_t i) const { return shape{m_state_layout[g].numel(i)}; }
     // Groups used at both ends of a pass: when host-homed, on the device for the whole step.
     bool used_at_both_ends(std::size_t g) const { return g == 0 || g == m_model.final_group(); }
     // Host-homed groups that do not stream block by block (their device copy is the step's).
@@ -573,12 +586,14 @@ private:
             if (m_link.rank == m_state_owner[g]) {
                 R* grad = m_dev_grads[g]->device_data().get();
                 if (coefficient < 1) op::scale_inplace(m_compute, grad, coefficient, groups[g].trainable_numel());
-                for (const auto& entry : groups[g].entries()) {
+                for (std::size_t e = 0; e < groups[g].entries().size(); ++e) {
+                    const auto& entry = groups[g].entries()[e];
                     if (!entry.spec.trainable) continue;
                     const std::size_t o = entry.offset, n = entry.spec.shape.numel();
-                    for (std::size_t i = 0; i < state.size(); ++i) state[i] = m_dev_state[g][i].device_data().get() + o;
-                    optimizer().template update_device<op>(m_compute, params + o, grad + o, std::span<R* const>(state), n,
-                                                           {.lr = lr, .step = update, .decay = entry.spec.decay});
+                    for (std::size_t i = 0; i < state.size(); ++i)
+                        state[i] = m_dev_state[g][i].device_data().get() + m_state_layout[g].at(i, e).offset;
+                    device_update<B>(m_compute, optimizer(), params + o, grad + o, n, std::span<R* const>(state),
+                                     {.lr = lr, .step = update, .decay = entry.spec.decay, .shape = entry.spec.shape});
                 }
             }
             // Data parallel: the owner's updated weights reach every rank before its next step.
@@ -653,12 +668,16 @@ private:
         R* p = m_params[g]->data();
         R* grad = m_grads[g]->data();
         std::vector<std::span<R>> slices(state.size());
-        for (const auto& entry : m_model.groups()[g].entries()) {
+        for (std::size_t e = 0; e < m_model.groups()[g].entries().size(); ++e) {
+            const auto& entry = m_model.groups()[g].entries()[e];
             if (!entry.spec.trainable) continue;
             const std::size_t o = entry.offset, n = entry.spec.shape.numel();
-            for (std::size_t i = 0; i < state.size(); ++i) slices[i] = {state[i] + o, n};
-            m_optimizer.step_block(std::span<R>(p + o, n), std::span<const R>(grad + o, n),
-                                   optimizer_state<R>(slices), {.lr = lr, .step = update, .decay = entry.spec.decay},
+            for (std::size_t i = 0; i < state.size(); ++i) {
+                const auto& part = m_state_layout[g].at(i, e);
+                slices[i] = {state[i] + part.offset, part.numel};
+            }
+            m_optimizer.step_block(std::span<R>(p + o, n), std::span<const R>(grad + o, n), optimizer_state<R>(slices),
+                                   {.lr = lr, .step = update, .decay = entry.spec.decay, .shape = entry.spec.shape},
                                    grad_scale);
         }
     }
@@ -672,11 +691,8 @@ private:
         for (auto& set : m_state)
             for (auto& t : set) std::fill(t.span().begin(), t.span().end(), R(0));
         for (std::size_t g = 0; g < m_homes.size(); ++g)
-            if (!m_stored_state[g].empty()) {
-                std::vector<R> zeros(m_stored_state[g][0].numel(), R(0));
-                for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
-                    upload(state_kind::optimizer_state(i), g, zeros);
-            }
+            for (std::size_t i = 0; i < m_stored_state[g].size(); ++i)
+                upload(state_kind::optimizer_state(i), g, std::vector<R>(m_stored_state[g][i].numel(), R(0)));
         m_compute.synchronize();  // named: the state is ready before the first step
     }
 
@@ -749,7 +765,7 @@ private:
     stream m_compute;
     cpu::stream m_optimizer_thread;
     stream m_io;
-    offloaded_optimizer<any_optimizer> m_optimizer;  // train_options::optimizer, with its host threads
+    offloaded_optimizer<Opt> m_optimizer;  // train_options::optimizer (or the caller's), with its host threads
     pipeline_engine<R, B, Depth> m_engine;
     typename model_type::activations m_act;
     // By group; empty where the group has no such state in that tier (frozen, or another home).
@@ -761,6 +777,7 @@ private:
     std::vector<std::vector<tiered_tensor<R, host_tier, B>>> m_state;
     std::vector<std::vector<tiered_tensor<R, storage_tier, B>>> m_stored_state;
     std::vector<std::vector<tiered_tensor<R, device_tier, B>>> m_dev_state;
+    std::vector<optimizer_state_layout> m_state_layout;  // by group: where each state tensor's parts are
     tiered_tensor<double, device_tier, B> m_norm_partials;   // (groups) sum of squares per group
     tiered_tensor<double, device_tier, B> m_norm_workspace;  // sum_of_squares' workspace
     tiered_tensor<double, host_tier, B> m_norm_partials_host;  // their copy on the host
