@@ -4,8 +4,8 @@
 // the stream. The trainers call it for device-homed groups; the host-homed ones go through
 // O::update on the host threads.
 //
-// - The CPU backend: one definition for every optimizer, its host update on one thread as a task
-//   of the stream (below). Bitwise the host update's, since an Optimizer's bits do not depend on
+// - The CPU backend (any backend whose streams are cpu::stream): one definition for every
+//   optimizer, its host update on one thread as a task of the stream (below). Bitwise the host update's, since an Optimizer's bits do not depend on
 //   its thread count.
 // - CUDA: one definition for every optimizer too (optim/cuda_update.hpp), calling the
 //   optimizer's own cuda_update(o, stream, p, g, state, step), which its header declares and its
@@ -19,30 +19,27 @@
 #include <strata/optim/host_thread_pool.hpp> // host_thread_pool
 #include <strata/optim/optimizer.hpp>        // Optimizer, optimizer_step, optimizer_state
 
+#include <concepts>  // std::same_as
 #include <cstddef>  // std::size_t
 #include <span>     // std::span
 #include <vector>   // std::vector
 
 namespace strata {
 
-template <class O, class B>
-struct optimizer_kernels {
-    static_assert(sizeof(O) == 0,
-                  "no device update of this optimizer on this backend: include the backend's optimizer header "
-                  "(strata/cuda.hpp brings optim/cuda_update.hpp) or specialize optimizer_kernels<O, B>");
-};
-
 // The shape an update is for: optimizer_step::shape, or a vector of n where that is a scalar shape.
 inline shape parameter_shape(const optimizer_step& k, std::size_t n) {
     return k.shape.rank() == 0 ? shape{n} : k.shape;
 }
 
-// Every optimizer on the CPU backend: its host update, on one thread, as a task of the stream.
-template <Optimizer O>
-struct optimizer_kernels<O, cpu_backend> {
+// Every optimizer on a backend whose streams are CPU streams (cpu_backend, and backends built on
+// it): its host update, on one thread, as a task of the stream. Other backends specialize this
+// (optim/cuda_update.hpp).
+template <class O, class B>
+struct optimizer_kernels {
     template <class R>
-    static void update(cpu_backend::stream& s, const O& o, R* p, const R* g, std::size_t n,
-                       std::span<R* const> state, const optimizer_step& k) {
+        requires std::same_as<typename B::stream, cpu::stream>
+    static void update(cpu::stream& s, const O& o, R* p, const R* g, std::size_t n, std::span<R* const> state,
+                       const optimizer_step& k) {
         s.enqueue([o, p, g, n, k, state = std::vector<R*>(state.begin(), state.end())] {
             thread_local host_thread_pool one_thread(1);
             const shape param = parameter_shape(k, n);

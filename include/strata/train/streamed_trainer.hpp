@@ -98,7 +98,7 @@ public:
         requires std::same_as<Opt, any_optimizer>
         : tiered_trainer(backend, model, options, options.optimizer, std::move(dp), owner) {}
     // With an optimizer of the caller's (train_options::optimizer is not read).
-    tiered_trainer(B& backend, const model_type& model, train_options options, Opt optimizer, link dp = {},
+    tiered_trainer(B& backend, const model_type& model, train_options options, Opt chosen, link dp = {},
                    tiered_trainer* owner = nullptr)
         : m_backend(backend),
           m_model(model),
@@ -109,7 +109,7 @@ public:
           m_compute(backend.make_stream("compute")),
           m_optimizer_thread("optimizer"),
           m_io(backend.make_stream("storage I/O")),
-          m_optimizer(std::move(optimizer)),
+          m_optimizer(std::move(chosen)),
           m_engine(backend, largest_streamed_block(model, m_homes, false), largest_streamed_block(model, m_homes, true)),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
           m_norm_partials(backend, shape{model.groups().size()}, "grad_norm.partials"),
