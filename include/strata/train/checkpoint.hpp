@@ -131,15 +131,20 @@ std::size_t largest_block(const Model& model, bool whole) {
 
 // Hands one kind of the trainer's state to visit(g, block) group by group, in group order, through
 // one host buffer of the largest block (block is valid until visit returns): the weights' whole
-// blocks, or for gradients and optimizer state the trainable prefixes (frozen groups are skipped).
+// blocks, the gradients' trainable prefixes, or the optimizer's state blocks as it lays them out
+// (optim/state_layout.hpp); frozen groups are skipped.
 template <class Trainer, class Visit>
 void for_each_block(Trainer& t, typename Trainer::state_kind kind, Visit&& visit) {
     using R = typename Trainer::model_type::value_type;
     const bool whole = kind == Trainer::state_kind::params;
-    std::vector<R> buffer(largest_block(t.model(), whole));
+    const bool state = kind.of == Trainer::state_kind::part::optimizer;
+    std::vector<R> buffer(state ? 0 : largest_block(t.model(), whole));
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         const auto& layout = t.model().groups()[g];
-        const std::span<R> block(buffer.data(), whole ? layout.numel() : layout.trainable_numel());
+        const std::size_t n = state ? (layout.frozen() ? 0 : optimizer_state_layout::of<R>(t.optimizer(), layout).numel(kind.index))
+                                    : whole ? layout.numel() : layout.trainable_numel();
+        buffer.resize(std::max(buffer.size(), n));  // optimizer state: each block as the optimizer lays it out
+        const std::span<R> block(buffer.data(), n);
         if (block.empty()) continue;
         t.download(kind, g, block);
         visit(g, std::span<const R>(block));
