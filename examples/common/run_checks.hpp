@@ -82,15 +82,29 @@ inline void check_stop_at(long stop_at, long steps) {
 
 // ---- the optimizer ----
 
-// --optimizer adamw|sgd, --momentum (SGD's) and --weight-decay (either's) into a.optimizer,
-// a.momentum and a.weight_decay; train_options_of makes them train_options::optimizer, sgd and
-// adamw, and recorded_options records them for a resume to compare.
+// --optimizer (a registered one: adamw, sgd, adafactor), --momentum (SGD's), --beta2-decay,
+// --eps2, --update-clip (Adafactor's) and --weight-decay (every one's) into a's fields;
+// train_options_of makes them train_options::optimizer (optimizer_hparams_of), and
+// recorded_options records them for a resume to compare.
 template <class Args>
 void add_optimizer_options(CLI::App& train, Args& a) {
-    train.add_option("--optimizer", a.optimizer, "adamw, or sgd (with --momentum; torch.optim.SGD's step)")
-        ->check(CLI::IsMember({"adamw", "sgd"}))
+    std::vector<std::string> names;
+    for (std::string_view n : registered_optimizers::name_list()) names.emplace_back(n);
+    train.add_option("--optimizer", a.optimizer,
+                     "adamw, sgd (with --momentum; torch.optim.SGD's step) or adafactor (torch.optim.Adafactor's; "
+                     "--lr caps its relative step, 1e-2 is torch's default)")
+        ->check(CLI::IsMember(names))
         ->capture_default_str();
     train.add_option("--momentum", a.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
+    train.add_option("--beta2-decay", a.beta2_decay, "Adafactor's beta2_decay (<= 0: the squared gradient's weight t^beta2_decay)")
+        ->capture_default_str()
+        ->check(real_in(-100, 0));
+    train.add_option("--eps2", a.eps2, "Adafactor's eps2 (the smallest parameter RMS its relative step scales by)")
+        ->capture_default_str()
+        ->check(real_in(0, 1));
+    train.add_option("--update-clip", a.update_clip, "Adafactor's clipping threshold d (>= 1: an update's RMS is at most d)")
+        ->capture_default_str()
+        ->check(real_in(1, 1e6));
     train.add_option("--weight-decay", a.weight_decay,
                      "weight decay of 2-D weights and embeddings: AdamW's decoupled, SGD's coupled (added to the gradient)")
         ->capture_default_str()
@@ -176,6 +190,11 @@ nlohmann::json recorded_options(const Args& a, long warmup) {
     // checkpoints written before --optimizer lack the key (they are AdamW's): check_resume_options skips it
     options["optimizer"] = a.optimizer;
     if (a.optimizer == "sgd") options["momentum"] = a.momentum;
+    if (a.optimizer == "adafactor") {
+        options["beta2_decay"] = a.beta2_decay;
+        options["eps2"] = a.eps2;
+        options["update_clip"] = a.update_clip;
+    }
     // Data-parallel ranks: the global batch is gpus x accum x batch (checkpoints before --gpus: 1).
     if constexpr (requires { a.gpus; }) options["gpus"] = a.gpus;
     return options;

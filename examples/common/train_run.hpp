@@ -46,6 +46,19 @@ void check_run_flags(const Args& a) {
     check_save_options(a.save, a.save_every, a.stop_at);
 }
 
+// The chosen optimizer's hyperparameters from the flags (make_optimizer's names).
+template <class Args>
+nlohmann::json optimizer_hparams_of(const Args& a) {
+    nlohmann::json h{{"weight_decay", a.weight_decay}};
+    if (a.optimizer == "sgd") h["momentum"] = a.momentum;
+    if (a.optimizer == "adafactor") {
+        h["beta2_decay"] = a.beta2_decay;
+        h["eps2"] = a.eps2;
+        h["d"] = a.update_clip;
+    }
+    return h;
+}
+
 // The trainer's options from the flags both programs have (the plan adds activations and homes).
 // The schedule's warmup is resolved_warmup's, the number trainer_state.json records
 // (recorded_options) and a resume compares.
@@ -56,9 +69,7 @@ train_options train_options_of(const Args& a) {
                   .warmup_steps = resolved_warmup(a.warmup, a.steps), .total_steps = a.steps,
                   .step_size = std::max<long>(1, a.steps / 3), .gamma = 0.1};
     validate(o.schedule);
-    o.adamw.weight_decay = a.weight_decay;
-    o.optimizer = optimizer_kind_from_string(a.optimizer);
-    o.sgd = {.momentum = a.momentum, .weight_decay = a.weight_decay};
+    o.optimizer = make_optimizer(a.optimizer, optimizer_hparams_of(a));
     o.clip = a.clip;
     return o;
 }

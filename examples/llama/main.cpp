@@ -90,8 +90,9 @@ struct train_args {
     std::size_t batch = 8, accum = 1;
     long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8, stop_at = 0;
     double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
-    std::string optimizer = "adamw";  // adamw or sgd (with momentum)
+    std::string optimizer = "adamw";  // adamw, sgd (with momentum) or adafactor
     double momentum = 0.9;            // SGD's
+    double beta2_decay = -0.8, eps2 = 1e-3, update_clip = 1.0;  // Adafactor's (torch's defaults)
     std::string schedule = "cosine";
     std::uint64_t seed = 1337;
     std::string out = "runs/llama", metrics, trace, device = "auto";

@@ -1,6 +1,6 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), the elementwise family: zero, copies, in-place adds and
-// scales, the residual, GELU, the sum of squares of the gradient norm, and the optimizers' device
-// updates (AdamW, SGD with momentum: each bitwise equal to its host update).
+// scales, the residual, GELU and the sum of squares of the gradient norm. (The optimizers' device
+// updates are src/cuda/optim.cu's.)
 //
 // Adding a CUDA kernel (to any family, or a new one; the optimizers' kernels included, wherever
 // their headers live). The device code is compiled in these units only, once each:
@@ -18,10 +18,8 @@
 //  3. A kernel left out of every unit fails to link ("undefined reference to
 //     strata::kernels::cuda::<launcher><float>"): add its instances here, never drop the extern.
 #include <strata/backend/cuda/check.hpp>        // cuda::check
-#include <strata/kernels/cuda/adamw.cuh>        // adamw
 #include <strata/kernels/cuda/elementwise.cuh>  // add_inplace, scale_inplace, residual_forward, sum_of_squares
 #include <strata/kernels/cuda/gelu.cuh>         // gelu_forward, gelu_backward
-#include <strata/kernels/cuda/sgd.cuh>          // sgd
 #include <strata/nn/cuda_ops.hpp>               // ops<cuda_backend>
 
 namespace strata {
@@ -30,8 +28,6 @@ namespace kernels::cuda {
 // The one copy of each kernel launcher this file calls (the headers declare them extern).
 STRATA_CUDA_ELEMENTWISE_INSTANCES(template)
 STRATA_CUDA_GELU_INSTANCES(template)
-STRATA_CUDA_ADAMW_INSTANCES(template)
-STRATA_CUDA_SGD_INSTANCES(template)
 }  // namespace kernels::cuda
 
 void ops<cuda_backend>::zero(stream& s, float* x, size n) {
@@ -81,16 +77,5 @@ void ops<cuda_backend>::gelu_backward(stream& s, float* dinp, const float* dout,
     kernels::cuda::gelu_backward(dinp, dout, inp, N, s.native());
 }
 
-void ops<cuda_backend>::adamw(stream& s, float* p, const float* g, float* m, float* v, size n, adamw_hparams h,
-                              double lr, long step, bool decay) {
-    cuda::trace_span span(s, "adamw");
-    kernels::cuda::adamw(p, g, m, v, n, adamw_constants_for<float>(h, lr, step, decay), s.native());
-}
-
-void ops<cuda_backend>::sgd(stream& s, float* p, const float* g, float* b, size n, sgd_hparams h, double lr,
-                            bool decay) {
-    cuda::trace_span span(s, "sgd");
-    kernels::cuda::sgd(p, g, b, n, sgd_constants_for<float>(h, lr, decay), s.native());
-}
 
 }  // namespace strata

@@ -86,6 +86,22 @@ if "$gpt" train "${common[@]}" --optimizer adamw --lr 0.05 --steps 4 --out "$wor
   fail "an SGD run resumed with AdamW"
 fi
 grep -q -- '--optimizer "sgd" -> "adamw"' "$work/sgd-adamw.err" || fail "SGD resumed as AdamW: $(cat "$work/sgd-adamw.err")"
+# --optimizer adafactor: its plan row names its factored state; streamed with the state on storage,
+# stopped and resumed, it gives the resident Adafactor run's losses bit for bit; its flags are checked
+ada=(--optimizer adafactor --lr 0.01 --weight-decay 0.01)
+"$gpt" train "${common[@]}" "${ada[@]}" --steps 4 --out "$work/ada" --metrics "$work/ada.jsonl" > "$work/ada.log"
+grep -q "^Adafactor row_var, col_var, variance" "$work/ada.log" || fail "--optimizer adafactor: no Adafactor row in the plan: $(head -12 "$work/ada.log")"
+ada_losses=$(grep -o '"loss":[^,}]*' "$work/ada.jsonl")
+[[ "$ada_losses" != "$full_losses" && "$ada_losses" != "$sgd_losses" ]] || fail "--optimizer adafactor trained as another optimizer did"
+"$gpt" train "${common[@]}" "${ada[@]}" "${streamed[@]}" --steps 4 --stop-at 2 --out "$work/ada-half" \
+  --metrics "$work/ada-half.jsonl" > /dev/null
+"$gpt" train "${common[@]}" "${ada[@]}" "${streamed[@]}" --steps 4 --out "$work/ada-half" --metrics "$work/ada-half.jsonl" \
+  --resume "$work/ada-half" > /dev/null
+[[ "$(grep -o '"loss":[^,}]*' "$work/ada-half.jsonl")" == "$ada_losses" ]] || fail "streamed, resumed Adafactor differs from resident"
+if "$gpt" train "${common[@]}" "${ada[@]}" --update-clip 0.5 --steps 1 --out "$work/ada-bad" 2> "$work/ada-bad.err" > /dev/null; then
+  fail "--update-clip 0.5 accepted"
+fi
+grep -q -- "--update-clip" "$work/ada-bad.err" || fail "--update-clip 0.5: $(cat "$work/ada-bad.err")"
 
 # --gpus 2 (on the CPU backend: two ranks as threads), each rank on its own micro-batch: the step's
 # global batch is --accum 2's on one device, so the losses agree to FP32 reduction-order rounding

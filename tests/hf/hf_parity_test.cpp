@@ -84,8 +84,8 @@ struct fixture : test::reference {
         const double lr = scalar("hp.lr");
         const auto steps = static_cast<long>(scalar("hp.steps"));
         o.schedule = {.kind = lr_kind::constant, .lr = lr, .min_lr = lr, .warmup_steps = 0, .total_steps = steps};
-        o.adamw = {.beta1 = scalar("hp.beta1"), .beta2 = scalar("hp.beta2"), .eps = scalar("hp.eps"),
-                   .weight_decay = scalar("hp.weight_decay")};
+        o.optimizer = adamw_optimizer({.beta1 = scalar("hp.beta1"), .beta2 = scalar("hp.beta2"), .eps = scalar("hp.eps"),
+                                       .weight_decay = scalar("hp.weight_decay")});
         return o;
     }
 };

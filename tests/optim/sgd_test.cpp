@@ -5,7 +5,7 @@
 // refusals.
 #include <strata/optim/host_thread_pool.hpp>      // host_thread_pool
 #include <strata/optim/offloaded_optimizer.hpp>   // offloaded_optimizer
-#include <strata/optim/optimizers.hpp>            // adamw_optimizer, sgd_optimizer, any_optimizer, optimizer_kind
+#include <strata/optim/optimizers.hpp>            // adamw_optimizer, sgd_optimizer, any_optimizer, make_optimizer
 #include <strata/optim/sgd.hpp>                   // sgd_update, sgd_hparams
 #include <strata/optim/sgd_simd.hpp>              // sgd_update_fast, sgd_update_parallel
 
@@ -166,10 +166,13 @@ TEST_CASE("the optimizers through the Optimizer seam: names, state tensors, hype
     CHECK(adamw.state_names().size() == 2);
     CHECK(strata::state_label(adamw.display_name(), adamw.state_names()) == "AdamW m, v");
     CHECK(strata::state_label(any.display_name(), any.state_names()) == "SGD momentum");
-    CHECK(strata::optimizer_kind_from_string("sgd") == strata::optimizer_kind::sgd);
-    CHECK(strata::state_names_of(strata::optimizer_kind::sgd).size() == 1);
-    CHECK_THROWS_WITH_AS(strata::optimizer_kind_from_string("lion"), doctest::Contains("use adamw or sgd"),
+    CHECK(strata::make_optimizer("sgd").name() == "sgd");
+    CHECK(strata::make_optimizer("sgd", {{"momentum", 0.8}}).hparams_json().at("momentum") == 0.8);
+    CHECK(strata::make_optimizer("sgd").state_names().size() == 1);
+    CHECK_THROWS_WITH_AS(strata::make_optimizer("lion"), doctest::Contains("use adamw, sgd or adafactor"),
                          strata::error);
+    CHECK_THROWS_WITH_AS(strata::make_optimizer("sgd", {{"beta1", 0.9}}),
+                         doctest::Contains("sgd has no hyperparameter 'beta1'"), strata::error);
 
     const std::size_t n = 70'001;
     std::vector<float> p = uniform(n, 11), b = uniform(n, 12);

@@ -28,7 +28,7 @@ namespace {
 const gpt_config config{.vocab_size = 64, .max_seq = 16, .n_layer = 4, .n_head = 4, .n_embd = 64};
 constexpr std::size_t generous = std::size_t(256) << 20;
 
-plan_request request(optimizer_kind optimizer, placement where, bool on_storage) {
+plan_request request(const any_optimizer& optimizer, placement where, bool on_storage) {
     plan_request r{.model = footprint_of<cpu_backend>(gpt_model<float, cpu_backend>(config), 2, config.max_seq),
                    .accum = 2,
                    .budgets = {.device = generous, .host = generous, .storage = generous}};
@@ -62,7 +62,7 @@ void check_exact(const memory_plan& p, const plan_request& r) {
     gpt_model<float, cpu_backend> model(config);
     train_options o{.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .activations = p.kept()};
     o.homes = p.trainer_homes();
-    o.optimizer = optimizer_kind::sgd;
+    o.optimizer = sgd_optimizer();
     {
         cpu_backend backend(exact);
         Trainer t(backend, model, o);
@@ -90,11 +90,11 @@ TEST_CASE("the planner counts one state tensor for SGD: half of AdamW's moment b
             if (where == placement::resident && on_storage) continue;
             CAPTURE(name_of(where));
             CAPTURE(on_storage);
-            const memory_plan adamw = plan(request(optimizer_kind::adamw, where, on_storage));
-            const memory_plan sgd = plan(request(optimizer_kind::sgd, where, on_storage));
+            const memory_plan adamw = plan(request(adamw_optimizer(), where, on_storage));
+            const memory_plan sgd = plan(request(sgd_optimizer(), where, on_storage));
             REQUIRE(sgd.where == where);
-            CHECK(sgd.optimizer_states == 1);
-            CHECK(adamw.optimizer_states == 2);
+            CHECK(sgd.optimizer.state_names().size() == 1);
+            CHECK(adamw.optimizer.state_names().size() == 2);
             const tier_id home = where == placement::resident ? tier_id::device
                                  : on_storage                 ? tier_id::storage
                                                               : tier_id::host;
@@ -123,17 +123,17 @@ TEST_CASE("the planner counts one state tensor for SGD: half of AdamW's moment b
 
 TEST_CASE("an SGD plan is what the trainer running SGD allocates: resident, streamed on the host and on storage") {
     SUBCASE("resident") {
-        const plan_request r = request(optimizer_kind::sgd, placement::resident, false);
+        const plan_request r = request(sgd_optimizer(), placement::resident, false);
         check_exact<tiered_trainer<float, cpu_backend>>(plan(r), r);
     }
     SUBCASE("streamed, momentum on the host") {
-        const plan_request r = request(optimizer_kind::sgd, placement::streamed, false);
+        const plan_request r = request(sgd_optimizer(), placement::streamed, false);
         const memory_plan p = plan(r);
         REQUIRE(p.slots == 3);
         check_exact<test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier>>(p, r);
     }
     SUBCASE("streamed, momentum on storage") {
-        const plan_request r = request(optimizer_kind::sgd, placement::streamed, true);
+        const plan_request r = request(sgd_optimizer(), placement::streamed, true);
         const memory_plan p = plan(r);
         REQUIRE(p.slots == 3);
         REQUIRE(p.state_home == tier_id::storage);

@@ -33,8 +33,7 @@ train_options placed(const train_options& o, std::size_t slots, group_home home 
 train_options sgd_options() {
     train_options o{.batch = 2, .seq = 8, .accum = 2, .clip = 0.05};  // a small max norm: clipping happens
     o.schedule = {.kind = lr_kind::cosine, .lr = 3e-2, .min_lr = 3e-3, .warmup_steps = 2, .total_steps = 10};
-    o.optimizer = optimizer_kind::sgd;
-    o.sgd = {.momentum = 0.9, .weight_decay = 0.01, .nesterov = true};
+    o.optimizer = sgd_optimizer({.momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
     return o;
 }
 
@@ -115,7 +114,7 @@ TEST_CASE_TEMPLATE("SGD with momentum trains bitwise alike resident, streamed wi
     }
     SUBCASE("the optimizer is SGD's, not AdamW's") {
         train_options adamw = o;
-        adamw.optimizer = optimizer_kind::adamw;
+        adamw.optimizer = adamw_optimizer();
         gpt_model<float, B> model(test::tiny_gpt);
         tiered_trainer<float, B> t(backend, model, adamw);
         t.initialize(21);
@@ -155,8 +154,8 @@ TEST_CASE_TEMPLATE("a checkpoint of an SGD run holds its momentum by name, recor
     CHECK(file.names().size() == trainable_tensors);
     for (const auto& name : file.names()) CHECK(name.starts_with("momentum."));
     CHECK(std::filesystem::file_size(saved / "optimizer.safetensors") ==
-          optimizer_file_bytes(model, sgd_optimizer::state_names()));
-    CHECK(optimizer_file_bytes(model, sgd_optimizer::state_names()) < optimizer_file_bytes(model));  // AdamW's: m, v
+          optimizer_file_bytes(model, sgd_optimizer()));
+    CHECK(optimizer_file_bytes(model, sgd_optimizer()) < optimizer_file_bytes(model));  // AdamW's: m, v
     const auto state = read_json_file(saved / "trainer_state.json");
     CHECK(checkpoint_optimizer(state) == "sgd");
     CHECK(state.at("optimizer") ==
@@ -172,7 +171,7 @@ TEST_CASE_TEMPLATE("a checkpoint of an SGD run holds its momentum by name, recor
 
     // a trainer of another optimizer refuses the checkpoint, and an SGD trainer an AdamW one
     train_options adamw = o;
-    adamw.optimizer = optimizer_kind::adamw;
+    adamw.optimizer = adamw_optimizer();
     tiered_trainer<float, B> other(backend, model, adamw);
     CHECK_THROWS_WITH_AS(load_checkpoint(other, saved),
                          doctest::Contains("was trained with the optimizer 'sgd', this trainer runs 'adamw'"), error);

@@ -240,7 +240,7 @@ TEST_CASE("a run stopped at a step and resumed from its checkpoint continues bit
 TEST_CASE("the checkpoint plan counts the trainer's optimizer state: an SGD run's checkpoint is planned at its size") {
     setup s;
     train_options o = options_of(2);
-    o.optimizer = optimizer_kind::sgd;
+    o.optimizer = sgd_optimizer();
     resident t(s.backend, s.model, o);
     t.initialize(5);
     loaders data;
@@ -254,7 +254,7 @@ TEST_CASE("the checkpoint plan counts the trainer's optimizer state: an SGD run'
     CHECK(written <= plan.bytes_each);
     // The plan's only slack is its bound on trainer_state.json's growth (a few hundred bytes);
     // counting AdamW's two state tensors would add a second optimizer file's worth.
-    const std::uint64_t momentum_file = optimizer_file_bytes(s.model, sgd_optimizer::state_names());
+    const std::uint64_t momentum_file = optimizer_file_bytes(s.model, sgd_optimizer());
     INFO("planned ", plan.bytes_each, ", written ", written, ", momentum file ", momentum_file);
     CHECK(plan.bytes_each - written < momentum_file / 4);
 }

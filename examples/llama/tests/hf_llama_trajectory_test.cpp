@@ -133,7 +133,7 @@ trained train(B& backend, const fixture& f, const trajectory& tr, const adamw_hp
     const double lr = tr.hparam("lr");
     train_options o{.batch = tr.batch, .seq = tr.seq, .accum = 1, .clip = tr.hparam("clip")};
     o.schedule = {.kind = lr_kind::constant, .lr = lr, .min_lr = lr, .warmup_steps = 0, .total_steps = long(tr.steps)};
-    o.adamw = h;
+    o.optimizer = adamw_optimizer(h);
     llama_trainer t(backend, model, o);
     for (std::size_t g = 0; g < f.hf.blocks.size(); ++g) t.upload(llama_trainer::state_kind::params, g, f.hf.blocks[g]);
     trained out;

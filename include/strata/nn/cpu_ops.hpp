@@ -5,13 +5,10 @@
 #include <strata/backend/cpu_backend.hpp>  // cpu_backend, cpu::stream
 #include <strata/kernels/cpu/kernels.hpp>  // kernels::cpu::*
 #include <strata/nn/ops.hpp>               // ops
-#include <strata/optim/adamw.hpp>          // adamw_hparams, adamw_update
-#include <strata/optim/sgd.hpp>            // sgd_hparams, sgd_update
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t
 #include <cstring>  // std::memset, std::memcpy
-#include <span>     // std::span
 #include <type_traits>  // std::type_identity_t
 
 namespace strata {
@@ -143,23 +140,6 @@ struct ops<cpu_backend> {
         s.enqueue([=] {
             kernels::cpu::cross_entropy_backward(dlogits, lse, logits, targets, static_cast<R>(scale), B, T, V);
         }, "cross_entropy_backward");
-    }
-
-    // AdamW on one parameter tensor, where the state lives in the tier the stream's memory is in.
-    template <class R>
-    static void adamw(stream& s, R* p, const R* g, R* m, R* v, size n, adamw_hparams h, double lr, long step,
-                      bool decay) {
-        s.enqueue([=] {
-            adamw_update<R>(std::span<R>(p, n), std::span<const R>(g, n), std::span<R>(m, n), std::span<R>(v, n), h, lr,
-                            step, decay);
-        }, "adamw");
-    }
-    // SGD with momentum on one parameter tensor (b: its momentum buffer).
-    template <class R>
-    static void sgd(stream& s, R* p, const R* g, R* b, size n, sgd_hparams h, double lr, bool decay) {
-        s.enqueue([=] {
-            sgd_update<R>(std::span<R>(p, n), std::span<const R>(g, n), std::span<R>(b, n), h, lr, decay);
-        }, "sgd");
     }
 };
 

@@ -16,8 +16,6 @@
 
 #include <strata/backend/cuda/stream.hpp>  // cuda::stream, cuda::trace_span
 #include <strata/nn/ops.hpp>                // ops
-#include <strata/optim/adamw.hpp>           // adamw_hparams
-#include <strata/optim/sgd.hpp>             // sgd_hparams
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t
@@ -87,13 +85,6 @@ struct ops<cuda_backend> {
                                       const std::int32_t* targets, size B, size T, size V);
     static void cross_entropy_backward(stream& s, float* dlogits, const float* lse, const float* logits,
                                        const std::int32_t* targets, double scale, size B, size T, size V);
-
-    // AdamW on one parameter tensor in device memory, bitwise equal to adamw_update on the host.
-    static void adamw(stream& s, float* p, const float* g, float* m, float* v, size n, adamw_hparams h, double lr,
-                      long step, bool decay);
-    // SGD with momentum on one parameter tensor in device memory (b: its momentum buffer),
-    // bitwise equal to sgd_update on the host.
-    static void sgd(stream& s, float* p, const float* g, float* b, size n, sgd_hparams h, double lr, bool decay);
 };
 
 }  // namespace strata

@@ -25,7 +25,7 @@
 #include <strata/nn/ops.hpp>                // ops
 #include <strata/optim/adamw_simd.hpp>      // adamw_update_parallel
 #include <strata/optim/host_thread_pool.hpp>  // host_thread_pool
-#include <strata/optim/optimizers.hpp>      // optimizer_kind, name_of
+#include <strata/optim/optimizers.hpp>      // registered_optimizers, any_optimizer, make_optimizer
 #include <strata/optim/sgd_simd.hpp>        // sgd_update_parallel
 #include <strata/plan/machine.hpp>          // machine_rates
 #include <strata/plan/machine_file.hpp>     // machine_to_json, machine_from_json
@@ -289,7 +289,7 @@ inline std::pair<double, double> measure_storage(const std::filesystem::path& di
 
 // The host optimizer's update rate with every core of `pool`, parameters per second, over
 // `parameters` FP32 parameters (page-aligned, as the trainers lay them out).
-inline double measure_host_optimizer(host_thread_pool& pool, optimizer_kind kind, std::size_t parameters,
+inline double measure_host_optimizer(host_thread_pool& pool, const any_optimizer& optimizer, std::size_t parameters,
                                      double min_seconds = 0.1) {
     const std::size_t n = std::max<std::size_t>(parameters, 1024);
     auto buffer = [n] {
@@ -298,16 +298,19 @@ inline double measure_host_optimizer(host_thread_pool& pool, optimizer_kind kind
         for (std::size_t i = 0; i < n; ++i) f[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 977) - 488) / 488.0f;
         return b;
     };
-    auto p = buffer(), g = buffer(), m = buffer(), v = buffer();
+    auto p = buffer(), g = buffer();
     auto span_of = [n](detail::aligned_buffer& b) { return std::span<float>(reinterpret_cast<float*>(b.get()), n); };
+    // One vector of n parameters: its state tensors as the optimizer shapes them (zero-filled).
+    std::vector<std::vector<float>> state;
+    for (std::size_t i = 0; i < optimizer.state_names().size(); ++i)
+        state.emplace_back(optimizer.state_shape(i, shape{n}).numel(), 0.0f);
+    std::vector<std::span<float>> parts(state.begin(), state.end());
     long step = 0;
     const double seconds = detail::seconds_per_call(
         [&] {
             ++step;
-            if (kind == optimizer_kind::adamw)
-                adamw_update_parallel(pool, span_of(p), span_of(g), span_of(m), span_of(v), adamw_hparams{}, 1e-4, step, true);
-            else
-                sgd_update_parallel(pool, span_of(p), span_of(g), span_of(m), sgd_hparams{}, 1e-4, true);
+            optimizer.update(pool, span_of(p), std::span<const float>(span_of(g)), optimizer_state<float>(parts),
+                             {.lr = 1e-4, .step = step, .decay = true, .shape = shape{n}});
         },
         min_seconds);
     return seconds > 0 ? static_cast<double>(n) / seconds : 0.0;
@@ -412,8 +415,9 @@ machine_rates calibrate(B& backend, const calibration_options& options = {}) {
     m.duplex = links.duplex;
     std::tie(m.storage_write, m.storage_read) = measure_storage(o.storage_dir, o.storage_bytes);
     host_thread_pool pool;
-    for (optimizer_kind k : {optimizer_kind::adamw, optimizer_kind::sgd})
-        m.host_optimizer[std::string(name_of(k))] = measure_host_optimizer(pool, k, o.optimizer_parameters, o.min_seconds);
+    for (std::string_view name : registered_optimizers::name_list())
+        m.host_optimizer[std::string(name)] =
+            measure_host_optimizer(pool, make_optimizer(name), o.optimizer_parameters, o.min_seconds);
     return m;
 }
 

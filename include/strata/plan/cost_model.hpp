@@ -180,9 +180,9 @@ inline std::string missing_rate(const memory_plan& p, const plan_request& r, con
     if (storage && (m.storage_read <= 0 || m.storage_write <= 0))
         return m.storage_read <= 0 ? "storage_read" : "storage_write";
     if (host) {
-        const auto it = m.host_optimizer.find(std::string(name_of(r.optimizer)));
+        const auto it = m.host_optimizer.find(std::string(r.optimizer.name()));
         if (it == m.host_optimizer.end() || it->second <= 0)
-            return "host_optimizer[\"" + std::string(name_of(r.optimizer)) + "\"]";
+            return "host_optimizer[\"" + std::string(r.optimizer.name()) + "\"]";
     }
     return "";
 }
@@ -211,22 +211,22 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
     const double up_shared = m.duplex > 0 && m.duplex < both ? m.duplex * m.h2d / both : m.h2d;
     const double down_shared = m.duplex > 0 && m.duplex < both ? m.duplex * m.d2h / both : m.d2h;
     const double host_rate = [&] {
-        const auto it = m.host_optimizer.find(std::string(name_of(r.optimizer)));
+        const auto it = m.host_optimizer.find(std::string(r.optimizer.name()));
         return it == m.host_optimizer.end() ? 0.0 : it->second;
     }();
-    const double states = static_cast<double>(p.optimizer_states);
     const std::size_t G = f.group_bytes.size();
     for (auto* v : {&w.weights_up, &w.weights_up_shared, &w.grads_up_shared, &w.grads_down, &w.grads_down_shared,
                     &w.zero_grads, &w.sum_of_squares, &w.device_update, &w.host_update, &w.state_read, &w.state_write})
         v->assign(G, 0.0);
     for (std::size_t g = 0; g < G; ++g) {
         const double bytes = static_cast<double>(f.group_bytes[g]), grads = static_cast<double>(f.trainable_bytes[g]);
+        const double states = static_cast<double>(p.group_state_bytes[g]);  // every state tensor's
         const bool on_device = p.where == placement::resident || p.homes[g].weights == tier_id::device;
         w.zero_grads[g] = grads / mem;
         w.sum_of_squares[g] = grads / mem;
         if (on_device) {
             // reads the weights, the gradients and each state tensor; writes the weights and the state
-            w.device_update[g] = (3.0 + 2.0 * states) * grads / mem;
+            w.device_update[g] = (3.0 * grads + 2.0 * states) / mem;
             continue;
         }
         w.weights_up[g] = seconds_of(bytes, m.h2d);
@@ -236,8 +236,8 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
         w.grads_down_shared[g] = seconds_of(grads, down_shared);
         w.host_update[g] = seconds_of(grads / eb, host_rate);
         if (p.homes[g].moments == tier_id::storage) {
-            w.state_read[g] = seconds_of(states * grads, m.storage_read);
-            w.state_write[g] = seconds_of(states * grads, m.storage_write);
+            w.state_read[g] = seconds_of(states, m.storage_read);
+            w.state_write[g] = seconds_of(states, m.storage_write);
         }
     }
     return w;

@@ -16,6 +16,7 @@
 #include <strata/model/activations.hpp>  // kept_activations
 #include <strata/nn/layer.hpp>            // layer_flops
 #include <strata/nn/ops.hpp>             // detail::norm_workspace_doubles
+#include <strata/tensor/param_layout.hpp> // param_layout
 
 #include <algorithm>  // std::max
 #include <cstddef>    // std::size_t
@@ -37,7 +38,11 @@ struct model_footprint {
     std::size_t max_seq = 0;
     std::size_t parameters = 0, trainable_parameters = 0;
     std::vector<std::size_t> group_bytes;      // weights of each group, page-padded (group order)
-    std::vector<std::size_t> trainable_bytes;  // its gradients (= each optimizer state tensor): the trainable prefix; 0: frozen
+    std::vector<std::size_t> trainable_bytes;  // its gradients: the trainable prefix; 0: frozen
+    // Each group's layout (its tensors' shapes), from which the planner sizes the optimizer's state
+    // (optim/state_layout.hpp). Empty in a footprint made by hand: each group's trainable prefix
+    // then counts as one vector.
+    std::vector<param_layout> layouts;
     // Activations: every allocation but the blocks' saved activations, page-padded (tokens and
     // targets included), and one block's saved activations in bytes (unpadded: kept blocks and the
     // shared recompute buffer are one allocation of kept_activations::buffers blocks).
@@ -84,6 +89,7 @@ model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t 
         f.trainable_parameters += g.trainable_parameter_count();
         f.group_bytes.push_back(g.bytes());
         f.trainable_bytes.push_back(g.trainable_bytes());
+        f.layouts.push_back(g);
     }
     f.blocks = model.block_count();
     // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).

@@ -23,7 +23,7 @@
 #include <strata/core/error.hpp>        // strata::error
 #include <strata/core/format.hpp>       // fmt::format (host only)
 #include <strata/io/json_file.hpp>      // read_json_file, write_json_file
-#include <strata/optim/optimizers.hpp>  // optimizer_kind, name_of
+#include <strata/optim/optimizers.hpp>  // registered_optimizers
 #include <strata/plan/machine.hpp>      // machine_rates
 
 #include <nlohmann/json.hpp>  // nlohmann::json, nlohmann::ordered_json
@@ -58,7 +58,10 @@ inline constexpr std::array<machine_rate_field, 8> machine_rate_fields{{
 
 inline constexpr std::array<std::string_view, 3> machine_budget_keys{"device_budget", "host_budget", "storage_budget"};
 inline constexpr std::string_view host_optimizer_key = "host_optimizer_Gparams_per_s";
-inline constexpr std::array<optimizer_kind, 2> machine_file_optimizers{optimizer_kind::adamw, optimizer_kind::sgd};
+// The optimizers whose rates every machine file gives (the calibration has measured them since
+// machine files exist); any other registered optimizer's rate is optional: without it, a plan for
+// that optimizer comes from the fixed rules.
+inline constexpr std::array<std::string_view, 2> machine_file_optimizers{"adamw", "sgd"};
 
 inline bool is_machine_file_key(std::string_view key) {
     if (key == "name" || key == "notes" || key == "host_cores" || key == host_optimizer_key) return true;
@@ -157,18 +160,15 @@ inline machine_rates machine_from_json(const nlohmann::json& j, const std::strin
         in.refuse(detail::host_optimizer_key, "must be an object of rates per optimizer (it is " + optimizers.dump() + ")",
                   "write e.g. {\"adamw\": 4.86, \"sgd\": 6.8}");
     for (const auto& [key, value] : optimizers.items()) {
-        bool known = false;
-        for (optimizer_kind k : detail::machine_file_optimizers) known = known || key == name_of(k);
-        if (!known)
+        if (!registered_optimizers::has(key))
             in.refuse(std::string(detail::host_optimizer_key) + "." + key, "names no optimizer strata has",
-                      "the optimizers are adamw and sgd");
+                      "the optimizers are " + registered_optimizers::names(" and "));
+        m.host_optimizer[key] = in.number(value, std::string(detail::host_optimizer_key) + "." + key, false) * 1e9;
     }
-    for (optimizer_kind k : detail::machine_file_optimizers) {
-        const std::string key = std::string(detail::host_optimizer_key) + "." + std::string(name_of(k));
-        const auto it = optimizers.find(name_of(k));
-        if (it == optimizers.end())
-            in.refuse(key, "is missing", "give the host optimizer's rate of every optimizer: adamw and sgd");
-        m.host_optimizer[std::string(name_of(k))] = in.number(*it, key, false) * 1e9;
+    for (std::string_view name : detail::machine_file_optimizers) {
+        const std::string key = std::string(detail::host_optimizer_key) + "." + std::string(name);
+        if (optimizers.find(name) == optimizers.end())
+            in.refuse(key, "is missing", "give the host optimizer's rate of adamw and sgd at least");
     }
     return m;
 }

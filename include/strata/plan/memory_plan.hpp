@@ -5,7 +5,7 @@
 
 #include <strata/core/error.hpp>         // strata::error
 #include <strata/model/activations.hpp>  // kept_activations
-#include <strata/optim/optimizers.hpp>    // optimizer_kind, state_names_of, display_name_of, state_label
+#include <strata/optim/optimizers.hpp>    // any_optimizer, state_label
 #include <strata/tier/group_home.hpp>    // group_home
 #include <strata/tier/tier.hpp>          // tier_id, name_of
 
@@ -109,8 +109,10 @@ struct memory_plan {
     std::size_t parameters = 0;           // real parameters of the model
     std::size_t trainable_parameters = 0; // of them, the trainable ones (the rest is frozen)
     std::size_t trainable_state_bytes = 0;  // one kind of gradient/state blocks (the trainable prefixes)
-    optimizer_kind optimizer = optimizer_kind::adamw;  // whose state the moments row counts
-    std::size_t optimizer_states = 2;       // its state tensors per trainable parameter
+    any_optimizer optimizer;                // whose state the moments row counts
+    // By group: the bytes of its optimizer state (every state tensor's block, as the trainer lays
+    // them out from the optimizer's state shapes: optim/state_layout.hpp); 0: frozen.
+    std::vector<std::size_t> group_state_bytes;
     std::size_t group_count = 0;          // layer groups (embeddings, blocks, final layernorm)
     std::size_t state_bytes = 0;          // one kind (e.g. the weights) of every group, page-padded
     std::size_t largest_group_bytes = 0;  // the largest trainable prefix of any group (state staging)
@@ -141,7 +143,7 @@ struct memory_plan {
     std::size_t bytes_of(plan_category c, tier_id t) const { return of(c)[t]; }
     // "AdamW m, v", "SGD momentum": the optimizer's state, as the table and messages name it.
     std::string state_label() const {
-        return strata::state_label(display_name_of(optimizer), state_names_of(optimizer));
+        return strata::state_label(optimizer.display_name(), optimizer.state_names());
     }
     // A table row's label: the category's name, the optimizer's state for `moments`.
     std::string label_of(plan_category c) const {

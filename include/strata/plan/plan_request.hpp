@@ -5,7 +5,7 @@
 #pragma once
 
 #include <strata/model/activations.hpp>  // activation_policy
-#include <strata/optim/optimizers.hpp>   // optimizer_kind
+#include <strata/optim/optimizers.hpp>   // any_optimizer
 #include <strata/plan/footprint.hpp>     // model_footprint
 #include <strata/plan/machine.hpp>       // machine_rates
 #include <strata/plan/memory_plan.hpp>   // tier_bytes, placement, link_bandwidths
@@ -41,7 +41,7 @@ struct plan_request {
     bool state_on_storage = false;
     std::optional<std::size_t> slots;  // device slots when streamed (>= 2); empty: the planner's choice
     link_bandwidths links;             // measured or told; 0: unknown (the table then gives bytes only)
-    optimizer_kind optimizer = optimizer_kind::adamw;  // whose state tensors to count (train_options::optimizer)
+    any_optimizer optimizer;  // whose state tensors to count (train_options::optimizer; AdamW by default)
     // Data-parallel ranks (devices) training the plan at once (train/data_parallel.hpp): each has
     // the device footprint planned here, and its own host staging; the host state exists once.
     std::size_t ranks = 1;

@@ -5,9 +5,10 @@
 // plan/plan_table.hpp), and refuse with the numbers BEFORE anything is allocated when nothing fits.
 // This header brings all four.
 //
-// The optimizer's state is one block per state tensor it names (optim/optimizers.hpp:
-// state_names_of; AdamW m, v; SGD momentum), each the size of the gradients: the table's optimizer
-// row ("AdamW m, v", "SGD momentum") counts them all.
+// The optimizer's state is one block per state tensor it names and group, as large as the
+// optimizer's state shapes make it (optim/state_layout.hpp: AdamW m, v and SGD momentum the size of
+// the gradients; Adafactor's factored row_var and col_var far smaller): the table's optimizer row
+// ("AdamW m, v", "Adafactor row_var, col_var, variance") counts them all.
 //
 // Placements:
 // - resident: weights, grads, the optimizer's state of every group, the activations and the step's
@@ -39,7 +40,8 @@
 #include <strata/plan/machine.hpp>          // machine_rates
 #include <strata/plan/memory_plan.hpp>      // memory_plan, placement, tier_bytes, plan_category
 #include <strata/plan/plan_request.hpp>     // plan_request, default_budgets
-#include <strata/optim/optimizers.hpp>      // optimizer_kind, state_names_of, state_label
+#include <strata/optim/optimizers.hpp>      // any_optimizer, state_label
+#include <strata/optim/state_layout.hpp>    // optimizer_state_layout
 #include <strata/plan/plan_table.hpp>       // plan_table, homes_summary, traffic_summary
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor (measure_links)
 #include <strata/tier/group_home.hpp>       // group_home
@@ -73,8 +75,10 @@ struct plan_inputs {
     std::size_t partials = 0;
     // Both trainers' device workspace of sum_of_squares (the backend's, for the largest group).
     std::size_t norm_workspace = 0;
-    // The optimizer's state tensors per trainable parameter (AdamW: m, v).
-    std::size_t states = 2;
+    // By group, then by state tensor: the bytes of the optimizer's state blocks (frozen: none).
+    std::vector<std::vector<std::size_t>> state_blocks;
+    std::vector<std::size_t> state_bytes;  // by group: their sum
+    std::size_t all_state_bytes = 0;       // every group's
 };
 
 inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_activations kept) {
@@ -91,7 +95,7 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_
     p.state_bytes = in.state;
     p.trainable_state_bytes = in.trainable_state;
     p.optimizer = r.optimizer;
-    p.optimizer_states = in.states;
+    p.group_state_bytes = in.state_bytes;
     p.largest_group_bytes = in.largest;
     p.largest_block_bytes = in.largest_block;
     p.largest_block_grad_bytes = in.largest_block_grads;
@@ -130,7 +134,7 @@ inline std::size_t largest_rank_device_state(const plan_inputs& in, const std::v
     const auto owner = device_state_owners(device_state, ranks);
     std::vector<std::size_t> per_rank(ranks, 0);
     for (std::size_t g = 0; g < trainable.size(); ++g)
-        if (device_state[g]) per_rank[owner[g]] += in.states * trainable[g];
+        if (device_state[g]) per_rank[owner[g]] += in.state_bytes[g];
     return *std::max_element(per_rank.begin(), per_rank.end());
 }
 
@@ -155,7 +159,8 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     p.weights_home = p.grads_home = p.state_home = tier_id::device;
     const auto& groups = in.model.group_bytes;
     const auto& trainable = in.model.trainable_bytes;
-    std::size_t largest_block = 0, largest_block_grads = 0, largest_stored = 0;
+    std::size_t largest_block = 0, largest_block_grads = 0;
+    std::vector<std::size_t> largest_stored;  // by state tensor: its largest block of a storage group
     p.pinned_group_bytes = p.pinned_grad_bytes = 0;
     for (std::size_t g = 0; g < groups.size(); ++g) {
         const group_home h = homes[g];
@@ -163,11 +168,13 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
         p.of(plan_category::weights)[h.weights] += w;
         p.of(plan_category::grads)[h.weights] += t;
         if (h.weights == tier_id::device) continue;  // its state: largest_rank_device_state, below
-        p.of(plan_category::moments)[h.moments] += in.states * t;
+        p.of(plan_category::moments)[h.moments] += in.state_bytes[g];
         p.weights_home = p.grads_home = tier_id::host;
         if (h.moments == tier_id::storage) {
             p.state_home = tier_id::storage;
-            largest_stored = std::max(largest_stored, t);
+            largest_stored.resize(in.state_blocks[g].size());
+            for (std::size_t i = 0; i < largest_stored.size(); ++i)
+                largest_stored[i] = std::max(largest_stored[i], in.state_blocks[g][i]);
         } else if (p.state_home == tier_id::device) {
             p.state_home = tier_id::host;
         }
@@ -197,8 +204,8 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
             p.per_step.d2h += A * t;
         }
         if (h.moments == tier_id::storage) {
-            p.per_step.storage_read += in.states * t;
-            p.per_step.storage_write += in.states * t;
+            p.per_step.storage_read += in.state_bytes[g];
+            p.per_step.storage_write += in.state_bytes[g];
         }
     }
     p.links = r.links;
@@ -207,7 +214,7 @@ inline memory_plan streamed_plan(const plan_request& r, const plan_inputs& in, s
     p.of(plan_category::pinned).device = p.pinned_group_bytes + p.pinned_grad_bytes;
     // State on storage: the host optimizer reads a group's state tensors into host buffers (two
     // sets of the largest storage group's size: the next group is read while one is updated).
-    p.of(plan_category::staging).host += 2 * in.states * largest_stored;
+    for (const std::size_t b : largest_stored) p.of(plan_category::staging).host += 2 * b;
     return p;
 }
 
@@ -324,6 +331,26 @@ link_bandwidths measure_links(B& backend, std::size_t bytes = std::size_t(256) <
 
 namespace detail {
 
+// The bytes of each state tensor's block of group g, as the trainer allocates them
+// (optimizer_state_layout), for the optimizer o; none for a frozen group. A footprint without
+// layouts (made by hand) counts the group's trainable prefix as one vector.
+inline std::vector<std::size_t> state_block_bytes(const any_optimizer& o, const model_footprint& f, std::size_t g) {
+    std::vector<std::size_t> out;
+    if (f.trainable_bytes[g] == 0) return out;
+    if (g < f.layouts.size()) {
+        const auto layout = f.element_bytes == sizeof(double) ? optimizer_state_layout::of<double>(o, f.layouts[g])
+                                                              : optimizer_state_layout::of<float>(o, f.layouts[g]);
+        for (std::size_t i = 0; i < layout.state_count(); ++i) out.push_back(layout.numel(i) * f.element_bytes);
+        return out;
+    }
+    const std::size_t eb = std::max<std::size_t>(f.element_bytes, 1), n = f.trainable_bytes[g] / eb;
+    for (std::size_t i = 0; i < o.state_names().size(); ++i) {
+        const std::size_t numel = o.state_shape(i, shape{n}).numel();
+        out.push_back(charged(std::max<std::size_t>(numel, 1) * eb));
+    }
+    return out;
+}
+
 // What every plan of `request` shares: the model's groups summed up, and the trainers' staging.
 inline plan_inputs inputs_of(const plan_request& request) {
     plan_inputs in;
@@ -349,7 +376,13 @@ inline plan_inputs inputs_of(const plan_request& request) {
     const std::size_t BT = in.model.batch * in.model.seq;
     in.partials = charged(groups.size() * sizeof(double));
     in.norm_workspace = in.model.norm_workspace_bytes;
-    in.states = state_names_of(request.optimizer).size();
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+        in.state_blocks.push_back(state_block_bytes(request.optimizer, in.model, g));
+        std::size_t sum = 0;
+        for (const std::size_t b : in.state_blocks.back()) sum += b;
+        in.state_bytes.push_back(sum);
+        in.all_state_bytes += sum;
+    }
     in.step_staging = request.accum * (2 * charged(BT * sizeof(std::int32_t)) + charged(BT * in.model.element_bytes));
     return in;
 }
@@ -405,9 +438,9 @@ inline ruled_plan rule_plan(const plan_request& request, const plan_inputs& in) 
     if (request.where != placement::streamed) {
         memory_plan resident = most_kept([&](kept_activations k) { return resident_plan(request, in, k); });
         if (resident.fits() || request.where == placement::resident) {
-            const std::string states = state_label("", state_names_of(request.optimizer));  // " m, v"
+            const std::string states = state_label("", request.optimizer.state_names());  // " m, v"
             return {resident, "resident placement does not fit (weights, grads," + states + ": " +
-                                  format_bytes(in.state + (1 + in.states) * in.trainable_state) + ", activations " +
+                                  format_bytes(in.state + in.trainable_state + in.all_state_bytes) + ", activations " +
                                   format_bytes(resident.activation_bytes) + ")"};
         }
     }

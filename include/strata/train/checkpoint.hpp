@@ -30,7 +30,8 @@
 #include <strata/io/safetensors.hpp>   // safetensors_writer, safetensors_file
 #include <strata/model/gpt.hpp>        // gpt_model, gpt_config_of, is_gpt_model
 #include <strata/nn/gpt2_config.hpp>   // gpt_config
-#include <strata/optim/optimizers.hpp> // adamw_optimizer (the default optimizer's state names)
+#include <strata/optim/optimizers.hpp> // any_optimizer (AdamW by default)
+#include <strata/optim/state_layout.hpp> // optimizer_state_layout
 #include <strata/train/tiered_trainer.hpp>    // trainer
 
 #include <nlohmann/json.hpp>  // nlohmann::json
@@ -130,15 +131,20 @@ std::size_t largest_block(const Model& model, bool whole) {
 
 // Hands one kind of the trainer's state to visit(g, block) group by group, in group order, through
 // one host buffer of the largest block (block is valid until visit returns): the weights' whole
-// blocks, or for gradients and optimizer state the trainable prefixes (frozen groups are skipped).
+// blocks, the gradients' trainable prefixes, or the optimizer's state blocks as it lays them out
+// (optim/state_layout.hpp); frozen groups are skipped.
 template <class Trainer, class Visit>
 void for_each_block(Trainer& t, typename Trainer::state_kind kind, Visit&& visit) {
     using R = typename Trainer::model_type::value_type;
     const bool whole = kind == Trainer::state_kind::params;
-    std::vector<R> buffer(largest_block(t.model(), whole));
+    const bool state = kind.of == Trainer::state_kind::part::optimizer;
+    std::vector<R> buffer(state ? 0 : largest_block(t.model(), whole));
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         const auto& layout = t.model().groups()[g];
-        const std::span<R> block(buffer.data(), whole ? layout.numel() : layout.trainable_numel());
+        const std::size_t n = state ? (layout.frozen() ? 0 : optimizer_state_layout::of<R>(t.optimizer(), layout).numel(kind.index))
+                                    : whole ? layout.numel() : layout.trainable_numel();
+        buffer.resize(std::max(buffer.size(), n));  // optimizer state: each block as the optimizer lays it out
+        const std::span<R> block(buffer.data(), n);
         if (block.empty()) continue;
         t.download(kind, g, block);
         visit(g, std::span<const R>(block));
@@ -243,49 +249,55 @@ host_blocks<R> download_blocks(Trainer& t, typename Trainer::state_kind kind) {
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         const auto& layout = t.model().groups()[g];
         const bool whole = kind == Trainer::state_kind::params;
-        blocks.emplace_back(whole ? layout.numel() : layout.trainable_numel());
+        if (kind.of == Trainer::state_kind::part::optimizer && !layout.frozen())  // the optimizer's own sizes
+            blocks.emplace_back(optimizer_state_layout::of<R>(t.optimizer(), layout).numel(kind.index));
+        else
+            blocks.emplace_back(whole ? layout.numel() : layout.trainable_numel());
         if (whole || !layout.frozen()) t.download(kind, g, blocks.back());
     }
     return blocks;
 }
 
 // optimizer.safetensors of a model, declared: for each group with trainable tensors, for each
-// state the optimizer names (`states`: AdamW's m, v by default), "<state>." + the hf_name of each
-// trainable tensor (the order one group's block of each state reaches the file in).
-template <class Model>
-safetensors_writer declared_optimizer_tensors(const Model& model,
-                                              std::span<const std::string_view> states = adamw_optimizer::state_names()) {
+// state tensor the optimizer names (AdamW's m, v by default), "<state>." + the hf_name of each
+// trainable tensor, in the shape the optimizer gives it (state_shape: AdamW's like the parameter,
+// Adafactor's row_var of a (R, C) weight (R, 1)); a state an optimizer keeps none of for a tensor
+// (Adafactor's variance of a matrix) is not written. The order one group's block of each state
+// reaches the file in.
+template <class Model, Optimizer O = any_optimizer>
+safetensors_writer declared_optimizer_tensors(const Model& model, const O& optimizer = O{}) {
     using R = typename Model::value_type;
     safetensors_writer w;
     w.set_metadata("format", "pt");
+    const auto states = optimizer.state_names();
     for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const std::string_view state : states)
+        for (std::size_t i = 0; i < states.size(); ++i)
             for (const auto& entry : model.groups()[g].entries())
                 if (entry.spec.trainable)
-                    w.declare<R>(std::string(state) + "." + model.hf_name(g, entry), entry.spec.shape.extents());
+                    if (const shape s = optimizer.state_shape(i, entry.spec.shape); s.numel() > 0)
+                        w.declare<R>(std::string(states[i]) + "." + model.hf_name(g, entry), s.extents());
     return w;
 }
 
-// The bytes of optimizer.safetensors, exactly (for the optimizer whose state tensors are `states`).
-template <class Model>
-std::uint64_t optimizer_file_bytes(const Model& model,
-                                   std::span<const std::string_view> states = adamw_optimizer::state_names()) {
-    return declared_optimizer_tensors(model, states).file_size();
+// The bytes of optimizer.safetensors, exactly (for `optimizer`'s state tensors).
+template <class Model, Optimizer O = any_optimizer>
+std::uint64_t optimizer_file_bytes(const Model& model, const O& optimizer = O{}) {
+    return declared_optimizer_tensors(model, optimizer).file_size();
 }
 
 // The bytes one checkpoint of `model` writes: the weights' files (weights_bytes: model_files_bytes
 // for a GPT-2, or what a model's own weights writer writes), optimizer.safetensors when `contents`
 // is full, trainer_state.json (state_bytes: the caller's bound, since the loss curve it holds grows
 // with the run) and the extra files as they are now. File-system blocks (a few KiB per file) are
-// not counted. `states` are the state tensors of the optimizer that trains the model (a trainer's:
-// t.optimizer().state_names(); AdamW's two, SGD's one), with no default: a default of AdamW's
-// would count a second state tensor for an SGD run and refuse checkpoints that fit.
-template <class Model>
-std::uint64_t checkpoint_bytes(const Model& model, std::span<const std::string_view> states,
+// not counted. `optimizer` is the one that trains the model (a trainer's: t.optimizer()), with no
+// default: a default of AdamW's would count a second state tensor for an SGD run and refuse
+// checkpoints that fit.
+template <class Model, Optimizer O>
+std::uint64_t checkpoint_bytes(const Model& model, const O& optimizer,
                                checkpoint_contents contents, std::uint64_t weights_bytes, std::uint64_t state_bytes,
                                const std::vector<std::filesystem::path>& extra_files = {}) {
     std::uint64_t bytes = weights_bytes + state_bytes;
-    if (contents == checkpoint_contents::full) bytes += optimizer_file_bytes(model, states);
+    if (contents == checkpoint_contents::full) bytes += optimizer_file_bytes(model, optimizer);
     for (const auto& f : extra_files) bytes += std::filesystem::file_size(f);
     return bytes;
 }
@@ -393,19 +405,21 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
         const auto states = t.optimizer().state_names();
         if (with_moments) {
             const auto& model = t.model();
-            // One host buffer of the largest trainable prefix, refilled per group and state.
-            std::vector<R> buffer(largest_block(model, /*whole=*/false));
-            declared_optimizer_tensors(model, states).write_streamed(
+            // One host buffer, refilled per group and state (as large as the largest state block).
+            std::vector<R> buffer;
+            declared_optimizer_tensors(model, t.optimizer()).write_streamed(
                 tmp_dir / "optimizer.safetensors", [&](safetensors_writer::stream& out) {
                     for (std::size_t g = 0; g < model.group_count(); ++g) {
-                        const std::span<R> block(buffer.data(), model.groups()[g].trainable_numel());
-                        if (block.empty()) continue;  // frozen: no optimizer state
-                        for (std::size_t i = 0; i < states.size(); ++i) {
+                        const auto& entries = model.groups()[g].entries();
+                        const auto layout = optimizer_state_layout::of<R>(t.optimizer(), model.groups()[g]);
+                        for (std::size_t i = 0; i < layout.state_count(); ++i) {  // frozen: none
+                            buffer.resize(std::max(buffer.size(), layout.numel(i)));
+                            const std::span<R> block(buffer.data(), layout.numel(i));
                             t.download(kind::optimizer_state(i), g, block);
-                            for (const auto& entry : model.groups()[g].entries())
-                                if (entry.spec.trainable)
-                                    out.write(std::string(states[i]) + "." + model.hf_name(g, entry),
-                                              std::span<const R>(block.subspan(entry.offset, entry.spec.shape.numel())));
+                            for (std::size_t e = 0; e < entries.size(); ++e)
+                                if (const auto& part = layout.at(i, e); entries[e].spec.trainable && part.numel > 0)
+                                    out.write(std::string(states[i]) + "." + model.hf_name(g, entries[e]),
+                                              std::span<const R>(block.subspan(part.offset, part.numel)));
                         }
                     }
                 });
@@ -468,15 +482,15 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, Rea
     if (with_moments) opt.emplace(safetensors_file::open(dir / "optimizer.safetensors"));
     const auto states = t.optimizer().state_names();
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
-        if (t.model().groups()[g].frozen()) continue;
-        std::vector<R> block(t.model().groups()[g].trainable_numel());
-        for (std::size_t i = 0; i < states.size(); ++i) {
-            std::fill(block.begin(), block.end(), R(0));
-            for (const auto& entry : t.model().groups()[g].entries()) {
-                if (!entry.spec.trainable || !opt) continue;
-                const std::size_t n = entry.spec.shape.numel();
-                opt->copy_to<R>(std::string(states[i]) + "." + t.model().hf_name(g, entry),
-                                std::span<R>(block.data() + entry.offset, n), entry.spec.shape.extents());
+        const auto& entries = t.model().groups()[g].entries();
+        const auto layout = optimizer_state_layout::of<R>(t.optimizer(), t.model().groups()[g]);
+        for (std::size_t i = 0; i < layout.state_count(); ++i) {  // frozen: none
+            std::vector<R> block(layout.numel(i), R(0));
+            for (std::size_t e = 0; e < entries.size(); ++e) {
+                const auto& part = layout.at(i, e);
+                if (!entries[e].spec.trainable || part.numel == 0 || !opt) continue;
+                opt->copy_to<R>(std::string(states[i]) + "." + t.model().hf_name(g, entries[e]),
+                                std::span<R>(block.data() + part.offset, part.numel), part.shape.extents());
             }
             t.upload(kind::optimizer_state(i), g, block);
         }

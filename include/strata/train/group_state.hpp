@@ -31,7 +31,9 @@
 #include <strata/backend/cpu/stream.hpp>        // cpu::event (the host updates)
 #include <strata/core/error.hpp>                // strata::error
 #include <strata/nn/ops.hpp>                    // ops (zero, scale_inplace)
+#include <strata/optim/device_update.hpp>       // device_update
 #include <strata/optim/optimizer.hpp>           // optimizer_state
+#include <strata/optim/state_layout.hpp>        // optimizer_state_layout
 #include <strata/stream/prefetch_pipeline.hpp>  // transfer_counters
 #include <strata/tensor/param_layout.hpp>       // param_layout
 #include <strata/tensor/tiered_tensor.hpp>      // tiered_tensor
@@ -93,7 +95,8 @@ public:
           m_both_ends(both_ends),
           m_keeps_state(keeps_state),
           m_host(std::move(host)),
-          m_owns_host(owns_host) {
+          m_owns_host(owns_host),
+          m_state_layout(optimizer_state_layout::of<R>(optimizer, layout)) {
         const std::string name = "g" + std::to_string(g);
         const shape s{layout.numel()}, ts{layout.trainable_numel()};
         if (on_device()) {
@@ -122,6 +125,8 @@ public:
     const param_layout& layout() const { return *m_layout; }
     const group_home& home() const { return m_home; }
     bool frozen() const { return m_layout->frozen(); }
+    // Where each of the optimizer's state tensors has each trainable tensor's part (none: frozen).
+    const optimizer_state_layout& state_layout() const { return m_state_layout; }
     bool on_device() const { return m_home.weights == tier_id::device; }
     // Host-homed and used at both ends of a pass: on the device for the whole step.
     bool pinned() const { return !on_device() && m_both_ends; }
@@ -187,12 +192,15 @@ public:
         R* grad = device_grads();
         if (coefficient < 1) op::scale_inplace(compute, grad, coefficient, m_layout->trainable_numel());
         std::vector<R*> state(m_dev_state.size());
-        for (const auto& entry : m_layout->entries()) {
+        const auto& entries = m_layout->entries();
+        for (std::size_t e = 0; e < entries.size(); ++e) {
+            const auto& entry = entries[e];
             if (!entry.spec.trainable) continue;
             const std::size_t o = entry.offset, n = entry.spec.shape.numel();
-            for (std::size_t i = 0; i < state.size(); ++i) state[i] = m_dev_state[i].device_data().get() + o;
-            optimizer.template update_device<op>(compute, params + o, grad + o, std::span<R* const>(state), n,
-                                                 {.lr = lr, .step = update, .decay = entry.spec.decay});
+            for (std::size_t i = 0; i < state.size(); ++i)
+                state[i] = m_dev_state[i].device_data().get() + m_state_layout.at(i, e).offset;
+            device_update<B>(compute, optimizer, params + o, grad + o, n, std::span<R* const>(state),
+                             {.lr = lr, .step = update, .decay = entry.spec.decay, .shape = entry.spec.shape});
         }
     }
 
@@ -205,12 +213,18 @@ public:
         R* p = m_host->params->data();
         R* grad = m_host->grads->data();
         std::vector<std::span<R>> slices(state.size());
-        for (const auto& entry : m_layout->entries()) {
+        const auto& entries = m_layout->entries();
+        for (std::size_t e = 0; e < entries.size(); ++e) {
+            const auto& entry = entries[e];
             if (!entry.spec.trainable) continue;
             const std::size_t o = entry.offset, n = entry.spec.shape.numel();
-            for (std::size_t i = 0; i < state.size(); ++i) slices[i] = {state[i] + o, n};
+            for (std::size_t i = 0; i < state.size(); ++i) {
+                const auto& part = m_state_layout.at(i, e);
+                slices[i] = {state[i] + part.offset, part.numel};
+            }
             optimizer.step_block(std::span<R>(p + o, n), std::span<const R>(grad + o, n), optimizer_state<R>(slices),
-                                 {.lr = lr, .step = update, .decay = entry.spec.decay}, grad_scale);
+                                 {.lr = lr, .step = update, .decay = entry.spec.decay, .shape = entry.spec.shape},
+                                 grad_scale);
         }
     }
 
@@ -223,22 +237,22 @@ public:
 
     // Device gradients and the optimizer state (device and host tier) start at zero; storage
     // state is zeroed through `staging` (copy). Host weights and gradients are zero-filled when made.
-    void zero(stream& compute, stream& io, tiered_tensor<R, host_tier, B>* staging) {
+    void zero(stream& compute, stream& io, std::span<tiered_tensor<R, host_tier, B>> staging) {
         if (m_dev_grads) op::zero(compute, m_dev_grads->device_data().get(), m_dev_grads->numel());
         for (auto& t : m_dev_state) op::zero(compute, t.device_data().get(), t.numel());
         if (!owns_host()) return;
         for (auto& t : m_host->state) std::fill(t.span().begin(), t.span().end(), R(0));
-        if (m_host->stored_state.empty()) return;
-        std::vector<R> zeros(m_host->stored_state[0].numel(), R(0));
         for (std::size_t i = 0; i < m_host->stored_state.size(); ++i)
-            copy(state_kind::optimizer_state(i), zeros, /*to_host=*/false, compute, io, staging);
+            copy(state_kind::optimizer_state(i), std::vector<R>(m_host->stored_state[i].numel(), R(0)),
+                 /*to_host=*/false, compute, io, staging);
     }
 
     // Checkpoint I/O: block k of the group to (to_host) or from buf, wherever it lives: device
     // tensors on the compute stream (behind the device updates), storage files through `staging`
+    // (one host buffer per state tensor, each as large as that state's largest stored block)
     // (free between steps) on io. Named waits. The caller checks the rank and the kind.
     void copy(state_kind k, std::span<R> buf, bool to_host, stream& compute, stream& io,
-              tiered_tensor<R, host_tier, B>* staging) {
+              std::span<tiered_tensor<R, host_tier, B>> staging) {
         using part = state_kind::part;
         auto check_size = [&](std::size_t numel) {
             if (buf.size() != numel) throw error("trainer: block size mismatch for group " + std::to_string(m_index));
@@ -266,7 +280,7 @@ public:
         if (m_host->stored_state.empty()) return host(m_host->state[k.index]);
         auto& t = m_host->stored_state[k.index];
         check_size(t.numel());
-        auto staged = staging->view().flat(0, t.shape());
+        auto staged = staging[k.index].view().flat(0, t.shape());
         if (to_host) {
             copy_async(m_backend, staged, t.view(), io).wait();  // named: checkpoint I/O
             std::copy(staged.data(), staged.data() + staged.numel(), buf.begin());
@@ -277,16 +291,16 @@ public:
     }
 
 private:
-    // The optimizer's state tensors (state_names() order) in the group's home, each as long as
-    // the group's trainable prefix: "adamw.m.g3" (the optimizer's name, the state's, the
-    // group's: storage files are named so).
+    // The optimizer's state tensors (state_names() order) in the group's home, each laid out by
+    // the optimizer's state shapes (m_state_layout: AdamW's as long as the trainable prefix):
+    // "adamw.m.g3" (the optimizer's name, the state's, the group's: storage files are named so).
     template <class Optimizer>
     void allocate_state(const Optimizer& optimizer) {
         const auto names = optimizer.state_names();
-        const shape ts{m_layout->trainable_numel()};
-        for (const auto& state : names) {
+        for (std::size_t i = 0; i < names.size(); ++i) {
+            const shape ts{m_state_layout.numel(i)};
             const std::string name =
-                std::string(optimizer.name()) + "." + std::string(state) + ".g" + std::to_string(m_index);
+                std::string(optimizer.name()) + "." + std::string(names[i]) + ".g" + std::to_string(m_index);
             if (on_device())
                 m_dev_state.emplace_back(m_backend, ts, name);
             else if (m_home.moments == tier_id::storage)
@@ -304,6 +318,7 @@ private:
     bool m_keeps_state;
     std::shared_ptr<host_group<R, B>> m_host;  // host-homed: its host side (rank 0's)
     bool m_owns_host;
+    optimizer_state_layout m_state_layout;  // where each state tensor's parts are
     // Device-homed: its home; pinned: the step's copy of weights and gradients.
     std::optional<tiered_tensor<R, device_tier, B>> m_dev_params, m_dev_grads;
     std::vector<tiered_tensor<R, device_tier, B>> m_dev_state;  // device-homed, on the rank keeping it

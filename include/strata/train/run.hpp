@@ -421,7 +421,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     checkpoint_plan plan{.saving = saving, .where = o.out};
     if (saving) {
         plan.count = planned_checkpoints(from, stop, o.save_every);
-        const std::uint64_t fixed = checkpoint_bytes(t.model(), t.optimizer().state_names(), *o.checkpoints,
+        const std::uint64_t fixed = checkpoint_bytes(t.model(), t.optimizer(), *o.checkpoints,
                                                      model_bytes(), 0, o.extra_files);
         plan.bytes_each = mean_checkpoint_bytes(fixed, trainer_state(), from, stop, o.save_every);
         plan.free_bytes = free_disk_bytes(o.out);

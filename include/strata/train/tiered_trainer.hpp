@@ -59,6 +59,7 @@
 #include <strata/model/gpt.hpp>                  // gpt_model
 #include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer
 #include <strata/optim/optimizers.hpp>           // any_optimizer
+#include <strata/optim/state_layout.hpp>         // optimizer_state_layout
 #include <strata/stream/prefetch_pipeline.hpp>   // prefetch_pipeline, pipeline_engine
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/tier/group_home.hpp>            // group_home
@@ -77,7 +78,9 @@
 
 namespace strata {
 
-template <class R, Backend B, class Model = gpt_model<R, B>>
+// Opt: the optimizer (any_optimizer, from train_options::optimizer, unless a caller brings its own
+// Optimizer: then the constructor that takes one).
+template <class R, Backend B, class Model = gpt_model<R, B>, Optimizer Opt = any_optimizer>
 class tiered_trainer {
 public:
     using model_type = Model;
@@ -93,6 +96,11 @@ public:
     // allocates none of its own. Default: a single-device trainer.
     tiered_trainer(B& backend, const model_type& model, train_options options, link dp = {},
                    std::shared_ptr<host_state_type> shared = nullptr)
+        requires std::same_as<Opt, any_optimizer>
+        : tiered_trainer(backend, model, options, options.optimizer, std::move(dp), std::move(shared)) {}
+    // With an optimizer of the caller's (train_options::optimizer is not read).
+    tiered_trainer(B& backend, const model_type& model, train_options options, Opt chosen, link dp = {},
+                   std::shared_ptr<host_state_type> shared = nullptr)
         : m_backend(backend),
           m_model(model),
           m_options(std::move(options)),
@@ -102,7 +110,7 @@ public:
           m_compute(backend.make_stream("compute")),
           m_optimizer_thread("optimizer"),
           m_io(backend.make_stream("storage I/O")),
-          m_optimizer(optimizer_of(m_options)),
+          m_optimizer(std::move(chosen)),
           m_engine(backend, m_options.slots, largest_streamed_block(model, m_homes, false),
                    largest_streamed_block(model, m_homes, true)),
           m_act(backend, model, m_options.batch, m_options.seq, m_options.activations),
@@ -116,7 +124,8 @@ public:
         for (std::size_t g = 0; g < n; ++g) device_state[g] = m_homes[g].weights == tier_id::device && !groups[g].frozen();
         m_state_owner = device_state_owners(device_state, m_link.ranks);  // data parallel: one rank keeps it
         const bool owns_host = m_link.owns_host_state();
-        std::size_t largest_stored = 0;
+        const auto states = optimizer().state_names();
+        std::vector<std::size_t> largest_stored(states.size(), 0);  // by state tensor
         m_groups.reserve(n);
         for (std::size_t g = 0; g < n; ++g) {
             std::shared_ptr<host_group<R, B>> host;  // host-homed: its part of the host state
@@ -124,7 +133,8 @@ public:
             m_groups.emplace_back(backend, g, groups[g], m_homes[g], used_at_both_ends(g),
                                   m_link.rank == m_state_owner[g], std::move(host), owns_host, optimizer());
             if (m_groups[g].owns_host() && m_groups[g].state_on_storage())
-                largest_stored = std::max(largest_stored, groups[g].trainable_numel());
+                for (std::size_t i = 0; i < states.size(); ++i)
+                    largest_stored[i] = std::max(largest_stored[i], m_groups[g].state_layout().numel(i));
         }
         m_last_d2h.resize(n);
         const std::size_t BT = m_options.batch * m_options.seq;
@@ -135,12 +145,11 @@ public:
         }
         // Two sets: one group's state is updated while the next one's is read. "adamw.m.staging.0":
         // the optimizer's name, the state's, the set's.
-        const auto states = optimizer().state_names();
-        if (largest_stored > 0)
+        if (!states.empty() && largest_stored[0] > 0)
             for (const char* set : {"0", "1"})
-                for (const auto& state : states)
-                    m_state_staging.emplace_back(backend, shape{largest_stored},
-                                                 std::string(optimizer().name()) + "." + std::string(state) + ".staging." + set);
+                for (std::size_t i = 0; i < states.size(); ++i)
+                    m_state_staging.emplace_back(backend, shape{largest_stored[i]}, std::string(optimizer().name()) + "." +
+                                                                                       std::string(states[i]) + ".staging." + set);
         zero_state();
     }
 
@@ -172,7 +181,7 @@ public:
     const model_type& model() const { return m_model; }
     const train_options& options() const { return m_options; }
     // The optimizer (train_options::optimizer): its state names are the trainer's state tensors.
-    const any_optimizer& optimizer() const { return m_optimizer.optimizer(); }
+    const Opt& optimizer() const { return m_optimizer.optimizer(); }
     // Each group's home (train_options::homes, or the default: every group on the device).
     const std::vector<group_home>& homes() const { return m_homes; }
     long step_count() const { return m_step; }
@@ -588,8 +597,12 @@ private:
         m_compute.synchronize();  // named: the state is ready before the first step
     }
 
-    // The first storage staging buffer (free between steps: checkpoint I/O), or null.
-    tiered_tensor<R, host_tier, B>* staging() { return m_state_staging.empty() ? nullptr : &m_state_staging[0]; }
+    // The first set of storage staging buffers, one per state tensor (free between steps:
+    // checkpoint I/O), or none.
+    std::span<tiered_tensor<R, host_tier, B>> staging() {
+        return m_state_staging.empty() ? std::span<tiered_tensor<R, host_tier, B>>()
+                                       : std::span(m_state_staging).first(optimizer().state_names().size());
+    }
 
     void host_copy(state_kind k, std::size_t g, std::span<R> buf, bool to_host) {
         auto& group = m_groups.at(g);
@@ -625,7 +638,7 @@ private:
     stream m_compute;
     cpu::stream m_optimizer_thread;
     stream m_io;
-    offloaded_optimizer<any_optimizer> m_optimizer;  // train_options::optimizer, with its host threads
+    offloaded_optimizer<Opt> m_optimizer;  // train_options::optimizer, with its host threads
     pipeline_engine<R, B> m_engine;
     typename model_type::activations m_act;
     std::vector<group_state<R, B>> m_groups;  // by group: its home and its tensors in each tier

@@ -2,9 +2,11 @@
 // planner's homes among them), trainer_state_kind (which block a checkpoint reads or writes),
 // step_result, the checks of a step's micro-batches and the global norm of per-group partial sums.
 //
-// The optimizer is train_options::optimizer (AdamW by default, or SGD with momentum): the trainer
-// keeps one block per state tensor it names (optim/optimizer.hpp: AdamW m and v, SGD momentum) in
-// each group's home, and runs its update where the group lives.
+// The optimizer is train_options::optimizer (AdamW by default, SGD with momentum, Adafactor: any of
+// optim/optimizers.hpp's registered_optimizers): the trainer keeps one block per state tensor it
+// names in each group's home, laid out from the optimizer's state shapes (optim/state_layout.hpp:
+// AdamW's m and v like the gradients, Adafactor's factored row and column variances smaller), and
+// runs its update where the group lives (the host's threads, or optimizer_kernels<O, B> on the device).
 //
 // Frozen tensors (param_spec::trainable = false) have no gradients and no optimizer state: each
 // group's gradient and state blocks hold its trainable prefix (param_layout::trainable_numel),
@@ -19,8 +21,7 @@
 #include <strata/model/activations.hpp>          // kept_activations
 #include <strata/model/gpt.hpp>                  // gpt_model, GroupBinder
 #include <strata/nn/ops.hpp>                     // ops
-#include <strata/optim/adamw.hpp>                // adamw_hparams
-#include <strata/optim/optimizers.hpp>           // optimizer_kind, any_optimizer, sgd_hparams
+#include <strata/optim/optimizers.hpp>           // any_optimizer, make_optimizer
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
 #include <strata/tier/group_home.hpp>            // group_home
 #include <strata/train/clip.hpp>                 // clip_coefficient, require_finite_grad_norm
@@ -43,7 +44,6 @@ struct train_options {
     std::size_t seq = 128;       // T
     std::size_t accum = 1;       // micro-batches per optimizer step
     lr_schedule schedule{};
-    adamw_hparams adamw{};
     double clip = 1.0;           // max global gradient norm; 0 disables clipping
     // Blocks whose forward activations stay for the backward (the first ones); the others keep
     // only their input and recompute (model/activations.hpp). The planner's memory_plan::kept
@@ -55,17 +55,10 @@ struct train_options {
     // Device slots of the streamed blocks (memory_plan::slots, 2 at least): one computes while
     // the others are filled, slots - 1 uses ahead. Unused when no block streams.
     std::size_t slots = 3;
-    // The optimizer: AdamW (the default; its hyperparameters are `adamw` above) or SGD with
-    // momentum (`sgd`). optimizer_of(options) makes it.
-    optimizer_kind optimizer = optimizer_kind::adamw;
-    sgd_hparams sgd{};
+    // The optimizer with its hyperparameters: AdamW (the default), sgd_optimizer, adafactor_optimizer,
+    // or one made by name (make_optimizer("adafactor", {{"weight_decay", 0.1}})).
+    any_optimizer optimizer = adamw_optimizer(adamw_hparams{});
 };
-
-// The optimizer train_options asks for, with its hyperparameters (validated: throws for bad ones).
-inline any_optimizer optimizer_of(const train_options& o) {
-    if (o.optimizer == optimizer_kind::sgd) return sgd_optimizer(o.sgd);
-    return adamw_optimizer(o.adamw);
-}
 
 // One group's block of a kind, for checkpoints (a trainer's download/upload): weights are the
 // whole block; gradients and each optimizer state tensor the trainable prefix (nothing for a
