@@ -242,9 +242,10 @@ public:
         for (auto& t : m_dev_state) op::zero(compute, t.device_data().get(), t.numel());
         if (!owns_host()) return;
         for (auto& t : m_host->state) std::fill(t.span().begin(), t.span().end(), R(0));
-        for (std::size_t i = 0; i < m_host->stored_state.size(); ++i)
-            copy(state_kind::optimizer_state(i), std::vector<R>(m_host->stored_state[i].numel(), R(0)),
-                 /*to_host=*/false, compute, io, staging);
+        for (std::size_t i = 0; i < m_host->stored_state.size(); ++i) {
+            std::vector<R> zeros(m_host->stored_state[i].numel(), R(0));
+            copy(state_kind::optimizer_state(i), zeros, /*to_host=*/false, compute, io, staging);
+        }
     }
 
     // Checkpoint I/O: block k of the group to (to_host) or from buf, wherever it lives: device
