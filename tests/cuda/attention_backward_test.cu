@@ -214,7 +214,7 @@ TEST_CASE("cuda attention backward by key tiles matches the CPU kernel and the t
 
 // Small enough for compute-sanitizer (scripts/gpu-attention-check.sh): both dq orders, GQA, odd T,
 // the diagonal and off-diagonal tiles, HS 64 and 128.
-TEST_CASE("cuda attention backward by key tiles, small shapes") {
+TEST_CASE("cuda attention backward by key tiles on small shapes (sanitizer case)") {
     if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
     compare_backward({1, 130, 4, 2, 64}, 200);
     compare_backward({1, 70, 2, 1, 128}, 210);
