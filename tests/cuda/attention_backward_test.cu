@@ -32,7 +32,8 @@ namespace gpu = strata::kernels::cuda;
 using gpu::attention_backward_algo;
 using strata::cuda::check;
 
-// n bytes of device memory; `offset` floats past a 256-byte aligned address (1: rows off 16 bytes).
+// n bytes of device memory (256-byte aligned); device_floats places its floats `offset` floats in
+// (1: every row off 16-byte alignment).
 class device_memory {
 public:
     explicit device_memory(std::size_t bytes) { check(cudaMalloc(&m_data, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); }
