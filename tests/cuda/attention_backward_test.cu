@@ -268,7 +268,10 @@ TEST_CASE("cuda attention backward by key tiles refuses bad heads, a small works
     CHECK(needed >= 2 * (10 * 11 / 2) * 64 * 64 * sizeof(float));
     CHECK(gpu::attention_backward_workspace(ordered, 1, 640, 2, 64) < 8192);
     CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed) == attention_backward_algo::partials);
-    CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed - 1) == ordered);
+    CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed - 1) == attention_backward_algo::recompute);
+    // The library's bound: partials at GPT-2 124M's B=8 T=1024 (214 MB), not at B=1 T=32768 (26 GB).
+    CHECK(gpu::attention_backward_pick(8, 1024, 12, 64) == attention_backward_algo::partials);
+    CHECK(gpu::attention_backward_pick(1, 32768, 12, 64) == attention_backward_algo::recompute);
 }
 
 }  // namespace attention_backward_test

@@ -8,6 +8,7 @@
 #include <strata/backend/cuda/check.hpp>         // cuda::check
 #include <strata/kernels/cuda/adamw.cuh>         // adamw
 #include <strata/kernels/cuda/attention.cuh>     // attention_forward, attention_backward
+#include <strata/kernels/cuda/attention_backward.cuh>  // attention_backward_key_tiles, attention_backward_pick
 #include <strata/kernels/cuda/attention_decode.cuh>  // attention_decode
 #include <strata/kernels/cuda/cross_entropy.cuh> // cross_entropy_forward, cross_entropy_backward
 #include <strata/kernels/cuda/elementwise.cuh>   // add_inplace, scale_inplace, residual_forward, column_sum_accumulate, sum_of_squares
@@ -22,6 +23,7 @@
 
 #include <atomic>   // std::atomic
 #include <climits>  // INT_MAX
+#include <cstdint>  // std::uintptr_t
 #include <string>   // std::string
 
 namespace strata {
@@ -32,6 +34,25 @@ inline std::atomic<bool>& tf32_flag() {
     static std::atomic<bool> on{false};
     return on;
 }
+
+inline std::atomic<bool>& two_kernel_attention_flag() {
+    static std::atomic<bool> on{false};
+    return on;
+}
+
+// The attention backward ops<cuda_backend> runs for a shape (nn/cuda_ops.hpp): partials where its
+// workspace fits the library's bound, else recompute; recompute too for shapes the key-tile
+// kernels do not take (attention_backward then refuses them with its own message).
+inline kernels::cuda::attention_backward_algo attention_algo(std::size_t B, std::size_t T, std::size_t C,
+                                                             std::size_t NH) {
+    using kernels::cuda::attention_backward_algo;
+    if (two_kernel_attention_flag().load() || NH == 0 || C % NH != 0 || C / NH == 0 || C / NH > 128)
+        return attention_backward_algo::recompute;
+    return kernels::cuda::attention_backward_pick(B, T, NH, C / NH);
+}
+// The key-tile kernels want their workspace 256-byte aligned; ops' callers carve it from a
+// float buffer, so it is asked this much larger and aligned here.
+inline constexpr std::size_t attention_workspace_alignment = 256;
 
 inline void check_cublas(cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS)
@@ -176,11 +197,39 @@ void ops<cuda_backend>::attention_forward(stream& s, float* out, float* saved, c
     cuda::trace_span span(s, "attention_forward");
     kernels::cuda::attention_forward(out, saved, qkv, B, T, C, NH, s.native());
 }
-void ops<cuda_backend>::attention_backward(stream& s, float* dqkv, const float* saved, const float* dout,
-                                           const float* out, const float* qkv, size B, size T, size C, size NH) {
-    cuda::trace_span span(s, "attention_backward");
-    kernels::cuda::attention_backward(dqkv, saved, dout, out, qkv, B, T, C, NH, s.native());
+ops<cuda_backend>::size ops<cuda_backend>::attention_workspace(size B, size T, size C, size NH) {
+    using namespace detail::cuda_ops;
+    const auto algo = attention_algo(B, T, C, NH);
+    if (algo == kernels::cuda::attention_backward_algo::recompute) return 0;
+    const size bytes = kernels::cuda::attention_backward_workspace(algo, B, T, NH, C / NH);
+    return (bytes + attention_workspace_alignment) / sizeof(float) + 1;
 }
+void ops<cuda_backend>::attention_backward(stream& s, float* dqkv, float* workspace, const float* saved,
+                                           const float* dout, const float* out, const float* qkv, size B, size T,
+                                           size C, size NH) {
+    using namespace detail::cuda_ops;
+    cuda::trace_span span(s, "attention_backward");
+    const auto algo = attention_algo(B, T, C, NH);
+    if (algo == kernels::cuda::attention_backward_algo::recompute) {
+        kernels::cuda::attention_backward(dqkv, saved, dout, out, qkv, B, T, C, NH, s.native());
+        return;
+    }
+    if (workspace == nullptr)
+        throw error("attention_backward (cuda): B=" + std::to_string(B) + ", T=" + std::to_string(T) + ", C=" +
+                        std::to_string(C) + ", NH=" + std::to_string(NH) + " takes " +
+                        std::to_string(attention_workspace(B, T, C, NH)) + " floats of workspace, none was given",
+                    "pass ops<cuda_backend>::attention_workspace(B, T, C, NH) floats (a Layer counts them in its "
+                    "workspace_floats)");
+    const auto address = reinterpret_cast<std::uintptr_t>(workspace);
+    const std::uintptr_t skip = (attention_workspace_alignment - address % attention_workspace_alignment) %
+                                attention_workspace_alignment;
+    const size bytes = attention_workspace(B, T, C, NH) * sizeof(float) - skip;
+    kernels::cuda::attention_backward_key_tiles(dqkv, saved, dout, out, qkv, B, T, NH, NH, C / NH, algo,
+                                                reinterpret_cast<unsigned char*>(workspace) + skip, bytes,
+                                                s.native());
+}
+void ops<cuda_backend>::use_two_kernel_attention_backward() { detail::cuda_ops::two_kernel_attention_flag().store(true); }
+bool ops<cuda_backend>::two_kernel_attention_backward() { return detail::cuda_ops::two_kernel_attention_flag().load(); }
 
 void ops<cuda_backend>::attention_decode(stream& s, float* out, const float* q, size q_stride, const float* kv,
                                          size pos, size n, size NH, size NKV, size HS) {

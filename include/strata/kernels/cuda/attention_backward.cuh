@@ -1,7 +1,10 @@
 // Causal attention backward that computes each (key tile, query tile) product once: FP32, sm_90,
 // deterministic, grouped-query heads. The alternative to attention.cuh's two-kernel backward,
-// chosen by attention_backward_algo; attention.cuh's attention_backward stays the library default
-// until both have been measured side by side (bench/attention_backward_bench.cu).
+// chosen by attention_backward_algo. ops<cuda_backend>::attention_backward runs `partials` where
+// its workspace takes at most attention_partials_limit_bytes (attention_backward_pick), else the
+// two-kernel backward: measured on the H200 (bench/attention_backward_bench.cu), partials is 1.21x
+// the two-kernel backward at B=8 T=1024 NH=12 HS=64 and 1.26x at B=1 T=32768; `ordered` 0.85x and
+// 0.92x, so it is no default.
 //
 // Glossary: B batch, T time, NH query heads, NKV key/value heads (NKV divides NH; NKV == NH is
 // multi-head attention), HS head size, A = NH HS, KV = NKV HS, D the head size padded to the
@@ -416,12 +419,21 @@ inline std::size_t attention_backward_workspace(attention_backward_algo algo, st
     return attention_detail::key_tile_layout(algo, B, T, NH, HS).bytes;
 }
 
-// partials where its workspace fits in budget_bytes, else ordered.
+// The most device memory the library's multi-head attention backward takes as workspace (the one
+// place this bound is stated): 2 GiB. partials' workspace is B NH T^2 D / 32 bytes, about T / 128
+// times attention's output (B, T, NH HS): at T <= 2048 no more than one GPT-2 block's saved
+// activations, and the bound caps what long contexts would take (24 GiB at B=1 T=32768 NH=12).
+inline constexpr std::size_t attention_partials_limit_bytes = std::size_t{2} << 30;
+
+// The backward ops<cuda_backend>::attention_backward runs for a multi-head shape: partials where
+// its workspace takes at most limit_bytes, else recompute (ordered is slower than recompute at
+// every shape measured). A function of the shape alone: the same choice, so the same bits, on
+// every run of a shape.
 inline attention_backward_algo attention_backward_pick(std::size_t B, std::size_t T, std::size_t NH, std::size_t HS,
-                                                       std::size_t budget_bytes) {
-    return attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS) <= budget_bytes
+                                                       std::size_t limit_bytes = attention_partials_limit_bytes) {
+    return attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS) <= limit_bytes
                ? attention_backward_algo::partials
-               : attention_backward_algo::ordered;
+               : attention_backward_algo::recompute;
 }
 
 // Accumulates (+=) into dqkv the gradients of causal attention with NH query heads over NKV
