@@ -3,8 +3,9 @@
 // partials or added in place in order), FP32, at GPT-2 124M's attention shape (B=8, T=1024,
 // NH=12, HS=64) and at long context (B=1, T=32768 and 65536). Prints, per shape and algorithm,
 // ms per backward, the ratio to recompute, TFLOP/s counting the 5 causal products, the workspace,
-// and checks on the results: max |difference| to recompute relative to max |recompute|, and
-// whether a second run gives the same bits.
+// the backward's time over the forward's (timed first, same shape), and checks on the results:
+// max |difference| to recompute relative to max |recompute|, and whether a second run gives the
+// same bits.
 //
 // Usage: strata_bench_attention [B T NH NKV HS]...   (five numbers per extra shape; NKV < NH runs
 // the key-tile backward alone, recompute being multi-head only). STRATA_ATTN_PARTIALS_BUDGET_MB
@@ -80,6 +81,8 @@ void run(const shape& s, std::size_t partials_budget) {
     const bool multi_head = s.NKV == s.NH;
     buffer qkv(BT * row), dout(BT * A), out(BT * A), lse(s.B * s.NH * s.T), dqkv(BT * row);
     qkv.fill(1), dout.fill(2);
+    const int reps = s.B * s.T * s.T * s.NH >= (std::size_t{1} << 34) ? 3 : 10;
+    double forward_ms = 0;
     {
         // The forward needs multi-head rows: with GQA, run it on k, v expanded (a copy per head).
         buffer qkv_mh(multi_head ? 0 : BT * 3 * A);
@@ -94,15 +97,19 @@ void run(const shape& s, std::size_t partials_budget) {
                                cudaMemcpyDeviceToDevice),
                   "cudaMemcpy2D");
         }
-        gpu::attention_forward(out.p, lse.p, multi_head ? qkv.p : qkv_mh.p, s.B, s.T, A, s.NH, nullptr);
+        const float* forward_qkv = multi_head ? qkv.p : qkv_mh.p;
+        forward_ms = milliseconds(reps, [&] {  // its last run leaves out and lse for the backward
+            gpu::attention_forward(out.p, lse.p, forward_qkv, s.B, s.T, A, s.NH, nullptr);
+        });
         check(cudaDeviceSynchronize(), "attention_forward");
     }
     const double T = static_cast<double>(s.T);
     const double flops = 5.0 * 2.0 * s.B * s.NH * (T * T / 2) * s.HS;  // 5 causal (T, T, HS) products
-    const int reps = s.B * s.T * s.T * s.NH >= (std::size_t{1} << 34) ? 3 : 10;
     std::printf("\nB=%zu T=%zu NH=%zu NKV=%zu HS=%zu (%d timed runs each)\n", s.B, s.T, s.NH, s.NKV, s.HS, reps);
-    std::printf("  %-10s %10s %8s %9s %12s %14s %10s\n", "algo", "ms", "ratio", "TFLOP/s", "workspace MB",
-                "max|diff| rel", "repeatable");
+    std::printf("  forward %.3f ms (the cost model's attention_forward_share: forward / (forward + backward))\n",
+                forward_ms);
+    std::printf("  %-10s %10s %8s %9s %12s %14s %10s %9s\n", "algo", "ms", "ratio", "TFLOP/s", "workspace MB",
+                "max|diff| rel", "repeatable", "bwd/fwd");
 
     std::vector<float> reference;
     double reference_ms = 0;
@@ -144,9 +151,9 @@ void run(const shape& s, std::size_t partials_budget) {
                 size = std::max(size, static_cast<double>(std::abs(reference[i])));
             }
         }
-        std::printf("  %-10s %10.3f %8.3f %9.1f %12.1f %14.3g %10s\n", gpu::to_string(algo), ms,
+        std::printf("  %-10s %10.3f %8.3f %9.1f %12.1f %14.3g %10s %9.2f\n", gpu::to_string(algo), ms,
                     reference_ms > 0 ? reference_ms / ms : 1.0, flops / ms * 1e-9, bytes / 1e6,
-                    size > 0 ? diff / size : 0.0, repeatable ? "yes" : "NO");
+                    size > 0 ? diff / size : 0.0, repeatable ? "yes" : "NO", forward_ms > 0 ? ms / forward_ms : 0.0);
     }
     std::printf("  (ratio: the first row's ms / this row's; max|diff| rel: against the first row)\n");
 }

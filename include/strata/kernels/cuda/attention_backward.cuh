@@ -37,7 +37,14 @@
 //             side nothing waits. Blocks take their (b, g, kt) from a global ticket in the order
 //             they start (kt = n-1 first within each head), so the block a block waits for has
 //             always started: no deadlock whatever order the hardware dispatches blocks in.
-//             Workspace: Dsum and B NH n + 1 counters, linear in T.
+//             Workspace: Dsum and B NH n + 1 counters, linear in T. (Heaviest first, as partials'
+//             grid runs, does not fit this order: key tile 0, the heaviest, waits on tile 1's
+//             block, which might not have started, and the reverse order c(0) + c(1) + ... makes
+//             block kt wait one step on block kt-1 at every tile: a head's blocks started together
+//             idle 1, 2, ..., n-1 steps, half of their time. Within a head lightest first is
+//             wait-free; only the grid's last head runs alone at the end.) Each thread's in-place
+//             additions issue all their loads (float4 where rows are 16-byte aligned) before
+//             their stores.
 // Both give the same bits (the same float additions in the same order), run to run.
 //
 // Arithmetic is FP32 FMA on the CUDA cores, the forward's (attention.cuh) tile products and
@@ -109,26 +116,40 @@ __device__ inline std::size_t partial_tile_row(int kt, int n) {
            (static_cast<std::size_t>(kt) * n - static_cast<std::size_t>(kt) * (kt - 1) / 2);
 }
 
-// acc[i][n] += sum_c St[c][4 ty + i] * V[c][column(n)], c = 0, 1, ..., 63 in order: the product
-// (S^T)^T V with the left factor stored transposed (score rows are keys). Each thread owns 4
-// consecutive rows, read as one float4 of an St row (a warp's 4 ty read 64 contiguous bytes: one
-// wavefront), and the columns of tile_mma.
+// The dQ contribution dS K is computed in dq_parts parts of a thread's columns, one after the
+// other, each stored (or added) before the next: fewer live registers than all of them at once,
+// and each element is the same sum in the same order whatever the parts. A part is dq_groups
+// groups of vec contiguous columns (shape::column). (ptxas, sm_90, 255 registers: spill stores
+// 28 -> 24 bytes at D=64 for partials, 72 -> 60 at D=128; the peak is elsewhere, dk and dv (2 x 4
+// x D/8 registers) live through tile_dot's fully unrolled loop.)
 template <int D>
-__device__ inline void tile_mma_transposed(float (&acc)[rows_per_thread][head_tile<D>::out_cols],
+inline constexpr int dq_parts = head_tile<D>::out_cols / head_tile<D>::vec >= 2 ? 2 : 1;
+template <int D>
+inline constexpr int dq_groups = head_tile<D>::out_cols / head_tile<D>::vec / dq_parts<D>;
+template <int D>
+inline constexpr int dq_cols = dq_groups<D> * head_tile<D>::vec;  // a thread's columns of one part
+
+// acc[i][n] += sum_c St[c][4 ty + i] * V[c][column(first_group vec + n)], c = 0, 1, ..., 63 in
+// order: the product (S^T)^T V, for dq_groups<D> column groups from first_group on, with the left
+// factor stored transposed (score rows are keys). Each thread owns 4 consecutive rows, read as one
+// float4 of an St row (a warp's 4 ty read 64 contiguous bytes: one wavefront), and the columns of
+// tile_mma.
+template <int D>
+__device__ inline void tile_mma_transposed(float (&acc)[rows_per_thread][dq_cols<D>],
                                            const float* St,  // (64, score_ld): the transposed left factor
                                            const float* V,   // (64, D + 4)
-                                           int ty, int tx) {
+                                           int first_group, int ty, int tx) {
     using shape = head_tile<D>;
     constexpr int vec = shape::vec;
     static_assert(rows_per_thread == 4, "attention: one float4 of St per row group");
 #pragma unroll 2
     for (int c = 0; c < tile; ++c) {
         const float4 p = *reinterpret_cast<const float4*>(St + c * shape::score_ld + 4 * ty);
-        float v[shape::out_cols];
+        float v[dq_cols<D>];
 #pragma unroll
-        for (int g = 0; g < shape::out_cols / vec; ++g) {
+        for (int g = 0; g < dq_groups<D>; ++g) {
             float part[vec];
-            load_vec<vec>(part, V + c * shape::ld + shape::column(g * vec, tx));
+            load_vec<vec>(part, V + c * shape::ld + shape::column((first_group + g) * vec, tx));
 #pragma unroll
             for (int e = 0; e < vec; ++e) v[g * vec + e] = part[e];
         }
@@ -136,7 +157,63 @@ __device__ inline void tile_mma_transposed(float (&acc)[rows_per_thread][head_ti
 #pragma unroll
         for (int i = 0; i < rows_per_thread; ++i)
 #pragma unroll
-            for (int n = 0; n < shape::out_cols; ++n) acc[i][n] = fmaf(pc[i], v[n], acc[i][n]);
+            for (int n = 0; n < dq_cols<D>; ++n) acc[i][n] = fmaf(pc[i], v[n], acc[i][n]);
+    }
+}
+
+// ordered: dq[t][column] += acc for this thread's rows t = 4 ty + i < rows and its columns of one
+// part, in place through L2 (__ldcg/__stcg: no stale L1 line of another block's addition). Every
+// load is issued before any store, so their L2 latencies overlap; float4 where `vector` (rows
+// 16-byte aligned, HS a multiple of 4: a group of 4 columns is then wholly inside HS or outside).
+// The additions are old + acc, whatever the path: the same bits.
+template <int D>
+__device__ inline void add_dq_in_place(float* dq,  // (rows, HS), rows ld apart: one query tile of one head
+                                       std::size_t ld, const float (&acc)[rows_per_thread][dq_cols<D>],
+                                       int first_group, int rows, int HS, bool vector, int ty, int tx) {
+    using shape = head_tile<D>;
+    constexpr int vec = shape::vec;
+    float old[rows_per_thread][dq_cols<D>];
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld;
+        const bool inside = 4 * ty + i < rows;
+#pragma unroll
+        for (int g = 0; g < dq_groups<D>; ++g) {
+            const int d0 = shape::column((first_group + g) * vec, tx);
+            if constexpr (vec == 4) {
+                if (vector) {
+                    const float4 o = inside && d0 < HS ? __ldcg(reinterpret_cast<const float4*>(row + d0))
+                                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+                    old[i][g * vec] = o.x, old[i][g * vec + 1] = o.y, old[i][g * vec + 2] = o.z,
+                    old[i][g * vec + 3] = o.w;
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < vec; ++e) old[i][g * vec + e] = inside && d0 + e < HS ? __ldcg(row + d0 + e) : 0.f;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        if (4 * ty + i >= rows) continue;
+        float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld;
+#pragma unroll
+        for (int g = 0; g < dq_groups<D>; ++g) {
+            const int d0 = shape::column((first_group + g) * vec, tx);
+            const float* a = acc[i] + g * vec;
+            const float* o = old[i] + g * vec;
+            if constexpr (vec == 4) {
+                if (vector) {
+                    if (d0 < HS)
+                        __stcg(reinterpret_cast<float4*>(row + d0),
+                               make_float4(o[0] + a[0], o[1] + a[1], o[2] + a[2], o[3] + a[3]));
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < vec; ++e)
+                if (d0 + e < HS) __stcg(row + d0 + e, o[e] + a[e]);
+        }
     }
 }
 
@@ -187,7 +264,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
                                        const Real* __restrict__ dout,    // (B, T, A)
                                        const Real* __restrict__ qkv,     // (B, T, A + 2 KV)
                                        int T, int NH, int NKV, int HS, float scale, float scale_log2,
-                                       bool vector16) {
+                                       bool vector16, bool dq_vector16) {
     using namespace attention_detail;
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
     using shape = head_tile<D>;
@@ -301,50 +378,50 @@ __global__ void __launch_bounds__(attention_detail::threads)
             copy_async_commit();
         }
         tile_mma<D>(dv, Pts, dOs, ty, tx);  // dV += P^T dO
-        float dq[rows_per_thread][shape::out_cols] = {};
-        tile_mma_transposed<D>(dq, dSts, Ks, ty, tx);  // dQ(qt) contribution = dS K
-        __syncthreads();  // everyone is done with dOs, Pts, dSts
+
+        // dQ(qt)'s contribution dS K, part by part (dq_parts), each out of the block before the next.
+        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
+        int* turn = nullptr;
+        if constexpr (ordered) turn = counters + bh * n_tiles + qt;
+#pragma unroll
+        for (int part = 0; part < dq_parts<D>; ++part) {
+            float dq[rows_per_thread][dq_cols<D>] = {};
+            tile_mma_transposed<D>(dq, dSts, Ks, part * dq_groups<D>, ty, tx);
+            if constexpr (ordered) {
+                if (part == 0) {
+                    // Key tiles kt+1 .. qt add to query tile qt before this one.
+                    if (threadIdx.x == 0)
+                        while (load_acquire(turn) != qt - kt) __nanosleep(64);
+                    __syncthreads();  // the earlier key tiles' additions are visible to the whole block
+                }
+                add_dq_in_place<D>(dqkv + (row0 + q0) * ld + h * HS, ld, dq, part * dq_groups<D>, min(tile, T - q0),
+                                   HS, dq_vector16, ty, tx);
+            } else {
+                float* tile_rows = dq_partials +
+                                   bh * (static_cast<std::size_t>(n_tiles) * (n_tiles + 1) / 2) * tile * D +
+                                   (partial_tile_row(kt, n_tiles) + static_cast<std::size_t>(qt - kt) * tile) * D;
+#pragma unroll
+                for (int i = 0; i < rows_per_thread; ++i) {
+                    float* row = tile_rows + static_cast<std::size_t>(4 * ty + i) * D;
+#pragma unroll
+                    for (int g = 0; g < dq_groups<D>; ++g) {
+                        const int n = g * shape::vec, column = shape::column((part * dq_groups<D> + g) * shape::vec, tx);
+                        if constexpr (shape::vec == 4)
+                            *reinterpret_cast<float4*>(row + column) =
+                                make_float4(dq[i][n], dq[i][n + 1], dq[i][n + 2], dq[i][n + 3]);
+                        else
+                            *reinterpret_cast<float2*>(row + column) = make_float2(dq[i][n], dq[i][n + 1]);
+                    }
+                }
+            }
+        }
+        if constexpr (ordered) __threadfence();  // this thread's additions, before the release below
+        __syncthreads();  // everyone is done with dOs, Pts, dSts (ordered: and has added, fenced, its dq)
+        if constexpr (ordered)
+            if (threadIdx.x == 0) store_release(turn, qt - kt + 1);
         if (!last) {
             load_dout(s + 1);
             copy_async_commit();
-        }
-
-        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
-        if constexpr (ordered) {
-            // Key tiles kt+1 .. qt add to query tile qt before this one.
-            int* turn = counters + bh * n_tiles + qt;
-            if (threadIdx.x == 0)
-                while (load_acquire(turn) != qt - kt) __nanosleep(64);
-            __syncthreads();  // the earlier key tiles' additions are visible to the whole block
-#pragma unroll
-            for (int i = 0; i < rows_per_thread; ++i) {
-                const int t = q0 + 4 * ty + i;
-                if (t >= T) continue;
-                float* dq_row = dqkv + (row0 + t) * ld + h * HS;  // (HS)
-#pragma unroll
-                for (int n = 0; n < shape::out_cols; ++n) {
-                    const int d = shape::column(n, tx);
-                    if (d < HS) __stcg(dq_row + d, __ldcg(dq_row + d) + dq[i][n]);  // L2, not a stale L1 line
-                }
-            }
-            __threadfence();
-            __syncthreads();  // every thread's additions are done (and fenced) before the release
-            if (threadIdx.x == 0) store_release(turn, qt - kt + 1);
-        } else {
-            float* part = dq_partials + bh * (static_cast<std::size_t>(n_tiles) * (n_tiles + 1) / 2) * tile * D +
-                          (partial_tile_row(kt, n_tiles) + static_cast<std::size_t>(qt - kt) * tile) * D;
-#pragma unroll
-            for (int i = 0; i < rows_per_thread; ++i) {
-                float* row = part + static_cast<std::size_t>(4 * ty + i) * D;
-#pragma unroll
-                for (int n = 0; n < shape::out_cols; n += shape::vec) {
-                    if constexpr (shape::vec == 4)
-                        *reinterpret_cast<float4*>(row + shape::column(n, tx)) =
-                            make_float4(dq[i][n], dq[i][n + 1], dq[i][n + 2], dq[i][n + 3]);
-                    else
-                        *reinterpret_cast<float2*>(row + shape::column(n, tx)) = make_float2(dq[i][n], dq[i][n + 1]);
-                }
-            }
         }
     }
 
@@ -473,6 +550,7 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
     check_launch("attention_row_dots_kernel");
 
     const bool vector16 = rows_16_byte_aligned(HS, HS, {qkv, dout});
+    const bool dq_vector16 = rows_16_byte_aligned(HS, HS, {dqkv});  // ordered's float4 additions into dq
     const int t = static_cast<int>(T), nh = static_cast<int>(NH), nkv = static_cast<int>(NKV), hs = static_cast<int>(HS);
     with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
         if (algo == attention_backward_algo::ordered) {
@@ -485,7 +563,7 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
             const auto blocks = static_cast<unsigned>(B * NKV * n);
             kernel<<<blocks, threads, dkdv_smem<D> * sizeof(float), stream>>>(
                 dqkv, nullptr, counters, counters + B * NH * n, lse, Dsum, dout, qkv, t, nh, nkv, hs,
-                score_scale(HS), score_scale_log2(HS), vector16);
+                score_scale(HS), score_scale_log2(HS), vector16, dq_vector16);
             check_launch("attention_backward_key_tile_kernel");
         } else {
             Real* partials = reinterpret_cast<Real*>(bytes + layout.partials);
@@ -494,7 +572,7 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
             const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(n));
             kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
                 dqkv, partials, nullptr, nullptr, lse, Dsum, dout, qkv, t, nh, nkv, hs, score_scale(HS),
-                score_scale_log2(HS), vector16);
+                score_scale_log2(HS), vector16, dq_vector16);
             check_launch("attention_backward_key_tile_kernel");
             const std::size_t elements = B * T * NH * HS;
             constexpr unsigned sum_threads = 256;
