@@ -20,14 +20,20 @@
 #              alternation: model.txt has the four JSON lines and the ms per step side by side
 # Everything goes to $OUT (default ./gpu-out): configure/build logs, test and sanitizer logs,
 # bench.txt, model.txt, summary.txt. The build lives in a temporary directory (removed at the end
-# unless KEEP_BUILD=1). Usage: bash scripts/gpu-attention-check.sh [tests] [sanitize] [bench] [model]
-# (default: all; about 7 minutes on 16 cores, most of it the build).
+# unless KEEP_BUILD=1; BUILD_DIR=dir builds in dir and keeps it, so that a second call, e.g. for
+# the stages left out of the first, rebuilds nothing). Usage:
+#   bash scripts/gpu-attention-check.sh [tests] [sanitize] [bench] [model]   (default: all four)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-BUILD=$(mktemp -d /tmp/strata-attention-XXXXXX)
-[[ -n ${KEEP_BUILD:-} ]] || trap 'rm -rf "$BUILD"' EXIT
+if [[ -n ${BUILD_DIR:-} ]]; then  # kept, and reused by a later call (e.g. BUILD_DIR=build/gpu-attention)
+  BUILD=$BUILD_DIR
+  mkdir -p "$BUILD"
+else
+  BUILD=$(mktemp -d /tmp/strata-attention-XXXXXX)
+  [[ -n ${KEEP_BUILD:-} ]] || trap 'rm -rf "$BUILD"' EXIT
+fi
 stages=("$@")
 [[ ${#stages[@]} -eq 0 ]] && stages=(tests sanitize bench model)
 has() { local s; for s in "${stages[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
