@@ -7,6 +7,11 @@
 //                         [--moments storage --storage-dir DIR] [--tf32] [--device cpu|cuda]
 //                         [--warmup N] [--no-profile] [--trace FILE]
 //
+// STRATA_BENCH_ATTENTION_BACKWARD=two-kernel (read by this bench only) runs the CUDA model with the
+// two-kernel attention backward at every shape (ops<cuda_backend>::use_two_kernel_attention_backward)
+// instead of the library's choice, the key-tile backward where its workspace fits: the JSON line's
+// "attention_backward" says which ran.
+//
 // Prints a JSON line (median ms/step, tokens/s, model TFLOP/s, peak device bytes, peak host RSS,
 // transfer hidden fraction) and, from a trace of one more step, the time per op summed over the
 // step, per stream. bench/compare.sh runs it next to the PyTorch peers and tabulates the lines.
@@ -39,6 +44,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace strata;
@@ -92,6 +98,15 @@ std::vector<data::batch> batches(const gpt_config& c, const args& a, int step) {
     return out;
 }
 
+// Which attention backward the model's blocks run (nn/cuda_ops.hpp).
+template <class B>
+std::string attention_backward_name(const gpt_config& c, const args& a) {
+    if constexpr (requires { ops<B>::two_kernel_attention_backward(); })
+        if (ops<B>::attention_workspace(a.batch, a.seq, c.n_embd, c.n_head) == 0) return "two-kernel";
+    if constexpr (std::is_same_v<B, cpu_backend>) return "cpu";
+    return "key-tile partials";
+}
+
 // homes: every group's (none: the resident plan); streamed plans use 3 device slots.
 template <class B>
 int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_home> homes) {
@@ -142,6 +157,7 @@ int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_ho
                        {"batch", a.batch}, {"seq", a.seq}, {"accum", a.accum}, {"placement", a.placement},
                        {"activations", a.activations},
                        {"moments", a.placement == "streamed" ? a.moments : "device"}, {"tf32", a.tf32},
+                       {"attention_backward", attention_backward_name<B>(c, a)},
                        {"steps", a.steps}, {"warmup", warmup}, {"init_s", init_s},
                        {"ms_per_step", median}, {"ms_min", ms.empty() ? 0 : ms.front()},
                        {"tokens_per_s", per_s(tokens)},
@@ -237,6 +253,12 @@ int main(int argc, char** argv) {
 #ifdef STRATA_WITH_CUDA
         if (a.device == "cuda") {
             ops<cuda_backend>::set_tf32(a.tf32);
+            const char* attention = std::getenv("STRATA_BENCH_ATTENTION_BACKWARD");
+            if (attention != nullptr && std::string(attention) == "two-kernel")
+                ops<cuda_backend>::use_two_kernel_attention_backward();
+            else if (attention != nullptr && *attention != '\0')
+                throw error(std::string("STRATA_BENCH_ATTENTION_BACKWARD=") + attention + " is not a choice",
+                            "two-kernel, or unset for the library's choice");
             return run<cuda_backend>(a);
         }
 #endif

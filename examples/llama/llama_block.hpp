@@ -127,7 +127,8 @@ public:
     }
     static size backward_workspace_floats(const llama_block_config& c, size Bn, size T) {
         const size BT = Bn * T, C = c.n_embd, H = c.hidden, A = c.attn_channels(), QKV = c.qkv_channels();
-        return 3 * BT * H + 3 * BT * C + BT * A + BT * 3 * A + (c.grouped() ? BT * 3 * A : 0) + BT * QKV;  // see backward
+        return 3 * BT * H + 3 * BT * C + BT * A + BT * 3 * A + (c.grouped() ? BT * 3 * A : 0) + BT * QKV +
+               op::attention_workspace(Bn, T, A, c.n_head);  // see backward
     }
 
     llama_block_body(const llama_block_config& c, const strata::param_layout& layout) : m_config(c) {
@@ -252,6 +253,7 @@ public:
         R* dqkv = take(BT * QKV);
         R* dqkv_full = c.grouped() ? take(BT * 3 * A) : dqkv;  // the expanded heads' gradient
         R* dh1 = take(BT * C);
+        R* attention_scratch = take(op::attention_workspace(Bn, T, A, NH));
 
         // out = res2 + down_proj(act): dout reaches both
         bool below = wanted_below(llama_projection::down);
@@ -274,7 +276,7 @@ public:
         project_backward(llama_projection::o, below ? datty : nullptr, dres2, a.atty);
         if (!below) return;
         op::zero(s, dqkv_rope, BT * 3 * A);
-        op::attention_backward(s, dqkv_rope, a.att_saved, datty, a.atty, a.qkv_rope, Bn, T, A, NH);
+        op::attention_backward(s, dqkv_rope, attention_scratch, a.att_saved, datty, a.atty, a.qkv_rope, Bn, T, A, NH);
         op::zero(s, dqkv_full, BT * 3 * A);
         lop::rope_backward(s, dqkv_full, dqkv_rope, Bn, T, A, NH, c.rope_theta);
         if (c.grouped()) {

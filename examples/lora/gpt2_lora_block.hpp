@@ -137,7 +137,8 @@ public:
     static size workspace_floats(const config_type& c, size B, size T) {
         // backward (see backward); forward needs only one projection's low-rank product, BT * 4C at most
         const size BT = B * T, C = c.n_embd;
-        return 2 * BT * 4 * C + BT * 3 * C + 3 * BT * C + BT * c.rank + 2 * C;
+        return 2 * BT * 4 * C + BT * 3 * C + 3 * BT * C + BT * c.rank + 2 * C +
+               op::attention_workspace(B, T, C, c.n_head);
     }
     static double flops(const config_type& c, size B, size T) {
         const double BT = double(B) * double(T), C = double(c.n_embd), r = double(c.rank);
@@ -213,6 +214,7 @@ public:
         R* dxa = dres2 + BT * C;              // (B, T, r): the adapters' scratch
         R* dln_params = dxa + BT * m_c.rank;  // (2C): the frozen layernorms' parameter gradients, discarded
                                               // (ops<B>::layernorm_backward always writes them)
+        R* attention_scratch = dln_params + 2 * C;  // ops<B>::attention_workspace(B, T, C, NH)
         // Is the gradient below projection k wanted: by the caller, or by an adapter further down?
         auto wanted_below = [&](size k) {
             if (dinp != nullptr) return true;
@@ -236,7 +238,7 @@ public:
         project_backward(s, 1, wanted_below(1) ? datty : nullptr, g, dres2, a.atty, p, a, dxa, B, T);
         if (!wanted_below(1)) return;
         op::zero(s, dqkv, BT * 3 * C);
-        op::attention_backward(s, dqkv, a.att_saved, datty, a.atty, a.qkv, B, T, C, NH);
+        op::attention_backward(s, dqkv, attention_scratch, a.att_saved, datty, a.atty, a.qkv, B, T, C, NH);
         if (wanted_below(0)) op::zero(s, dln, BT * C);
         project_backward(s, 0, wanted_below(0) ? dln : nullptr, g, dqkv, a.ln1, p, a, dxa, B, T);
         if (dinp == nullptr) return;

@@ -279,13 +279,15 @@ machine_rates measure_cpu(cpu_backend& backend, const gpt_config& c, std::size_t
     {
         tiered_tensor<float, device_tier, cpu_backend> qkv(backend, shape{BT * 3 * C}, "qkv"),
             dqkv(backend, shape{BT * 3 * C}, "dqkv"), out(backend, shape{BT * C}, "out"), dout(backend, shape{BT * C}, "dout"),
-            saved(backend, shape{std::max<std::size_t>(op::attention_saved(B, T, c.n_head), 1)}, "saved");
+            saved(backend, shape{std::max<std::size_t>(op::attention_saved(B, T, c.n_head), 1)}, "saved"),
+            scratch(backend, shape{std::max<std::size_t>(op::attention_workspace(B, T, C, c.n_head), 1)}, "scratch");
         for (auto* t : {&qkv, &dout, &dqkv}) op::zero(s, t->device_data().get(), t->numel());
         m.attention_flops = 12.0 * static_cast<double>(B * T * T * C) / best_of([&] {
             op::attention_forward(s, out.device_data().get(), saved.device_data().get(), qkv.device_data().get(), B, T, C,
                                   c.n_head);
-            op::attention_backward(s, dqkv.device_data().get(), saved.device_data().get(), dout.device_data().get(),
-                                   out.device_data().get(), qkv.device_data().get(), B, T, C, c.n_head);
+            op::attention_backward(s, dqkv.device_data().get(), scratch.device_data().get(), saved.device_data().get(),
+                                   dout.device_data().get(), out.device_data().get(), qkv.device_data().get(), B, T, C,
+                                   c.n_head);
             s.synchronize();
         });
     }

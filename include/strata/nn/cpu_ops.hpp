@@ -88,15 +88,17 @@ struct ops<cpu_backend> {
 
     // What attention keeps for its backward, in elements: one log-sum-exp per query row (B, NH, T),
     // as on the GPU; backward recomputes the probabilities. Backward also gets the forward's output
-    // (the CUDA kernel reads it for D = dout . out; the CPU kernel sums D = P . dP instead).
+    // (the CUDA kernel reads it for D = dout . out; the CPU kernel sums D = P . dP instead). The CPU
+    // backward needs no workspace (the CUDA one may: nn/cuda_ops.hpp).
     static size attention_saved(size B, size T, size NH) { return kernels::cpu::attention_saved(B, T, NH); }
+    static size attention_workspace(size, size, size, size) { return 0; }
     template <class R>
     static void attention_forward(stream& s, R* out, R* saved, const R* qkv, size B, size T, size C, size NH) {
         s.enqueue([=] { kernels::cpu::attention_forward(out, saved, qkv, B, T, C, NH); }, "attention_forward");
     }
     template <class R>
-    static void attention_backward(stream& s, R* dqkv, const R* saved, const R* dout, const R* /*out*/, const R* qkv,
-                                   size B, size T, size C, size NH) {
+    static void attention_backward(stream& s, R* dqkv, R* /*workspace*/, const R* saved, const R* dout,
+                                   const R* /*out*/, const R* qkv, size B, size T, size C, size NH) {
         s.enqueue([=] { kernels::cpu::attention_backward(dqkv, saved, dout, qkv, B, T, C, NH); }, "attention_backward");
     }
 

@@ -66,8 +66,19 @@ struct ops<cuda_backend> {
     static size attention_saved(size B, size T, size NH) { return B * NH * T; }
     static void attention_forward(stream& s, float* out, float* saved, const float* qkv, size B, size T, size C,
                                   size NH);
-    static void attention_backward(stream& s, float* dqkv, const float* saved, const float* dout, const float* out,
-                                   const float* qkv, size B, size T, size C, size NH);
+    // The backward is the key-tile backward with dq partials (kernels/cuda/attention_backward.cuh)
+    // where their workspace takes at most kernels::cuda::attention_partials_limit_bytes, else the
+    // two-kernel backward (kernels/cuda/attention.cuh), which needs none: attention_workspace
+    // floats of scratch (any alignment), a function of the shape alone that a Layer counts in its
+    // workspace_floats. Either way the same bits on every run of a shape.
+    static size attention_workspace(size B, size T, size C, size NH);
+    static void attention_backward(stream& s, float* dqkv, float* workspace, const float* saved, const float* dout,
+                                   const float* out, const float* qkv, size B, size T, size C, size NH);
+    // From this call on, for the whole process, the two-kernel backward at every shape and
+    // attention_workspace 0 (benchmarks compare the two; a workspace sized before stays valid,
+    // unused). One way only: switching back could meet a workspace sized while it was off.
+    static void use_two_kernel_attention_backward();
+    static bool two_kernel_attention_backward();
 
     // Incremental decoding: n query rows at positions pos .. pos + n - 1 against a KV cache (row t =
     // key(t) | value(t), 2 NKV HS channels), as kernels::cpu::attention_decode; no workspace.

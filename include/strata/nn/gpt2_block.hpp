@@ -40,10 +40,11 @@ public:
         const size BT = B * T, C = c.n_embd;
         return 6 * BT * C + 4 * BT + BT * 3 * C + 2 * BT * 4 * C + op::attention_saved(B, T, c.n_head);
     }
-    // Backward's gradients below the output: dfch_gelu, dfch (4C each), dqkv (3C), dln, datty (C).
+    // Backward's gradients below the output: dfch_gelu, dfch (4C each), dqkv (3C), dln, datty (C);
+    // then the attention backward's scratch (ops<B>::attention_workspace).
     static size workspace_floats(const gpt_config& c, size B, size T) {
         const size BT = B * T, C = c.n_embd;
-        return 2 * BT * 4 * C + BT * 3 * C + 2 * BT * C;
+        return 2 * BT * 4 * C + BT * 3 * C + 2 * BT * C + op::attention_workspace(B, T, C, c.n_head);
     }
     // backward writes dinp (nn/layer.hpp): dinp is the residual stream's gradient, as in llm.c, so
     // the caller does not zero it and nothing is added to it afterwards.
@@ -149,6 +150,7 @@ public:
         R* dqkv = dfch + BT * 4 * C;       // (B, T, 3C)
         R* dln = dqkv + BT * 3 * C;        // (B, T, C): dln2, then dln1
         R* datty = dln + BT * C;           // (B, T, C)
+        R* attention_scratch = datty + BT * C;  // ops<B>::attention_workspace(B, T, C, NH)
         // The residual stream's gradient (B, T, C), dres2 and then the input's: dinp itself, or when
         // the caller wants no input gradient, scratch where dfch_gelu was (dead by then).
         R* dres = dinp != nullptr ? dinp : dfch_gelu;
@@ -166,7 +168,7 @@ public:
         op::zero(s, datty, BT * C);
         op::matmul_backward(s, datty, G(4), G(5), dres, a.atty, P(4), B, T, C, C);
         op::zero(s, dqkv, BT * 3 * C);
-        op::attention_backward(s, dqkv, a.att_saved, datty, a.atty, a.qkv, B, T, C, NH);
+        op::attention_backward(s, dqkv, attention_scratch, a.att_saved, datty, a.atty, a.qkv, B, T, C, NH);
         op::zero(s, dln, BT * C);
         op::matmul_backward(s, dln, G(2), G(3), dqkv, a.ln1, P(2), B, T, C, 3 * C);
         // dx = dres2 + layernorm_1's input gradient

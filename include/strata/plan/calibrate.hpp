@@ -182,6 +182,9 @@ double measure_attention_flops(B& backend, attention_shape a, const calibration_
     detail::device_floats<B> dout(backend, shape{BT * a.channels}, "calibration.attention.dout");
     detail::device_floats<B> saved(backend, shape{std::max<std::size_t>(1, ops<B>::attention_saved(a.batch, a.seq, a.heads))},
                                    "calibration.attention.saved");
+    detail::device_floats<B> scratch(
+        backend, shape{std::max<std::size_t>(1, ops<B>::attention_workspace(a.batch, a.seq, a.channels, a.heads))},
+        "calibration.attention.workspace");
     ops<B>::zero(s, qkv.device_data().get(), qkv.numel());
     ops<B>::zero(s, dqkv.device_data().get(), dqkv.numel());
     ops<B>::zero(s, dout.device_data().get(), dout.numel());
@@ -189,9 +192,9 @@ double measure_attention_flops(B& backend, attention_shape a, const calibration_
         [&] {
             ops<B>::attention_forward(s, out.device_data().get(), saved.device_data().get(), qkv.device_data().get(),
                                       a.batch, a.seq, a.channels, a.heads);
-            ops<B>::attention_backward(s, dqkv.device_data().get(), saved.device_data().get(), dout.device_data().get(),
-                                       out.device_data().get(), qkv.device_data().get(), a.batch, a.seq, a.channels,
-                                       a.heads);
+            ops<B>::attention_backward(s, dqkv.device_data().get(), scratch.device_data().get(),
+                                       saved.device_data().get(), dout.device_data().get(), out.device_data().get(),
+                                       qkv.device_data().get(), a.batch, a.seq, a.channels, a.heads);
             s.synchronize();  // named: the end of one timed call
         },
         o.min_seconds);

@@ -27,7 +27,7 @@
 // Durations: GEMMs at rates.gemm_flops (a block's backward is 2x its forward GEMMs, the LM head's
 // forward and backward 3x, nn/layer.hpp's convention); attention at rates.attention_flops, counted
 // as machine.hpp says (4 B T^2 C forward + 8 B T^2 C backward), of which the forward takes
-// attention_forward_share of the time (the CUDA kernels: backward 4x the forward); elementwise
+// attention_forward_share of the time (the CUDA kernels: backward 3.2-4x the forward); elementwise
 // passes (a block's saved activations written and read, the logits, the sums of squares, the
 // device optimizer) at rates.device_memory; copies at rates.h2d and rates.d2h alone, and at their
 // share of rates.duplex while both directions stream (backward uses); the host optimizer at
@@ -72,8 +72,13 @@ constexpr std::string_view name_of(step_resource r) {
     return "unknown";
 }
 
-// Of a causal attention's forward + backward time, the forward's (the CUDA kernels' backward takes
-// 4x the forward: kernels/cuda/attention.cuh).
+// Of a causal attention's forward + backward time, the forward's (the two-kernel CUDA backward
+// takes 4x the forward: kernels/cuda/attention.cuh). The key-tile backward that ops<cuda_backend>
+// runs where its partials fit (kernels/cuda/attention_backward.cuh) is 1.21x (B=8 T=1024) to
+// 1.26x (B=1 T=32768) faster than the two kernels, so about 3.2-3.3x the forward, a share of
+// 0.23-0.24 if the 4x holds; kept at 0.2 until strata_bench_attention's bwd/fwd column measures
+// both (scripts/gpu-attention-check.sh). Only the split moves: the total is rates.attention_flops,
+// which plan/calibrate.hpp measures through ops<B>, so with the backward the model runs.
 inline constexpr double attention_forward_share = 0.2;
 
 struct step_prediction {

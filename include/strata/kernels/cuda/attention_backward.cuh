@@ -1,0 +1,593 @@
+// Causal attention backward that computes each (key tile, query tile) product once: FP32, sm_90,
+// deterministic, grouped-query heads. The alternative to attention.cuh's two-kernel backward,
+// chosen by attention_backward_algo. ops<cuda_backend>::attention_backward runs `partials` where
+// its workspace takes at most attention_partials_limit_bytes (attention_backward_pick), else the
+// two-kernel backward: measured on the H200 (bench/attention_backward_bench.cu), partials is 1.21x
+// the two-kernel backward at B=8 T=1024 NH=12 HS=64 and 1.26x at B=1 T=32768; `ordered` 0.85x and
+// 0.92x, so it is no default.
+//
+// Glossary: B batch, T time, NH query heads, NKV key/value heads (NKV divides NH; NKV == NH is
+// multi-head attention), HS head size, A = NH HS, KV = NKV HS, D the head size padded to the
+// template size (16, 32, 64 or 128), n = ceil(T / 64) tiles.
+//
+// Layout: a qkv row (b, t) holds q in channels [0, A), k in [A, A + KV), v in [A + KV, A + 2 KV);
+// query head h owns channels [h HS, (h+1) HS) of q and reads key/value head g = h / (NH / NKV).
+// With NKV == NH this is attention.cuh's (B, T, 3C) layout (C = A). dqkv has the layout of qkv;
+// dout and out are (B, T, A); lse is the forward's (B, NH, T).
+//
+// The work of one (64-key tile kt, 64-query tile qt) pair, score rows being keys (as the dk/dv
+// kernel of attention.cuh): S^T = K Q^T, P^T = exp(S^T - lse), dP^T = V dO^T,
+// dS^T = P^T (dP^T - Dsum) / sqrt(HS), then dV += P^T dO, dK += dS^T Q, dQ(qt) += dS K: five
+// (64, 64, D) products where the two-kernel backward executes seven. One block per (b, g, kt)
+// walks the group's query heads and, for each, the query tiles qt = kt .. n-1, keeping dK and dV
+// of its key tile in registers across all of them (so GQA's dk, dv come out summed over the group:
+// no expand/reduce pass). Dsum = rowsum(dO * out) is computed once per query row beforehand
+// (attention_row_dots_kernel) and read per tile.
+//
+// dQ(qt) receives a contribution from every key tile kt <= qt, computed by different blocks. To
+// stay free of floating-point atomics, dq(qt) = dq_start + c(qt) + c(qt-1) + ... + c(0): each
+// query tile adds its key tiles' contributions in descending kt, always that order, by one of:
+//   partials  each block stores its contribution c(kt, qt) in a workspace of B NH 64 n(n+1)/2 D
+//             floats (the causal triangle of tile pairs); a second kernel adds them into dqkv in
+//             the order above. Workspace grows with T^2: 214 MB at B=8, T=1024, NH=12, D=64.
+//   ordered   each block adds its contribution into dqkv itself, once the block of key tile
+//             kt+1 has added its own to that query tile: a counter per (b, h, qt) says how many
+//             key tiles have added so far (release/acquire at GPU scope). Block kt reaches query
+//             tile qt one tile after block kt+1 did, so with blocks of one head running side by
+//             side nothing waits. Blocks take their (b, g, kt) from a global ticket in the order
+//             they start (kt = n-1 first within each head), so the block a block waits for has
+//             always started: no deadlock whatever order the hardware dispatches blocks in.
+//             Workspace: Dsum and B NH n + 1 counters, linear in T. (Heaviest first, as partials'
+//             grid runs, does not fit this order: key tile 0, the heaviest, waits on tile 1's
+//             block, which might not have started, and the reverse order c(0) + c(1) + ... makes
+//             block kt wait one step on block kt-1 at every tile: a head's blocks started together
+//             idle 1, 2, ..., n-1 steps, half of their time. Within a head lightest first is
+//             wait-free; only the grid's last head runs alone at the end.) Each thread's in-place
+//             additions issue all their loads (float4 where rows are 16-byte aligned) before
+//             their stores.
+// Both give the same bits (the same float additions in the same order), run to run.
+//
+// Arithmetic is FP32 FMA on the CUDA cores, the forward's (attention.cuh) tile products and
+// shared-memory layout; no TF32.
+#pragma once
+
+#include <strata/core/error.hpp>            // strata::error
+#include <strata/kernels/cuda/attention.cuh>  // attention_detail (tiles, copies, products), attention_backward
+#include <strata/kernels/cuda/launch.cuh>   // ceil_div, check_launch
+
+#include <cuda_runtime.h>  // cudaStream_t, cudaMemsetAsync
+
+#include <cstddef>      // std::size_t
+#include <string>       // std::string, std::to_string
+#include <type_traits>  // std::is_same_v, std::integral_constant
+
+namespace strata::kernels::cuda {
+
+enum class attention_backward_algo {
+    recompute,  // attention.cuh: dk/dv per key tile and dq per query tile, each recomputing S and dP (7 products)
+    partials,   // one pass per key tile (5 products), dq contributions summed in order from a workspace (T^2)
+    ordered,    // one pass per key tile (5 products), dq contributions added in place in a fixed order (T)
+};
+
+inline const char* to_string(attention_backward_algo algo) {
+    switch (algo) {
+    case attention_backward_algo::recompute: return "recompute";
+    case attention_backward_algo::partials: return "partials";
+    case attention_backward_algo::ordered: return "ordered";
+    }
+    return "?";
+}
+
+namespace attention_detail {
+
+// The padded head size D >= HS of the kernels' template.
+inline int padded_head_size(std::size_t HS) { return HS <= 16 ? 16 : HS <= 32 ? 32 : HS <= 64 ? 64 : 128; }
+
+// Where each part of the key-tile backward's workspace starts, in bytes (256-byte aligned parts).
+struct key_tile_workspace {
+    std::size_t dsum = 0;      // (B, NH, T) floats: dout . out per query row
+    std::size_t counters = 0;  // ordered: (B, NH, n) ints, then the block ticket
+    std::size_t partials = 0;  // partials: per (b, h): n(n+1)/2 tiles of (64, D) floats
+    std::size_t bytes = 0;     // the whole workspace
+};
+
+inline key_tile_workspace key_tile_layout(attention_backward_algo algo, std::size_t B, std::size_t T, std::size_t NH,
+                                          std::size_t HS) {
+    auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
+    const std::size_t n = (T + tile - 1) / tile, D = static_cast<std::size_t>(padded_head_size(HS));
+    key_tile_workspace w;
+    if (algo == attention_backward_algo::recompute) return w;
+    std::size_t end = align(B * NH * T * sizeof(float));
+    if (algo == attention_backward_algo::ordered) {
+        w.counters = end;
+        end = align(end + (B * NH * n + 1) * sizeof(int));
+    } else {
+        w.partials = end;
+        end = align(end + B * NH * (n * (n + 1) / 2) * tile * D * sizeof(float));
+    }
+    w.bytes = end;
+    return w;
+}
+
+// First row of key tile kt's partials within one head's: key tiles 0 .. kt-1 hold n, n-1, ...,
+// n-kt+1 query tiles of 64 rows.
+__device__ inline std::size_t partial_tile_row(int kt, int n) {
+    return static_cast<std::size_t>(tile) *
+           (static_cast<std::size_t>(kt) * n - static_cast<std::size_t>(kt) * (kt - 1) / 2);
+}
+
+// The dQ contribution dS K is computed in dq_parts parts of a thread's columns, one after the
+// other, each stored (or added) before the next: fewer live registers than all of them at once,
+// and each element is the same sum in the same order whatever the parts. A part is dq_groups
+// groups of vec contiguous columns (shape::column). (ptxas, sm_90, 255 registers: spill stores
+// 28 -> 24 bytes at D=64 for partials, 72 -> 60 at D=128; the peak is elsewhere, dk and dv (2 x 4
+// x D/8 registers) live through tile_dot's fully unrolled loop.)
+template <int D>
+inline constexpr int dq_parts = head_tile<D>::out_cols / head_tile<D>::vec >= 2 ? 2 : 1;
+template <int D>
+inline constexpr int dq_groups = head_tile<D>::out_cols / head_tile<D>::vec / dq_parts<D>;
+template <int D>
+inline constexpr int dq_cols = dq_groups<D> * head_tile<D>::vec;  // a thread's columns of one part
+
+// acc[i][n] += sum_c St[c][4 ty + i] * V[c][column(first_group vec + n)], c = 0, 1, ..., 63 in
+// order: the product (S^T)^T V, for dq_groups<D> column groups from first_group on, with the left
+// factor stored transposed (score rows are keys). Each thread owns 4 consecutive rows, read as one
+// float4 of an St row (a warp's 4 ty read 64 contiguous bytes: one wavefront), and the columns of
+// tile_mma.
+template <int D>
+__device__ inline void tile_mma_transposed(float (&acc)[rows_per_thread][dq_cols<D>],
+                                           const float* St,  // (64, score_ld): the transposed left factor
+                                           const float* V,   // (64, D + 4)
+                                           int first_group, int ty, int tx) {
+    using shape = head_tile<D>;
+    constexpr int vec = shape::vec;
+    static_assert(rows_per_thread == 4, "attention: one float4 of St per row group");
+#pragma unroll 2
+    for (int c = 0; c < tile; ++c) {
+        const float4 p = *reinterpret_cast<const float4*>(St + c * shape::score_ld + 4 * ty);
+        float v[dq_cols<D>];
+#pragma unroll
+        for (int g = 0; g < dq_groups<D>; ++g) {
+            float part[vec];
+            load_vec<vec>(part, V + c * shape::ld + shape::column((first_group + g) * vec, tx));
+#pragma unroll
+            for (int e = 0; e < vec; ++e) v[g * vec + e] = part[e];
+        }
+        const float pc[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+        for (int i = 0; i < rows_per_thread; ++i)
+#pragma unroll
+            for (int n = 0; n < dq_cols<D>; ++n) acc[i][n] = fmaf(pc[i], v[n], acc[i][n]);
+    }
+}
+
+// ordered: dq[t][column] += acc for this thread's rows t = 4 ty + i < rows and its columns of one
+// part, in place through L2 (__ldcg/__stcg: no stale L1 line of another block's addition). Every
+// load is issued before any store, so their L2 latencies overlap; float4 where `vector` (rows
+// 16-byte aligned, HS a multiple of 4: a group of 4 columns is then wholly inside HS or outside).
+// The additions are old + acc, whatever the path: the same bits.
+template <int D>
+__device__ inline void add_dq_in_place(float* dq,  // (rows, HS), rows ld apart: one query tile of one head
+                                       std::size_t ld, const float (&acc)[rows_per_thread][dq_cols<D>],
+                                       int first_group, int rows, int HS, bool vector, int ty, int tx) {
+    using shape = head_tile<D>;
+    constexpr int vec = shape::vec;
+    float old[rows_per_thread][dq_cols<D>];
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld;
+        const bool inside = 4 * ty + i < rows;
+#pragma unroll
+        for (int g = 0; g < dq_groups<D>; ++g) {
+            const int d0 = shape::column((first_group + g) * vec, tx);
+            if constexpr (vec == 4) {
+                if (vector) {
+                    const float4 o = inside && d0 < HS ? __ldcg(reinterpret_cast<const float4*>(row + d0))
+                                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+                    old[i][g * vec] = o.x, old[i][g * vec + 1] = o.y, old[i][g * vec + 2] = o.z,
+                    old[i][g * vec + 3] = o.w;
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < vec; ++e) old[i][g * vec + e] = inside && d0 + e < HS ? __ldcg(row + d0 + e) : 0.f;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        if (4 * ty + i >= rows) continue;
+        float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld;
+#pragma unroll
+        for (int g = 0; g < dq_groups<D>; ++g) {
+            const int d0 = shape::column((first_group + g) * vec, tx);
+            const float* a = acc[i] + g * vec;
+            const float* o = old[i] + g * vec;
+            if constexpr (vec == 4) {
+                if (vector) {
+                    if (d0 < HS)
+                        __stcg(reinterpret_cast<float4*>(row + d0),
+                               make_float4(o[0] + a[0], o[1] + a[1], o[2] + a[2], o[3] + a[3]));
+                    continue;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < vec; ++e)
+                if (d0 + e < HS) __stcg(row + d0 + e, o[e] + a[e]);
+        }
+    }
+}
+
+__device__ inline int load_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ inline void store_release(int* p, int v) {
+    asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+}  // namespace attention_detail
+
+// Dsum[b, h, t] = dout[b, t, h] . out[b, t, h], one warp per row, lanes over channels then a fixed
+// butterfly: the same bits every run.
+template <class Real>
+__global__ void attention_row_dots_kernel(Real* __restrict__ Dsum,        // (B, NH, T)
+                                          const Real* __restrict__ dout,  // (B, T, NH HS)
+                                          const Real* __restrict__ out,   // (B, T, NH HS)
+                                          std::size_t rows, int T, int NH, int HS) {
+    static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
+    const std::size_t row = (static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // (b, t, h)
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    if (row >= rows) return;  // whole warps leave together: rows are per warp
+    const float* a = dout + row * HS;
+    const float* o = out + row * HS;
+    float sum = 0.f;
+    for (int d = lane; d < HS; d += 32) sum = fmaf(a[d], o[d], sum);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) {
+        const std::size_t h = row % NH, bt = row / NH, t = bt % T, b = bt / T;
+        Dsum[(b * NH + h) * T + t] = sum;
+    }
+}
+
+// One block per (b, g, 64-key tile kt): see the file comment. `ordered` selects how dq leaves the
+// block (added in place after the block of kt+1, or stored to dq_partials).
+template <class Real, int D, bool ordered>
+__global__ void __launch_bounds__(attention_detail::threads)
+    attention_backward_key_tile_kernel(Real* __restrict__ dqkv,          // (B, T, A + 2 KV)
+                                       Real* __restrict__ dq_partials,   // partials: (B NH, n(n+1)/2, 64, D)
+                                       int* __restrict__ counters,       // ordered: (B NH, n), zero at launch
+                                       int* __restrict__ ticket_counter, // ordered: zero at launch
+                                       const Real* __restrict__ lse,     // (B, NH, T)
+                                       const Real* __restrict__ Dsum,    // (B, NH, T)
+                                       const Real* __restrict__ dout,    // (B, T, A)
+                                       const Real* __restrict__ qkv,     // (B, T, A + 2 KV)
+                                       int T, int NH, int NKV, int HS, float scale, float scale_log2,
+                                       bool vector16, bool dq_vector16) {
+    using namespace attention_detail;
+    static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
+    using shape = head_tile<D>;
+    extern __shared__ float4 smem_f4[];
+    float* Ks = reinterpret_cast<float*>(smem_f4);  // (64, D + 4)
+    float* Vs = Ks + shape::size;                   // (64, D + 4)
+    float* Qs = Vs + shape::size;                   // (64, D + 4)
+    float* dOs = Qs + shape::size;                  // (64, D + 4)
+    float* Pts = dOs + shape::size;                 // (64 keys, score_ld): P^T
+    float* dSts = Pts + shape::score_size;          // (64 keys, score_ld): dS^T / sqrt(HS)
+    float* lse_s = dSts + shape::score_size;        // (64 queries)
+    float* Dsum_s = lse_s + tile;                   // (64 queries)
+    __shared__ int ticket;
+
+    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const int n_tiles = (T + tile - 1) / tile;
+    int bg, kt;
+    if constexpr (ordered) {
+        // The order blocks start in: within a head, key tile n-1 first (see the file comment).
+        if (threadIdx.x == 0) ticket = atomicAdd(ticket_counter, 1);
+        __syncthreads();
+        bg = ticket / n_tiles;
+        kt = n_tiles - 1 - ticket % n_tiles;
+    } else {
+        bg = static_cast<int>(blockIdx.x);  // every head's key tile 0 (the most work) first
+        kt = static_cast<int>(blockIdx.y);
+    }
+    const int b = bg / NKV, g = bg % NKV, group = NH / NKV;
+    const int k0 = kt * tile;
+    const int A = NH * HS, KV = NKV * HS;
+    const std::size_t ld = static_cast<std::size_t>(A) + 2 * static_cast<std::size_t>(KV);
+    const std::size_t row0 = static_cast<std::size_t>(b) * T;
+    const float* k = qkv + row0 * ld + A + g * HS;  // (T, HS), rows ld apart
+    const float* v = k + KV;                        // (T, HS)
+    const int tiles_per_head = n_tiles - kt;        // query tiles kt .. n-1
+    const int steps = group * tiles_per_head;
+
+    // (query head, query tile) of step s, and the start of its q, dout, lse and Dsum.
+    auto head_of = [&](int s) { return g * group + s / tiles_per_head; };
+    auto tile_of = [&](int s) { return kt + s % tiles_per_head; };
+    auto load_query_side = [&](int s) {
+        const int h = head_of(s), q0 = tile_of(s) * tile, rows = min(tile, T - q0);
+        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
+        load_tile_async<D>(Qs, qkv + (row0 + q0) * ld + h * HS, ld, rows, HS, vector16);
+        load_lse_async(lse_s, lse + bh * T, q0, T);
+        load_lse_async(Dsum_s, Dsum + bh * T, q0, T);
+    };
+    auto load_dout = [&](int s) {
+        const int h = head_of(s), q0 = tile_of(s) * tile;
+        load_tile_async<D>(dOs, dout + (row0 + q0) * A + h * HS, A, min(tile, T - q0), HS, vector16);
+    };
+
+    // Copy groups, in commit order: {K, V, Q(0), lse(0), Dsum(0)}, {dO(0)}, then per step
+    // {Q, lse, Dsum next}, {dO next}.
+    load_tile_async<D>(Ks, k + k0 * ld, ld, min(tile, T - k0), HS, vector16);
+    load_tile_async<D>(Vs, v + k0 * ld, ld, min(tile, T - k0), HS, vector16);
+    load_query_side(0);
+    copy_async_commit();
+    load_dout(0);
+    copy_async_commit();
+
+    float dk[rows_per_thread][shape::out_cols] = {};
+    float dv[rows_per_thread][shape::out_cols] = {};
+    for (int s = 0; s < steps; ++s) {
+        const int h = head_of(s), qt = tile_of(s), q0 = qt * tile;
+        const bool diagonal = qt == kt, last = s == steps - 1;
+        copy_async_wait<1>();
+        __syncthreads();  // Q, lse, Dsum of step s visible
+        {
+            float st[rows_per_thread][cols_per_thread];
+            tile_dot<D>(st, Ks, Qs, ty, tx);  // S^T = K Q^T
+            float lse2[cols_per_thread];       // this thread's queries' lse, base 2
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) lse2[j] = lse_s[tx + tile_x * j] * log2e;
+#pragma unroll
+            for (int i = 0; i < rows_per_thread; ++i) {
+                const int key = ty + 16 * i;
+#pragma unroll
+                for (int j = 0; j < cols_per_thread; ++j) {
+                    const int query = tx + tile_x * j;
+                    const bool seen = q0 + query < T && (!diagonal || key <= query);
+                    Pts[key * shape::score_ld + query] = seen ? exp2f(st[i][j] * scale_log2 - lse2[j]) : 0.f;
+                }
+            }
+        }
+        copy_async_wait<0>();
+        __syncthreads();  // dO of step s visible
+        {
+            float dpt[rows_per_thread][cols_per_thread];
+            tile_dot<D>(dpt, Vs, dOs, ty, tx);  // dP^T = V dO^T
+            float row_term[cols_per_thread];
+#pragma unroll
+            for (int j = 0; j < cols_per_thread; ++j) row_term[j] = Dsum_s[tx + tile_x * j];
+            // P^T comes back from shared memory (this thread's own elements): fewer live registers.
+#pragma unroll
+            for (int i = 0; i < rows_per_thread; ++i) {
+                const int key = ty + 16 * i;
+#pragma unroll
+                for (int j = 0; j < cols_per_thread; ++j) {
+                    const int query = tx + tile_x * j;
+                    const float p = Pts[key * shape::score_ld + query];  // 0 where masked; dP finite
+                    dSts[key * shape::score_ld + query] = p * (dpt[i][j] - row_term[j]) * scale;
+                }
+            }
+        }
+        __syncthreads();  // P^T, dS^T visible
+        tile_mma<D>(dk, dSts, Qs, ty, tx);  // dK += dS^T Q
+        __syncthreads();  // everyone is done with Qs, lse_s, Dsum_s
+        if (!last) {
+            load_query_side(s + 1);
+            copy_async_commit();
+        }
+        tile_mma<D>(dv, Pts, dOs, ty, tx);  // dV += P^T dO
+
+        // dQ(qt)'s contribution dS K, part by part (dq_parts), each out of the block before the next.
+        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
+        int* turn = nullptr;
+        if constexpr (ordered) turn = counters + bh * n_tiles + qt;
+#pragma unroll
+        for (int part = 0; part < dq_parts<D>; ++part) {
+            float dq[rows_per_thread][dq_cols<D>] = {};
+            tile_mma_transposed<D>(dq, dSts, Ks, part * dq_groups<D>, ty, tx);
+            if constexpr (ordered) {
+                if (part == 0) {
+                    // Key tiles kt+1 .. qt add to query tile qt before this one.
+                    if (threadIdx.x == 0)
+                        while (load_acquire(turn) != qt - kt) __nanosleep(64);
+                    __syncthreads();  // the earlier key tiles' additions are visible to the whole block
+                }
+                add_dq_in_place<D>(dqkv + (row0 + q0) * ld + h * HS, ld, dq, part * dq_groups<D>, min(tile, T - q0),
+                                   HS, dq_vector16, ty, tx);
+            } else {
+                float* tile_rows = dq_partials +
+                                   bh * (static_cast<std::size_t>(n_tiles) * (n_tiles + 1) / 2) * tile * D +
+                                   (partial_tile_row(kt, n_tiles) + static_cast<std::size_t>(qt - kt) * tile) * D;
+#pragma unroll
+                for (int i = 0; i < rows_per_thread; ++i) {
+                    float* row = tile_rows + static_cast<std::size_t>(4 * ty + i) * D;
+#pragma unroll
+                    for (int g = 0; g < dq_groups<D>; ++g) {
+                        const int n = g * shape::vec, column = shape::column((part * dq_groups<D> + g) * shape::vec, tx);
+                        if constexpr (shape::vec == 4)
+                            *reinterpret_cast<float4*>(row + column) =
+                                make_float4(dq[i][n], dq[i][n + 1], dq[i][n + 2], dq[i][n + 3]);
+                        else
+                            *reinterpret_cast<float2*>(row + column) = make_float2(dq[i][n], dq[i][n + 1]);
+                    }
+                }
+            }
+        }
+        if constexpr (ordered) __threadfence();  // this thread's additions, before the release below
+        __syncthreads();  // everyone is done with dOs, Pts, dSts (ordered: and has added, fenced, its dq)
+        if constexpr (ordered)
+            if (threadIdx.x == 0) store_release(turn, qt - kt + 1);
+        if (!last) {
+            load_dout(s + 1);
+            copy_async_commit();
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const int t = k0 + ty + 16 * i;
+        if (t >= T) continue;
+        float* dk_row = dqkv + (row0 + t) * ld + A + g * HS;  // (HS)
+        float* dv_row = dk_row + KV;                          // (HS)
+#pragma unroll
+        for (int n = 0; n < shape::out_cols; ++n) {
+            const int d = shape::column(n, tx);
+            if (d < HS) {
+                dk_row[d] += dk[i][n];
+                dv_row[d] += dv[i][n];
+            }
+        }
+    }
+}
+
+// partials: dq[b, t, h] += c(qt, qt) + c(qt-1, qt) + ... + c(0, qt), one thread per element, in
+// that order (ordered's order: the same bits).
+template <class Real, int D>
+__global__ void attention_dq_partials_sum_kernel(Real* __restrict__ dqkv,               // (B, T, A + 2 KV)
+                                                 const Real* __restrict__ dq_partials,  // (B NH, n(n+1)/2, 64, D)
+                                                 std::size_t elements, int T, int NH, int NKV, int HS) {
+    using namespace attention_detail;
+    static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
+    const std::size_t e = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // (b, t, h, d)
+    if (e >= elements) return;
+    const int d = static_cast<int>(e % HS);
+    const std::size_t bth = e / HS;
+    const int h = static_cast<int>(bth % NH);
+    const std::size_t bt = bth / NH;
+    const int t = static_cast<int>(bt % T);
+    const std::size_t b = bt / T;
+    const int n_tiles = (T + tile - 1) / tile, qt = t / tile, r = t % tile;
+    const std::size_t ld = static_cast<std::size_t>(NH + 2 * NKV) * HS;
+    const float* part = dq_partials + (b * NH + h) * (static_cast<std::size_t>(n_tiles) * (n_tiles + 1) / 2) * tile * D;
+    float* dq = dqkv + bt * ld + static_cast<std::size_t>(h) * HS + d;
+    float sum = *dq;
+    for (int kt = qt; kt >= 0; --kt)
+        sum += part[(partial_tile_row(kt, n_tiles) + static_cast<std::size_t>(qt - kt) * tile + r) * D + d];
+    *dq = sum;
+}
+
+namespace attention_detail {
+
+// The shapes the key-tile kernels take, or a strata::error naming the problem.
+inline void check_key_tile_shape(std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS) {
+    if (NH == 0 || NKV == 0 || NH % NKV != 0)
+        throw error("attention backward (cuda): NKV=" + std::to_string(NKV) + " key/value heads do not divide NH=" +
+                        std::to_string(NH) + " query heads",
+                    "the key/value heads must divide the query heads (NKV = NH: multi-head attention)");
+    if (HS == 0 || HS > 128)
+        throw error("attention backward (cuda): head size HS=" + std::to_string(HS) +
+                        " is outside what the kernels take, 1 .. 128",
+                    "use more heads so that the head size is at most 128");
+    constexpr std::size_t int_max = 0x7fffffff;
+    const std::size_t n = (T + tile - 1) / tile;
+    if (T > int_max || n > 65535 || B * NKV * n > int_max || (NH + 2 * NKV) * HS > int_max || B * NH > int_max)
+        throw error("attention backward (cuda): B=" + std::to_string(B) + ", T=" + std::to_string(T) +
+                        ", NH=" + std::to_string(NH) + ", NKV=" + std::to_string(NKV) + " is beyond the kernels' grid",
+                    "T is at most 65535 * 64, B * NKV * ceil(T / 64) at most 2^31 - 1");
+}
+
+}  // namespace attention_detail
+
+// Bytes of workspace attention_backward_key_tiles needs for `algo` (0 for recompute).
+inline std::size_t attention_backward_workspace(attention_backward_algo algo, std::size_t B, std::size_t T,
+                                                std::size_t NH, std::size_t HS) {
+    return attention_detail::key_tile_layout(algo, B, T, NH, HS).bytes;
+}
+
+// The most device memory the library's multi-head attention backward takes as workspace (the one
+// place this bound is stated): 2 GiB. partials' workspace is B NH T^2 D / 32 bytes, about T / 128
+// times attention's output (B, T, NH HS): at T <= 2048 no more than one GPT-2 block's saved
+// activations, and the bound caps what long contexts would take (24 GiB at B=1 T=32768 NH=12).
+inline constexpr std::size_t attention_partials_limit_bytes = std::size_t{2} << 30;
+
+// The backward ops<cuda_backend>::attention_backward runs for a multi-head shape: partials where
+// its workspace takes at most limit_bytes, else recompute (ordered is slower than recompute at
+// every shape measured). A function of the shape alone: the same choice, so the same bits, on
+// every run of a shape.
+inline attention_backward_algo attention_backward_pick(std::size_t B, std::size_t T, std::size_t NH, std::size_t HS,
+                                                       std::size_t limit_bytes = attention_partials_limit_bytes) {
+    return attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS) <= limit_bytes
+               ? attention_backward_algo::partials
+               : attention_backward_algo::recompute;
+}
+
+// Accumulates (+=) into dqkv the gradients of causal attention with NH query heads over NKV
+// key/value heads (layout in the file comment), given the forward's out and lse. algo is partials
+// or ordered; `workspace` holds attention_backward_workspace(algo, B, T, NH, HS) bytes (device
+// memory, contents irrelevant, used until the launches on `stream` finish). Bitwise reproducible.
+template <class Real>
+void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
+                                  const Real* lse,   // (B, NH, T)
+                                  const Real* dout,  // (B, T, NH HS)
+                                  const Real* out,   // (B, T, NH HS)
+                                  const Real* qkv,   // (B, T, (NH + 2 NKV) HS)
+                                  std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS,
+                                  attention_backward_algo algo, void* workspace, std::size_t workspace_bytes,
+                                  cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
+    using namespace attention_detail;
+    if (algo == attention_backward_algo::recompute)
+        throw error("attention_backward_key_tiles: algo 'recompute' is attention_backward (attention.cuh)",
+                    "call attention_backward for it, or pass partials or ordered");
+    check_key_tile_shape(B, T, NH, NKV, HS);
+    if (B == 0 || T == 0) return;
+    const key_tile_workspace layout = key_tile_layout(algo, B, T, NH, HS);
+    if (workspace == nullptr || workspace_bytes < layout.bytes)
+        throw error("attention backward (cuda, " + std::string(to_string(algo)) + "): the workspace has " +
+                        std::to_string(workspace_bytes) + " bytes, it needs " + std::to_string(layout.bytes),
+                    "allocate attention_backward_workspace(algo, B, T, NH, HS) bytes, or use algo 'ordered' "
+                    "(workspace linear in T)");
+    auto* bytes = static_cast<unsigned char*>(workspace);
+    auto* Dsum = reinterpret_cast<Real*>(bytes + layout.dsum);
+    const std::size_t n = (T + tile - 1) / tile;
+
+    const std::size_t rows = B * T * NH;
+    constexpr unsigned row_threads = 256;
+    attention_row_dots_kernel<Real><<<ceil_div(rows * 32, row_threads), row_threads, 0, stream>>>(
+        Dsum, dout, out, rows, static_cast<int>(T), static_cast<int>(NH), static_cast<int>(HS));
+    check_launch("attention_row_dots_kernel");
+
+    const bool vector16 = rows_16_byte_aligned(HS, HS, {qkv, dout});
+    const bool dq_vector16 = rows_16_byte_aligned(HS, HS, {dqkv});  // ordered's float4 additions into dq
+    const int t = static_cast<int>(T), nh = static_cast<int>(NH), nkv = static_cast<int>(NKV), hs = static_cast<int>(HS);
+    with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
+        if (algo == attention_backward_algo::ordered) {
+            int* counters = reinterpret_cast<int*>(bytes + layout.counters);
+            if (cudaMemsetAsync(counters, 0, (B * NH * n + 1) * sizeof(int), stream) != cudaSuccess)
+                throw error("attention backward (cuda): cudaMemsetAsync of the dq counters failed",
+                            "check the workspace pointer: it must be device memory");
+            const auto kernel = attention_backward_key_tile_kernel<Real, D, true>;
+            allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_key_tile_kernel");
+            const auto blocks = static_cast<unsigned>(B * NKV * n);
+            kernel<<<blocks, threads, dkdv_smem<D> * sizeof(float), stream>>>(
+                dqkv, nullptr, counters, counters + B * NH * n, lse, Dsum, dout, qkv, t, nh, nkv, hs,
+                score_scale(HS), score_scale_log2(HS), vector16, dq_vector16);
+            check_launch("attention_backward_key_tile_kernel");
+        } else {
+            Real* partials = reinterpret_cast<Real*>(bytes + layout.partials);
+            const auto kernel = attention_backward_key_tile_kernel<Real, D, false>;
+            allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_key_tile_kernel");
+            const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(n));
+            kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
+                dqkv, partials, nullptr, nullptr, lse, Dsum, dout, qkv, t, nh, nkv, hs, score_scale(HS),
+                score_scale_log2(HS), vector16, dq_vector16);
+            check_launch("attention_backward_key_tile_kernel");
+            const std::size_t elements = B * T * NH * HS;
+            constexpr unsigned sum_threads = 256;
+            attention_dq_partials_sum_kernel<Real, D><<<ceil_div(elements, sum_threads), sum_threads, 0, stream>>>(
+                dqkv, partials, elements, t, nh, nkv, hs);
+            check_launch("attention_dq_partials_sum_kernel");
+        }
+    });
+}
+
+// The one copy of the launcher is src/cuda/attention_backward.cu's (the recipe: src/cuda/elementwise.cu).
+#define STRATA_CUDA_ATTENTION_KEY_TILES_INSTANCES(prefix)                                                          \
+    prefix void attention_backward_key_tiles<float>(float*, const float*, const float*, const float*, const float*, \
+                                                    std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,  \
+                                                    attention_backward_algo, void*, std::size_t, cudaStream_t);
+STRATA_CUDA_ATTENTION_KEY_TILES_INSTANCES(extern template)
+
+}  // namespace strata::kernels::cuda

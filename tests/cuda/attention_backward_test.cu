@@ -1,0 +1,277 @@
+// cuda attention backward by key tiles (kernels/cuda/attention_backward.cuh): both dq orders
+// (partials, ordered) against the CPU kernel (the oracle) and against attention.cuh's two-kernel
+// backward, at T = 1 .. 8192, odd lengths, every padded head size, grouped-query heads; bitwise
+// reproducibility, the two orders' identical bits, and the errors it throws.
+//
+// Glossary: B batch, T time, NH query heads, NKV key/value heads, HS head size, A = NH HS,
+// KV = NKV HS. GQA's reference: k and v expanded to NH heads (head h reads kv head h / (NH / NKV)),
+// the multi-head kernels run on that, and dk, dv summed back over each group's heads.
+#include <algorithm>  // std::max
+#include <cmath>      // std::abs, std::isfinite
+#include <cstddef>    // std::size_t
+#include <cstring>    // std::memcmp
+#include <random>     // std::mt19937, std::uniform_real_distribution
+#include <string>     // std::string
+#include <vector>     // std::vector
+
+#include <doctest/doctest.h>  // TEST_CASE, CHECK, MESSAGE, INFO
+
+#include "support/skip.hpp"  // strata::test::skip
+
+#include <strata/backend/cuda/check.hpp>              // strata::cuda::check, strata::cuda::device_count
+#include <strata/core/error.hpp>                      // strata::error
+#include <strata/kernels/cpu/attention.hpp>           // cpu::attention_forward, cpu::attention_backward
+#include <strata/kernels/cuda/attention_backward.cuh> // cuda::attention_backward_key_tiles
+
+#include <cuda_runtime.h>  // cudaMalloc, cudaMemcpy
+
+namespace attention_backward_test {
+
+namespace cpu = strata::kernels::cpu;
+namespace gpu = strata::kernels::cuda;
+using gpu::attention_backward_algo;
+using strata::cuda::check;
+
+// n bytes of device memory (256-byte aligned); device_floats places its floats `offset` floats in
+// (1: every row off 16-byte alignment).
+class device_memory {
+public:
+    explicit device_memory(std::size_t bytes) { check(cudaMalloc(&m_data, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); }
+    device_memory(const device_memory&) = delete;
+    device_memory& operator=(const device_memory&) = delete;
+    ~device_memory() { cudaFree(m_data); }
+    void* data() { return m_data; }
+
+private:
+    void* m_data = nullptr;
+};
+
+class device_floats {
+public:
+    explicit device_floats(const std::vector<float>& host, std::size_t offset = 0)
+        : m_memory((host.size() + offset) * sizeof(float)), m_n(host.size()) {
+        m_data = static_cast<float*>(m_memory.data()) + offset;
+        check(cudaMemcpy(m_data, host.data(), m_n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy to device");
+    }
+    float* data() { return m_data; }
+    std::vector<float> download() const {
+        check(cudaDeviceSynchronize(), "attention kernels");
+        std::vector<float> host(m_n);
+        check(cudaMemcpy(host.data(), m_data, m_n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+        return host;
+    }
+
+private:
+    device_memory m_memory;
+    float* m_data = nullptr;
+    std::size_t m_n;
+};
+
+std::vector<float> random_floats(std::size_t n, unsigned seed, float amplitude = 1.f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> uniform(-amplitude, amplitude);
+    std::vector<float> v(n);
+    for (float& x : v) x = uniform(rng);
+    return v;
+}
+
+struct shape {
+    std::size_t B, T, NH, NKV, HS;
+    std::size_t A() const { return NH * HS; }
+    std::size_t KV() const { return NKV * HS; }
+    std::size_t row() const { return A() + 2 * KV(); }  // compact q|k|v channels
+};
+
+// The compact (B, T, A + 2 KV) rows expanded to multi-head (B, T, 3A): kv head h / group for head h.
+std::vector<float> expand_kv(const std::vector<float>& qkv, const shape& s) {
+    const std::size_t A = s.A(), KV = s.KV(), group = s.NH / s.NKV;
+    std::vector<float> out(s.B * s.T * 3 * A);
+    for (std::size_t r = 0; r < s.B * s.T; ++r) {
+        const float* x = &qkv[r * s.row()];
+        float* y = &out[r * 3 * A];
+        for (std::size_t c = 0; c < A; ++c) y[c] = x[c];
+        for (std::size_t part = 0; part < 2; ++part)
+            for (std::size_t h = 0; h < s.NH; ++h)
+                for (std::size_t d = 0; d < s.HS; ++d)
+                    y[(1 + part) * A + h * s.HS + d] = x[A + part * KV + (h / group) * s.HS + d];
+    }
+    return out;
+}
+
+// The multi-head gradient (B, T, 3A) summed back to compact rows (in double), plus start.
+std::vector<double> reduce_kv(const std::vector<float>& g, const std::vector<float>& start, const shape& s) {
+    const std::size_t A = s.A(), KV = s.KV(), group = s.NH / s.NKV;
+    std::vector<double> out(start.begin(), start.end());
+    for (std::size_t r = 0; r < s.B * s.T; ++r) {
+        const float* x = &g[r * 3 * A];
+        double* y = &out[r * s.row()];
+        for (std::size_t c = 0; c < A; ++c) y[c] += x[c];
+        for (std::size_t part = 0; part < 2; ++part)
+            for (std::size_t h = 0; h < s.NH; ++h)
+                for (std::size_t d = 0; d < s.HS; ++d)
+                    y[A + part * KV + (h / group) * s.HS + d] += x[(1 + part) * A + h * s.HS + d];
+    }
+    return out;
+}
+
+// Normalized error of each part (dq, dk, dv) of compact rows: max |got - expected| over the part,
+// divided by the largest |expected - start| of that part (its gradient's size; 1% of the largest
+// part's when a part vanishes, as T = 1's dq, dk). Non-finite got: infinite error.
+struct part_errors {
+    double dq, dk, dv;
+};
+part_errors compare(const std::vector<float>& got, const std::vector<double>& expected, const std::vector<float>& start,
+                    const shape& s) {
+    const std::size_t A = s.A(), KV = s.KV();
+    double worst[3] = {}, size[3] = {};
+    for (std::size_t r = 0; r < s.B * s.T; ++r)
+        for (std::size_t c = 0; c < s.row(); ++c) {
+            const std::size_t i = r * s.row() + c, part = c < A ? 0 : c < A + KV ? 1 : 2;
+            const double error = std::isfinite(got[i]) ? std::abs(got[i] - expected[i]) : INFINITY;
+            worst[part] = std::max(worst[part], error);
+            size[part] = std::max(size[part], std::abs(expected[i] - start[i]));
+        }
+    const double largest = std::max({size[0], size[1], size[2]});
+    double e[3];
+    for (int p = 0; p < 3; ++p) e[p] = worst[p] / std::max({size[p], 0.01 * largest, 1e-30});
+    return {e[0], e[1], e[2]};
+}
+
+// Bound on the normalized errors: attention_test.cu's for unit-sized scores (qkv in [-1, 1]),
+// 5e-5, measured <= 2.4e-6 for the two-kernel backward up to T = 2048. The key-tile backward does
+// the same products in the same channel order, summing dq over key tiles in another order.
+constexpr double tolerance = 5e-5;
+
+void check_errors(const part_errors& e, const char* against) {
+    INFO("against " << against);
+    CHECK(e.dq < tolerance);
+    CHECK(e.dk < tolerance);
+    CHECK(e.dv < tolerance);
+}
+
+// Runs partials and ordered (each twice) on one shape and compares them with the CPU kernel (when
+// with_cpu) and with the two-kernel backward; offset shifts every buffer (1: 4-byte copies).
+void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::size_t offset = 0) {
+    INFO("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS << " offset " << offset);
+    const std::size_t BT = s.B * s.T, A = s.A();
+    const std::vector<float> qkv = random_floats(BT * s.row(), seed);
+    const std::vector<float> dout = random_floats(BT * A, seed + 1);
+    const std::vector<float> dqkv_start = random_floats(BT * s.row(), seed + 2);  // proves +=
+    const std::vector<float> qkv_mh = expand_kv(qkv, s);
+
+    // The forward (multi-head kernels on the expanded rows): out and lse of every query head.
+    device_floats d_qkv(qkv, offset), d_qkv_mh(qkv_mh, offset), d_dout(dout, offset);
+    device_floats d_out(std::vector<float>(BT * A), offset), d_lse(std::vector<float>(s.B * s.NH * s.T), offset);
+    gpu::attention_forward(d_out.data(), d_lse.data(), d_qkv_mh.data(), s.B, s.T, A, s.NH, nullptr);
+
+    // The two-kernel backward on the expanded rows, reduced to compact rows.
+    device_floats d_g_mh(std::vector<float>(BT * 3 * A, 0.f), offset);
+    gpu::attention_backward(d_g_mh.data(), d_lse.data(), d_dout.data(), d_out.data(), d_qkv_mh.data(), s.B, s.T, A,
+                            s.NH, nullptr);
+    const std::vector<double> expected_gpu = reduce_kv(d_g_mh.download(), dqkv_start, s);
+
+    std::vector<float> results[2];
+    for (const attention_backward_algo algo : {attention_backward_algo::partials, attention_backward_algo::ordered}) {
+        INFO("algo " << gpu::to_string(algo));
+        const std::size_t bytes = gpu::attention_backward_workspace(algo, s.B, s.T, s.NH, s.HS);
+        device_memory workspace(bytes);
+        device_floats d_dqkv(dqkv_start, offset), d_dqkv_again(dqkv_start, offset);
+        for (device_floats* target : {&d_dqkv, &d_dqkv_again})
+            gpu::attention_backward_key_tiles(target->data(), d_lse.data(), d_dout.data(), d_out.data(), d_qkv.data(),
+                                              s.B, s.T, s.NH, s.NKV, s.HS, algo, workspace.data(), bytes, nullptr);
+        const std::vector<float> got = d_dqkv.download(), again = d_dqkv_again.download();
+        CHECK_MESSAGE(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)) == 0,
+                      "two backward runs on the same inputs differ");
+        const part_errors vs_gpu = compare(got, expected_gpu, dqkv_start, s);
+        check_errors(vs_gpu, "the two-kernel backward");
+        MESSAGE("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS
+                     << (offset ? " misaligned" : "") << " " << gpu::to_string(algo) << ": vs two-kernel dq "
+                     << vs_gpu.dq << ", dk " << vs_gpu.dk << ", dv " << vs_gpu.dv);
+        results[algo == attention_backward_algo::ordered] = got;
+    }
+    CHECK_MESSAGE(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0,
+                  "partials and ordered add the same contributions in the same order: their bits must agree");
+
+    if (with_cpu) {
+        std::vector<float> out_cpu(BT * A), lse_cpu(s.B * s.NH * s.T), g_cpu(BT * 3 * A, 0.f);
+        cpu::attention_forward(out_cpu.data(), lse_cpu.data(), qkv_mh.data(), s.B, s.T, A, s.NH);
+        cpu::attention_backward(g_cpu.data(), lse_cpu.data(), dout.data(), qkv_mh.data(), s.B, s.T, A, s.NH);
+        const part_errors vs_cpu = compare(results[1], reduce_kv(g_cpu, dqkv_start, s), dqkv_start, s);
+        check_errors(vs_cpu, "the CPU kernel");
+        MESSAGE("  vs CPU: dq " << vs_cpu.dq << ", dk " << vs_cpu.dk << ", dv " << vs_cpu.dv);
+    }
+}
+
+TEST_CASE("cuda attention backward by key tiles matches the CPU kernel and the two-kernel backward (multi-head)") {
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    // T = 1, odd T, T a multiple of 64, GPT-2's heads (HS 64), HS 128, and the padded head sizes 16
+    // (HS 1, 12), 32 (24) and 128 (100).
+    const shape shapes[] = {{3, 1, 4, 4, 10},  {2, 7, 4, 4, 10},   {1, 33, 3, 3, 12}, {2, 64, 2, 2, 24},
+                            {2, 65, 4, 4, 16}, {1, 97, 4, 4, 32},  {1, 300, 12, 12, 64}, {1, 200, 4, 4, 100},
+                            {1, 130, 2, 2, 128}, {2, 1024, 12, 12, 64}, {1, 5, 3, 3, 1}};
+    unsigned seed = 300;
+    for (const shape& s : shapes) compare_backward(s, seed += 10);
+}
+
+// Small enough for compute-sanitizer (scripts/gpu-attention-check.sh): both dq orders, GQA, odd T,
+// the diagonal and off-diagonal tiles, HS 64 and 128.
+TEST_CASE("cuda attention backward by key tiles on small shapes (sanitizer case)") {
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    compare_backward({1, 130, 4, 2, 64}, 200);
+    compare_backward({1, 70, 2, 1, 128}, 210);
+}
+
+TEST_CASE("cuda attention backward by key tiles with grouped-query heads: dk, dv summed over each group") {
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    const shape shapes[] = {{2, 65, 4, 2, 64}, {1, 130, 8, 2, 128}, {1, 257, 6, 3, 64}, {2, 100, 4, 1, 32},
+                            {1, 1000, 8, 1, 64}};
+    unsigned seed = 500;
+    for (const shape& s : shapes) compare_backward(s, seed += 10);
+}
+
+TEST_CASE("cuda attention backward by key tiles at long T (2048 .. 8192, odd lengths)") {
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    compare_backward({1, 2048, 2, 2, 64}, 700);
+    compare_backward({1, 4097, 4, 2, 128}, 710);
+    compare_backward({1, 8192, 2, 1, 64}, 720);
+    compare_backward({1, 8191, 8, 8, 64}, 730, /*with_cpu=*/false);  // the two-kernel backward only
+}
+
+TEST_CASE("cuda attention backward by key tiles takes buffers off 16-byte alignment (4-byte copies)") {
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    compare_backward({1, 33, 3, 3, 16}, 800, true, 1);
+    compare_backward({1, 300, 12, 4, 64}, 810, true, 1);
+    compare_backward({1, 130, 2, 1, 128}, 820, true, 1);
+}
+
+TEST_CASE("cuda attention backward by key tiles refuses bad heads, a small workspace and algo recompute") {
+    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    // Sizes are checked before any launch, so null pointers never reach a kernel.
+    float* none = nullptr;
+    const auto ordered = attention_backward_algo::ordered;
+    CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 8, 6, 4, 64, ordered, none, 1 << 20,
+                                                      nullptr),
+                    strata::error);  // NKV does not divide NH
+    CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 8, 2, 2, 129, ordered, none,
+                                                      1 << 20, nullptr),
+                    strata::error);  // HS 129
+    CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 8, 2, 2, 64,
+                                                      attention_backward_algo::recompute, none, 0, nullptr),
+                    strata::error);
+    const std::size_t needed = gpu::attention_backward_workspace(attention_backward_algo::partials, 1, 640, 2, 64);
+    device_memory workspace(needed);
+    CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 640, 2, 2, 64,
+                                                      attention_backward_algo::partials, workspace.data(), needed - 1,
+                                                      nullptr),
+                    strata::error);
+    // Workspace: partials grows with T^2 (the causal triangle of 64-row tiles), ordered with T.
+    CHECK(needed >= 2 * (10 * 11 / 2) * 64 * 64 * sizeof(float));
+    CHECK(gpu::attention_backward_workspace(ordered, 1, 640, 2, 64) < 8192);
+    CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed) == attention_backward_algo::partials);
+    CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed - 1) == attention_backward_algo::recompute);
+    // The library's bound: partials at GPT-2 124M's B=8 T=1024 (214 MB), not at B=1 T=32768 (26 GB).
+    CHECK(gpu::attention_backward_pick(8, 1024, 12, 64) == attention_backward_algo::partials);
+    CHECK(gpu::attention_backward_pick(1, 32768, 12, 64) == attention_backward_algo::recompute);
+}
+
+}  // namespace attention_backward_test
