@@ -12,6 +12,8 @@
 #include <strata/train/run.hpp>           // checkpoint_plan
 #include <strata/io/file_fingerprint.hpp>  // fingerprint_of
 
+#include "choices.hpp"  // optimizer_choices
+
 #include <CLI/CLI.hpp>        // CLI::Validator
 #include <nlohmann/json.hpp>  // nlohmann::json
 
@@ -82,13 +84,14 @@ inline void check_stop_at(long stop_at, long steps) {
 
 // ---- the optimizer ----
 
-// --optimizer adamw|sgd, --momentum (SGD's) and --weight-decay (either's) into a.optimizer,
-// a.momentum and a.weight_decay; train_options_of makes them train_options::optimizer, sgd and
-// adamw, and recorded_options records them for a resume to compare.
+// --optimizer (optimizer_choices: adamw, sgd), --momentum (SGD's) and --weight-decay (either's) into
+// a.optimizer, a.momentum and a.weight_decay; train_options_of makes them train_options::optimizer,
+// sgd and adamw, and recorded_options records them for a resume to compare. A new optimizer's
+// hyperparameters go here, after --optimizer, each flag named for the optimizer it belongs to.
 template <class Args>
 void add_optimizer_options(CLI::App& train, Args& a) {
     train.add_option("--optimizer", a.optimizer, "adamw, or sgd (with --momentum; torch.optim.SGD's step)")
-        ->check(CLI::IsMember({"adamw", "sgd"}))
+        ->check(CLI::IsMember(optimizer_choices()))
         ->capture_default_str();
     train.add_option("--momentum", a.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
     train.add_option("--weight-decay", a.weight_decay,

@@ -186,38 +186,28 @@ void upload_initial_weights(Trainer& t, const Model& model, const run_context& c
 // adapter_config.json of a LoRA checkpoint: what the adapters adapt, and the base they were trained on.
 nlohmann::json lora_adapter_config(const train_args& a) {
     const auto lc = lora_config_of(a);
-    return {{"format", "strata.lora.llama/1"}, {"adapters", "adapters.safetensors"}, {"rank", lc.rank},
+    return {{"format", "strata.lora.llama/1"}, {"adapters", lora::adapters_file}, {"rank", lc.rank},
             {"alpha", lc.alpha}, {"targets", lc.ordered_targets()},
             {"base", a.init_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(fs::absolute(a.init_from).string())},
             {"base_seed", a.init_from.empty() ? nlohmann::json(a.seed) : nlohmann::json(nullptr)}};
 }
 
-// A checkpoint's model files: the Llama directory (model.safetensors, config.json), or (LoRA) the
-// adapters and adapter_config.json; back into the trainer on resume (a LoRA model: the adapters,
-// on the base already uploaded); their bytes, exactly.
-template <class Trainer, class Model>
-void set_model_hooks(run_hooks& hooks, Trainer& t, const Model& model, const train_args& a, const llama::hf_identity& identity) {
-    if constexpr (is_lora<Model>) {
-        static constexpr const char* adapters = "adapters.safetensors";
-        hooks.write_model = [&t, &model, &a](const fs::path& dir) {
-            lora::save_model_adapters(t, model, dir / adapters);
-            write_json_file(dir / "adapter_config.json", lora_adapter_config(a));
-        };
-        hooks.read_model = [&t, &model](const fs::path& dir) { lora::load_model_adapters(t, model, dir / adapters); };
-        hooks.model_bytes = [&model, &a] {
-            return lora::model_adapters_bytes(model) + json_file_text(lora_adapter_config(a)).size();
-        };
-    } else {
-        hooks.write_model = [&t, identity](const fs::path& dir) { llama::write_trainer_model_files(t, dir, identity); };
-        hooks.read_model = [&t](const fs::path& dir) { llama::read_trainer_model_files(t, dir); };
-        hooks.model_bytes = [&model, identity] { return llama::model_files_bytes(model, identity); };
-    }
-    hooks.state = [&a, common = hooks.state] {
-        nlohmann::json state = common();
-        state["model"] = "strata-llama";
-        if constexpr (is_lora<Model>) state["lora"] = lora_adapter_config(a);
-        return state;
-    };
+// A checkpoint's model files (strata::model_files): the Llama directory (model.safetensors,
+// config.json with the run's architecture and token ids), or (LoRA) the adapters and
+// adapter_config.json.
+template <class Model>
+strata::model_files<Model> model_files_of(const train_args& a, const llama::llama_config& config) {
+    if constexpr (is_lora<Model>)
+        return {.adapter_config = lora_adapter_config(a)};
+    else
+        return {.identity = llama::hf_identity::of(config)};
+}
+
+// The model's fields of trainer_state.json.
+template <class Model>
+void add_model_state(nlohmann::json& state, const train_args& a) {
+    state["model"] = "strata-llama";
+    if constexpr (is_lora<Model>) state["lora"] = lora_adapter_config(a);
 }
 
 // The LoRA flags, refused where they do not fit, before any data is read.
@@ -254,7 +244,7 @@ int train_planned(B& backend, const Model& model, const train_options& o, run_co
                                   ctx.predicted_step_seconds};
     const run_result r = examples::build_and_train<Trainer>(
         backend, model, o, ctx.a, in, [&](Trainer& t) { upload_initial_weights(t, model, ctx); },
-        [&](run_hooks& hooks, Trainer& t) { set_model_hooks(hooks, t, model, ctx.a, llama::hf_identity::of(ctx.config)); });
+        [&](nlohmann::json& state) { add_model_state<Model>(state, ctx.a); }, model_files_of<Model>(ctx.a, ctx.config));
     return examples::finish_run(r, ctx.a);
 }
 
