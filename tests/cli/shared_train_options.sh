@@ -11,10 +11,12 @@ work=$3
 rm -rf "$work" && mkdir -p "$work"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# One line per option of `train --help`: "--flag ..." (CLI11 puts an option's type, range, default
-# and help text on its line). --out's default is the program's own (runs/gpt, runs/llama).
+# One line per option of `train --help`: "--flag TYPE=DEFAULT help text" (CLI11 puts a long
+# option's help on the next line: joined). --out's default is the program's own (runs/gpt, runs/llama).
 options() {
-  "$1" train --help | sed -n 's/^ *\(--[a-z0-9-]*\)/\1/p' | sed -E 's/^(--out TEXT) \[[^]]*\]/\1 [DEFAULT]/' | sort
+  "$1" train --help |
+    awk '/^  -/ { if (rec != "") print rec; rec = $0; next } /^     / { rec = rec " " $0; next } END { if (rec != "") print rec }' |
+    sed -E 's/^ +//; s/ +/ /g' | sed -n '/^--/p' | sed -E 's/^(--out TEXT)=[^ ]*/\1=DEFAULT/' | sort
 }
 options "$gpt" > "$work/gpt.txt"
 options "$llama" > "$work/llama.txt"
