@@ -9,7 +9,7 @@ gpt=$1
 llama=$2
 work=$3
 rm -rf "$work" && mkdir -p "$work"
-fail() { echo "FAIL: $*" >&2; exit 1; }
+fail() { printf 'FAIL: %b\n' "$*" >&2; exit 1; }
 
 # One line per option of `train --help`: "--flag TYPE=DEFAULT help text" (CLI11 puts a long
 # option's help on the next line: joined). --out's default is the program's own (runs/gpt, runs/llama).
