@@ -6,6 +6,7 @@
 
 #include <strata/backend/cpu_backend.hpp>  // cpu_backend
 #include <strata/core/error.hpp>           // strata::error
+#include <strata/core/format.hpp>          // fmt::format
 #include <strata/tier/resources.hpp>       // physical_memory_bytes, tier_options
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend, cuda::device_count, ops<cuda_backend>
@@ -78,6 +79,14 @@ void check_ranks(std::size_t ranks) {
                         "train on at most as many ranks as GPUs (CUDA_VISIBLE_DEVICES chooses which)");
 #endif
     (void)ranks;
+}
+
+// The end of a run's model line: "batch 8 x 128 x accum 1 x 2 data-parallel ranks, CUDA backend".
+template <class B, class Args>
+std::string batch_and_backend(const Args& a) {
+    return fmt::format("batch {} x {} x accum {}{}, {} backend", a.batch, a.seq_len, a.accum,
+                       a.gpus > 1 ? fmt::format(" x {} data-parallel ranks", a.gpus) : std::string(),
+                       std::is_same_v<B, cpu_backend> ? "CPU" : "CUDA");
 }
 
 // One backend per rank (--gpus): rank r on GPU r, or the r-th CPU rank.

@@ -64,12 +64,12 @@ lora::gpt2_lora_config lora_config_of(const train_args& a) {
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
-std::string fmt_model(const gpt_config& c, const train_options& o, std::size_t ranks, std::string_view backend) {
-    return "model: GPT-2 architecture, " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
-           " heads, " + std::to_string(c.n_embd) + " channels, vocab " + std::to_string(c.vocab_size) + ", context " +
-           std::to_string(c.max_seq) + ": " + std::to_string(c.parameter_count()) + " parameters; batch " +
-           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) + (ranks > 1 ? " x " + std::to_string(ranks) + " data-parallel ranks" : std::string()) + ", " +
-           std::string(backend) + " backend";
+// "model: GPT-2 architecture, 4 layers, ...; batch 8 x 128 x accum 1, CPU backend"
+template <class B>
+std::string model_line(const gpt_config& c, const train_args& a) {
+    return fmt::format("model: GPT-2 architecture, {} layers, {} heads, {} channels, vocab {}, context {}: {} parameters; {}",
+                       c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.max_seq, c.parameter_count(),
+                       examples::batch_and_backend<B>(a));
 }
 
 // Everything train_planned needs besides the trainer.
@@ -246,7 +246,7 @@ int train_with(const train_args& a) {
     const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
     o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
     o.homes = p.trainer_homes();  // each group's tier (streamed plans)
-    print_line(fmt_model(config, o, a.gpus, cuda ? "CUDA" : "CPU"));
+    print_line(model_line<B>(config, a));
     if (a.lora_rank > 0) {
         const auto lc = lora_config_of(a);
         print_line("LoRA: rank " + std::to_string(lc.rank) + ", alpha " + format_loss(lc.alpha) + " on " + a.lora_targets +

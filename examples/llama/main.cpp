@@ -354,17 +354,13 @@ int train_with(const train_args& a) {
             if (prediction) ctx.predicted_step_seconds = prediction->seconds;
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)
-            print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
-                       std::to_string(config.n_head) + " heads" +
-                       (config.n_kv_head ? " (" + std::to_string(config.kv_heads()) + " key/value)" : std::string()) +
-                       (config.head_dim ? " of " + std::to_string(config.head_dim) : std::string()) + ", " +
-                       std::to_string(config.n_embd) + " channels, hidden " +
-                       std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +
-                       std::to_string(config.max_seq) + ": " + std::to_string(config.parameter_count()) +
-                       " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
-                       std::to_string(a.accum) +
-                       (a.gpus > 1 ? " x " + std::to_string(a.gpus) + " data-parallel ranks" : std::string()) + ", " +
-                       std::string(cuda ? "CUDA" : "CPU") + " backend");
+            print_line(fmt::format(
+                "model: Llama architecture, {} layers, {} heads{}{}, {} channels, hidden {}, vocab {}, context {}: {} "
+                "parameters; {}",
+                config.n_layer, config.n_head,
+                config.n_kv_head ? fmt::format(" ({} key/value)", config.kv_heads()) : std::string(),
+                config.head_dim ? fmt::format(" of {}", config.head_dim) : std::string(), config.n_embd, config.hidden,
+                config.vocab, config.max_seq, config.parameter_count(), examples::batch_and_backend<B>(a)));
             if constexpr (is_lora<Model>) print_line(lora_line(model, a));
             if (const std::string math = examples::gemm_math_line<B>(a.tf32); !math.empty()) print_line(math);
             print_line(examples::machine_line(a, machine));
