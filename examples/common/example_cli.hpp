@@ -18,6 +18,8 @@
 #include <strata/cuda.hpp>  // cuda_backend
 #endif
 
+#include "choices.hpp"  // names_of
+
 #include <CLI/CLI.hpp>  // CLI::App
 
 #include <filesystem>  // std::filesystem
@@ -159,7 +161,7 @@ void add_tier_options(CLI::App& train, Args& a) {
     train.add_option("--io-engine", a.io_engine,
                      "storage tier I/O: auto (io_uring where the build and the kernel have it, else a thread pool), "
                      "threads or io_uring")
-        ->check(CLI::IsMember({"auto", "threads", "io_uring"}))
+        ->check(CLI::IsMember(names_of(io_engine_kinds)))
         ->capture_default_str();
     train.add_option("--io-workers", a.io_workers, "threads of the thread-pool I/O engine (0: its default)")
         ->check(CLI::Range(0, 1024))
@@ -193,7 +195,7 @@ void add_activation_options(CLI::App& train, Args& a) {
                      "backward or recomputed from its input; offload: the recomputing blocks' inputs wait in pinned "
                      "host memory (auto: keep as many as the device budget holds, offloading inputs when that "
                      "keeps more)")
-        ->check(CLI::IsMember({"auto", "keep", "recompute", "offload"}))
+        ->check(CLI::IsMember(names_of(activation_policies)))
         ->capture_default_str();
     train.add_flag("--no-checkpointing", a.no_checkpointing, "the same as --activations keep");
 }

@@ -12,6 +12,8 @@
 #include <strata/train/run.hpp>           // checkpoint_plan
 #include <strata/io/file_fingerprint.hpp>  // fingerprint_of
 
+#include "choices.hpp"  // optimizer_choices
+
 #include <CLI/CLI.hpp>        // CLI::Validator
 #include <nlohmann/json.hpp>  // nlohmann::json
 
@@ -88,12 +90,10 @@ inline void check_stop_at(long stop_at, long steps) {
 // recorded_options records them for a resume to compare.
 template <class Args>
 void add_optimizer_options(CLI::App& train, Args& a) {
-    std::vector<std::string> names;
-    for (std::string_view n : registered_optimizers::name_list()) names.emplace_back(n);
     train.add_option("--optimizer", a.optimizer,
                      "adamw, sgd (with --momentum; torch.optim.SGD's step) or adafactor (torch.optim.Adafactor's; "
                      "--lr caps its relative step, 1e-2 is torch's default)")
-        ->check(CLI::IsMember(names))
+        ->check(CLI::IsMember(optimizer_choices()))
         ->capture_default_str();
     train.add_option("--momentum", a.momentum, "SGD's momentum (0: plain SGD)")->capture_default_str()->check(real_in(0, 1));
     train.add_option("--beta2-decay", a.beta2_decay, "Adafactor's beta2_decay (<= 0: the squared gradient's weight t^beta2_decay)")

@@ -321,6 +321,27 @@ inline std::optional<fs::path> run_directory_of(const fs::path& checkpoint) {
     return parent.empty() ? fs::path(".") : parent;
 }
 
+// --resume CKPT: the checkpoint (OUT/step-N, or OUT: its latest) and its trainer_state.json,
+// refused when it has none (it is no checkpoint a run saved).
+inline std::pair<fs::path, nlohmann::json> checkpoint_to_resume(const std::string& resume) {
+    const fs::path checkpoint = resolve_checkpoint(resume, "--resume");
+    const fs::path state_file = checkpoint / "trainer_state.json";
+    if (!fs::exists(state_file))
+        throw error("--resume " + checkpoint.string() + ": no trainer_state.json, so it is no checkpoint a run saved",
+                    "resume from a run's OUT/step-N (or OUT); to start from a model's weights, pass --init-from");
+    return {checkpoint, read_json_file(state_file)};
+}
+
+// The directory a resumed run continues in when no --out is given: its own run's (the directory of
+// checkpoint `resume`, OUT/step-N), or a refusal when the checkpoint is no run's OUT/step-N.
+inline fs::path resumed_run_directory(const fs::path& resume) {
+    const auto home = run_directory_of(resume);
+    if (!home)
+        throw error("--resume " + resume.string() + " is not a run's OUT/step-N, so its run's directory is unknown",
+                    "pass --out DIR for the resumed run's checkpoints");
+    return *home;
+}
+
 // ---- a run's identity ----
 
 // A new run's id (16 hex digits), recorded by every checkpoint of the run and kept across resumes:

@@ -2,7 +2,8 @@
 // (train/run.hpp, the step loop): the trainer's and the run's options from their flags, the hooks that speak in
 // flags (the checkpoint plan printed and refused with --save's choices, the note of a resume
 // without the optimizer's state, SIGINT / SIGTERM), the trainer_state.json fields both record, and the
-// run's last lines. A program adds its model's hooks (the files of a checkpoint, its own state).
+// run's last lines. A program adds its model's files (strata::model_files: what a checkpoint holds of
+// the model) and its own fields of trainer_state.json.
 // Example code, not library code: both programs include it.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <strata/core/format.hpp>      // fmt::format
 #include <strata/data/loader.hpp>      // data::make_train_loader, make_validation_loader
 #include <strata/data/tokenize.hpp>    // data::prepared_data
+#include <strata/model/model_files.hpp>  // model_files
 #include <strata/report/progress.hpp>  // stdout_is_terminal
 #include <strata/train/run.hpp>        // run_training, run_options, run_hooks, run_result, checkpoint_plan
 #include <strata/train/schedule.hpp>   // parse_lr_kind, validate
@@ -142,10 +144,12 @@ struct run_inputs {
 
 // The trainer `t` (built since `built`) initialized from --seed, `upload(t)` putting the
 // program's starting weights in (--init-from), then run_training with the program's loaders,
-// options and hooks, `model_hooks(hooks, t)` adding its model's (the files of a checkpoint).
-template <class T, class Model, class Args, class Upload, class ModelHooks>
+// options and hooks, `model_state(state)` adding the model's fields to trainer_state.json, and the
+// model's checkpoint files `files`.
+template <class T, class Model, class Args, class Upload, class ModelState>
 run_result train_built(T& t, std::chrono::steady_clock::time_point built, const Model& model, const Args& a,
-                       const run_inputs& in, Upload&& upload, ModelHooks&& model_hooks) {
+                       const run_inputs& in, Upload&& upload, ModelState&& model_state,
+                       const model_files<Model>& files) {
     t.initialize(a.seed);
     std::cout << fmt::format("trainer built and {} groups initialized in {:.1f} s", model.groups().size(),
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - built).count())
@@ -159,19 +163,23 @@ run_result train_built(T& t, std::chrono::steady_clock::time_point built, const 
     options.transfer_overlap = in.streamed;
     options.predicted_step_seconds = in.predicted_step_seconds;
     run_hooks hooks = cli_hooks(a, in.tokenizer, in.data);
-    model_hooks(hooks, t);
+    hooks.state = [common = hooks.state, &model_state] {
+        nlohmann::json state = common();
+        model_state(state);
+        return state;
+    };
     interrupt_guard interrupt;  // SIGINT / SIGTERM: finish the step, save, stop
-    return run_training(t, train_loader, validation ? &*validation : nullptr, options, hooks);
+    return run_training(t, train_loader, validation ? &*validation : nullptr, options, hooks, files);
 }
 
 // The trainer of the plan (Trainer) built on `backend`, then train_built.
-template <class Trainer, class B, class Model, class Args, class Upload, class ModelHooks>
+template <class Trainer, class B, class Model, class Args, class Upload, class ModelState>
 run_result build_and_train(B& backend, const Model& model, const train_options& o, const Args& a, const run_inputs& in,
-                           Upload&& upload, ModelHooks&& model_hooks) {
+                           Upload&& upload, ModelState&& model_state, const model_files<Model>& files) {
     const auto built = std::chrono::steady_clock::now();
     Trainer t(backend, model, o);
     std::cout << format_pinning(backend.pinning()) << std::endl;
-    return train_built(t, built, model, a, in, upload, model_hooks);
+    return train_built(t, built, model, a, in, upload, model_state, files);
 }
 
 // The communicators of data-parallel ranks on backend B: ranks as threads on the CPU backend
@@ -208,16 +216,17 @@ struct rank_group<cuda_backend> {
 
 // build_and_train over several devices (--gpus N): data_parallel_trainer of Trainer, one rank
 // per backend, the ranks' communicators made here.
-template <class Trainer, class B, class Model, class Args, class Upload, class ModelHooks>
+template <class Trainer, class B, class Model, class Args, class Upload, class ModelState>
 run_result build_and_train_parallel(const std::vector<B*>& backends, const Model& model, const train_options& o,
-                                    const Args& a, const run_inputs& in, Upload&& upload, ModelHooks&& model_hooks) {
+                                    const Args& a, const run_inputs& in, Upload&& upload, ModelState&& model_state,
+                                    const model_files<Model>& files) {
     if constexpr (rank_group<B>::available) {
         const auto built = std::chrono::steady_clock::now();
         rank_group<B> ranks(backends);
         using comm = typename decltype(ranks.comms)::value_type;
         data_parallel_trainer<Trainer, comm> t(backends, std::move(ranks.comms), model, o);
         std::cout << format_pinning(backends[0]->pinning()) << " (rank 0; the host state is its)" << std::endl;
-        return train_built(t, built, model, a, in, upload, model_hooks);
+        return train_built(t, built, model, a, in, upload, model_state, files);
     } else {
         throw error(std::string("data-parallel training on the ") + std::string(B::name) +
                         " backend needs NCCL, and this build has none",

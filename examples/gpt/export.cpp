@@ -4,10 +4,9 @@
 #include <strata/core/error.hpp>        // strata::error
 #include <strata/io/atomic_write.hpp>   // commit_directory_atomically
 #include <strata/io/json_file.hpp>      // read_json_file, write_json_file
-#include <strata/model/gpt.hpp>         // gpt_model
+#include <strata/model/gpt.hpp>         // gpt_model, load_model_files, write_model_files
 #include <strata/nn/cpu_ops.hpp>        // ops<cpu_backend>
 #include <strata/strata.hpp>            // cpu_backend
-#include <strata/train/checkpoint.hpp>  // load_model_files, write_model_files
 
 #include "../common/example_cli.hpp"    // tokenizer_kind, tokenizer_of_checkpoint
 #include "../common/run_directory.hpp"  // is_within, named_path, resolve_checkpoint

@@ -3,14 +3,14 @@
 
 #include <strata/data/tokenize.hpp>     // data::encode_document
 #include <strata/model/generator.hpp>   // generator, sample_options: the KV cache on either backend
-#include <strata/model/gpt.hpp>         // gpt_model
+#include <strata/model/gpt.hpp>         // gpt_model, load_model_files
 #include <strata/nn/cpu_ops.hpp>        // ops<cpu_backend>
 #include <strata/strata.hpp>            // cpu_backend, tier_options
-#include <strata/train/checkpoint.hpp>  // load_model_files
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
 #endif
 
+#include "../common/backends.hpp"       // on_backend
 #include "../common/example_cli.hpp"    // make_tokenizer, tokenizer_of_checkpoint, use_cuda
 #include "../common/run_checks.hpp"     // check_threads
 #include "../common/run_directory.hpp"  // resolve_checkpoint
@@ -41,23 +41,12 @@ int run_sample(const sample_args& a) {
     so.seed = a.seed;
     so.bos = eot;
     // The weights and the KV cache live in the device tier (the tiers' default budgets).
-    auto generate = [&]<class B>(B& backend) {
+    const std::vector<token_id> ids = examples::on_backend(cuda, tier_options{}, [&]<class B>(B& backend) {
         const gpt_model<float, B> model(loaded.config);  // its blocks decode with a KV cache
         generator<gpt_model<float, B>> gen(backend, model, loaded.blocks);
         loaded.blocks = {};  // uploaded: the host copy is not needed again
         return gen.generate(prompt, so);
-    };
-    std::vector<token_id> ids;
-#ifdef STRATA_WITH_CUDA
-    if (cuda) {
-        cuda_backend backend(tier_options{});
-        ids = generate(backend);
-    }
-#endif
-    if (!cuda) {
-        cpu_backend backend(tier_options{});
-        ids = generate(backend);
-    }
+    });
     std::cout << a.prompt << std::visit([&](const auto& t) { return t.decode(ids); }, tok) << std::endl;
     return 0;
 }

@@ -9,13 +9,13 @@
 #include <strata/plan/planner.hpp>            // plan, plan_request, footprint_of, placement_from_string
 #include <strata/report/progress.hpp>         // format_loss
 #include <strata/strata.hpp>                  // cpu_backend, tier_options
-#include <strata/train/checkpoint.hpp>        // load_model_files, host_blocks
 #include <strata/train/run.hpp>               // run_hooks, run_result
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #ifdef STRATA_WITH_CUDA
-#include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>
+#include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>: the CUDA trainers
 #endif
 
+#include "../common/backends.hpp"       // with_backend, make_backends, default_device_bytes, set_gemm_math
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer
 #include "../common/machine_cli.hpp"    // check_machine_flags, machine_for_plan, budgets_for, predicted_step
 #include "../common/run_checks.hpp"     // check_resumed_options
@@ -64,12 +64,12 @@ lora::gpt2_lora_config lora_config_of(const train_args& a) {
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
 
-std::string fmt_model(const gpt_config& c, const train_options& o, std::size_t ranks, std::string_view backend) {
-    return "model: GPT-2 architecture, " + std::to_string(c.n_layer) + " layers, " + std::to_string(c.n_head) +
-           " heads, " + std::to_string(c.n_embd) + " channels, vocab " + std::to_string(c.vocab_size) + ", context " +
-           std::to_string(c.max_seq) + ": " + std::to_string(c.parameter_count()) + " parameters; batch " +
-           std::to_string(o.batch) + " x " + std::to_string(o.seq) + " x accum " + std::to_string(o.accum) + (ranks > 1 ? " x " + std::to_string(ranks) + " data-parallel ranks" : std::string()) + ", " +
-           std::string(backend) + " backend";
+// "model: GPT-2 architecture, 4 layers, ...; batch 8 x 128 x accum 1, CPU backend"
+template <class B>
+std::string model_line(const gpt_config& c, const train_args& a) {
+    return fmt::format("model: GPT-2 architecture, {} layers, {} heads, {} channels, vocab {}, context {}: {} parameters; {}",
+                       c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.max_seq, c.parameter_count(),
+                       examples::batch_and_backend<B>(a));
 }
 
 // Everything train_planned needs besides the trainer.
@@ -104,24 +104,17 @@ int train_planned(const std::vector<B*>& backends, const Model& model, const tra
         else
             for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(T::state_kind::params, g, ctx.init_blocks[g]);
     };
-    // The GPT's checkpoints are GPT-2 directories (run_training's default); a LoRA run's hold the
-    // adapters alone (the base is --init-from's, unchanged): export merges them.
-    const auto model_hooks = [&](run_hooks& hooks, auto& t) {
-        if constexpr (is_lora<Model>) {
-            static constexpr const char* adapters = "adapters.safetensors";
-            hooks.write_model = [&t, &model](const fs::path& dir) { lora::save_model_adapters(t, model, dir / adapters); };
-            hooks.read_model = [&t, &model](const fs::path& dir) { lora::load_model_adapters(t, model, dir / adapters); };
-            hooks.model_bytes = [&model] { return lora::model_adapters_bytes(model); };
-            hooks.state = [&a, common = hooks.state] {
-                nlohmann::json state = common();
-                state["lora"] = {{"rank", a.lora_rank}, {"base", fs::absolute(a.init_from).string()}, {"adapters", adapters}};
-                return state;
-            };
-        }
+    // The GPT's checkpoints are GPT-2 directories, a LoRA run's hold the adapters alone (the base is
+    // --init-from's, unchanged; export merges them): each model's strata::model_files.
+    const auto model_state = [&](nlohmann::json& state) {
+        if constexpr (is_lora<Model>)
+            state["lora"] = {{"rank", a.lora_rank}, {"base", fs::absolute(a.init_from).string()}, {"adapters", lora::adapters_file}};
     };
+    const model_files<Model> files{};
     const run_result r =
-        backends.size() > 1 ? examples::build_and_train_parallel<Trainer>(backends, model, o, a, in, upload, model_hooks)
-                            : examples::build_and_train<Trainer>(*backends[0], model, o, a, in, upload, model_hooks);
+        backends.size() > 1
+            ? examples::build_and_train_parallel<Trainer>(backends, model, o, a, in, upload, model_state, files)
+            : examples::build_and_train<Trainer>(*backends[0], model, o, a, in, upload, model_state, files);
     if (is_lora<Model> && !r.last_checkpoint.empty())
         print_line("adapters only; a merged GPT-2 checkpoint: strata-gpt export --adapters " + r.last_checkpoint.string() +
                    " --out DIR");
@@ -136,19 +129,12 @@ int train_model(const std::vector<B*>& backends, const memory_plan& p, const Mod
         p, [&]<class Trainer>() { return train_planned<Trainer>(backends, model, o, ctx); });
 }
 
-// One backend per rank (--gpus): rank r on GPU r, or the r-th CPU rank.
+// One backend per rank (--gpus), the GPT or (LoRA) its LoRA model, the plan's trainer.
 template <class B>
 int train_on(const tier_options& tiers, const memory_plan& p, const gpt_config& config, const train_options& o,
              run_context& ctx) {
-    std::vector<std::unique_ptr<B>> owned;
-    std::vector<B*> backends;
-    for (std::size_t r = 0; r < ctx.a.gpus; ++r) {
-        if constexpr (std::is_same_v<B, cpu_backend>)
-            owned.push_back(std::make_unique<B>(tiers));
-        else
-            owned.push_back(std::make_unique<B>(tiers, static_cast<int>(r)));
-        backends.push_back(owned.back().get());
-    }
+    const auto owned = examples::make_backends<B>(tiers, ctx.a.gpus);
+    const std::vector<B*> backends = examples::pointers_of(owned);
     if (ctx.a.lora_rank > 0)
         return train_model(backends, p, lora::make_gpt2_lora_model<B>(config, lora_config_of(ctx.a)), o, ctx);
     return train_model(backends, p, gpt_model<float, B>(config), o, ctx);
@@ -181,17 +167,12 @@ void check_consistency(const train_args& a) {
     examples::check_resumed_options(a, state);
 }
 
-}  // namespace
-
-int run_train(const train_args& a) {
-    const bool cuda = examples::use_cuda(a.device, "strata-gpt");
-    if (a.tf32 && !cuda) throw error("--tf32 applies to the CUDA backend's GEMMs only", "drop --tf32, or use --device cuda");
-#ifdef STRATA_WITH_CUDA
-    if (cuda && a.gpus > static_cast<std::size_t>(cuda::device_count()))
-        throw error("--gpus " + std::to_string(a.gpus) + ": this machine has " + std::to_string(cuda::device_count()) +
-                        " GPU(s)",
-                    "train on at most as many ranks as GPUs (CUDA_VISIBLE_DEVICES chooses which)");
-#endif
+// The train command on backend B (--device's).
+template <class B>
+int train_with(const train_args& a) {
+    constexpr bool cuda = !std::is_same_v<B, cpu_backend>;
+    examples::set_gemm_math<B>(a.tf32);  // --tf32 refused on the CPU; the GEMM math calibrated is the run's
+    examples::check_ranks<B>(a.gpus);
     check_consistency(a);
     // --out: writable, no file of the user's where the run writes, locked for the run's life, no
     // checkpoint the run would replace (unless --overwrite, at its first save); the outputs destroy
@@ -247,21 +228,12 @@ int run_train(const train_args& a) {
     // The plan: placement and bytes per tier, refused before anything is allocated.
     const fs::path storage_dir = a.storage_dir.empty() ? fs::temp_directory_path() / ("strata-" + std::to_string(::getpid()))
                                                        : fs::path(a.storage_dir);
-    std::size_t default_device = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
-#ifdef STRATA_WITH_CUDA
-    if (cuda) default_device = cuda_backend::default_device_budget();
-#endif
+    const std::size_t default_device = examples::default_device_bytes<B>();
     // The machine planned for: --machine's file, or this one's calibration at the model's shapes.
     calibration_options shapes;
     shapes.gemms = gpt_block_gemms(a.batch * a.seq_len, config.n_embd);
     shapes.attention = {.batch = a.batch, .seq = a.seq_len, .channels = config.n_embd, .heads = config.n_head};
-#ifdef STRATA_WITH_CUDA
-    if (cuda) ops<cuda_backend>::set_tf32(a.tf32);  // the GEMM math calibrated is the run's
-    const machine_rates machine = cuda ? examples::machine_for_plan<cuda_backend>(a, shapes)
-                                       : examples::machine_for_plan<cpu_backend>(a, shapes);
-#else
-    const machine_rates machine = examples::machine_for_plan<cpu_backend>(a, shapes);
-#endif
+    const machine_rates machine = examples::machine_for_plan<B>(a, shapes);
     const tier_bytes budgets = examples::budgets_for(a, machine, default_budgets(default_device, storage_dir));
     plan_request request{.accum = a.accum, .activations = examples::activation_policy_of(a), .budgets = budgets,
                          .where = placement_from_string(a.placement), .state_on_storage = a.state_on_storage};
@@ -269,23 +241,19 @@ int run_train(const train_args& a) {
     request.ranks = a.gpus;
     request.links = examples::links_of(machine);
     request.rates = examples::search_rates(a, cuda, machine);  // the fitting plan with the least predicted step
-#ifdef STRATA_WITH_CUDA
-    request.model = cuda ? footprint_for<cuda_backend>(a, config) : footprint_for<cpu_backend>(a, config);
-#else
-    request.model = footprint_for<cpu_backend>(a, config);
-#endif
+    request.model = footprint_for<B>(a, config);
     const memory_plan p = plan(request);
     const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
     o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
     o.homes = p.trainer_homes();  // each group's tier (streamed plans)
     o.slots = p.slots;
-    print_line(fmt_model(config, o, a.gpus, cuda ? "CUDA" : "CPU"));
+    print_line(model_line<B>(config, a));
     if (a.lora_rank > 0) {
         const auto lc = lora_config_of(a);
         print_line("LoRA: rank " + std::to_string(lc.rank) + ", alpha " + format_loss(lc.alpha) + " on " + a.lora_targets +
                    "; every other weight frozen (base: " + a.init_from + ")");
     }
-    if (cuda) print_line(std::string("GEMM math: ") + (a.tf32 ? "TF32 tensor cores (--tf32)" : "strict FP32"));
+    if (const std::string math = examples::gemm_math_line<B>(a.tf32); !math.empty()) print_line(math);
     print_line(examples::machine_line(a, machine));
     print_line(plan_table(p));
     if (prediction) std::cout << prediction_table(*prediction) << std::flush;
@@ -297,9 +265,14 @@ int run_train(const train_args& a) {
     run_context ctx{a, prepared, eot, p.where == placement::streamed, {}, config, tokenizer_spec};
     if (init) ctx.init_blocks = std::move(init->blocks);
     if (prediction) ctx.predicted_step_seconds = prediction->seconds;
-#ifdef STRATA_WITH_CUDA
-    if (cuda) return train_on<cuda_backend>(tiers, p, config, o, ctx);
-#endif
-    return train_on<cpu_backend>(tiers, p, config, o, ctx);
+    return train_on<B>(tiers, p, config, o, ctx);
 }
+
+}  // namespace
+
+int run_train(const train_args& a) {
+    const bool cuda = examples::use_cuda(a.device, "strata-gpt");
+    return examples::with_backend(cuda, [&]<class B>() { return train_with<B>(a); });
+}
+
 }  // namespace strata::gpt_cli

@@ -13,15 +13,21 @@
 // "strata.lora.llama/1", strata's (in, out) orientation), the base never: it does not change.
 #pragma once
 
-#include "../lora/lora_model.hpp"  // lora::copy_by_name, save_model_adapters, load_model_adapters, model_adapters_bytes
+#include "../lora/lora_model.hpp"  // lora::copy_by_name, adapter_files, adapters_file
 #include "llama_lora_block.hpp"    // llama_lora_block, llama_lora_config
 #include "llama_model.hpp"         // llama_config, make_llama_model, llama_weights
 
 #include <strata/backend/cpu_backend.hpp>  // strata::cpu_backend (the base's layout)
+#include <strata/io/json_file.hpp>         // strata::json_file_text, write_json_file
 #include <strata/model/decoder.hpp>        // strata::decoder_model
+#include <strata/model/model_files.hpp>    // strata::model_files, WeightBlocks
 #include <strata/train/checkpoint.hpp>     // strata::host_blocks, strata::download_blocks
 
+#include <nlohmann/json.hpp>  // nlohmann::json
+
 #include <cstddef>      // std::size_t
+#include <cstdint>      // std::uint64_t
+#include <filesystem>   // std::filesystem::path
 #include <span>         // std::span
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
@@ -90,3 +96,25 @@ void upload_base_weights(Trainer& t, const Model& model, const llama_weights& ba
 }
 
 }  // namespace llama
+
+// A Llama LoRA model's checkpoint files (strata/model/model_files.hpp): the adapters
+// (lora::adapters_file) and adapter_config.json, `adapter_config` (what the adapters adapt and
+// the base they were trained on); read back: the adapters, on the base already uploaded.
+template <strata::Backend B>
+struct strata::model_files<llama::llama_lora_model<B>> {
+    using model_type = llama::llama_lora_model<B>;
+    nlohmann::json adapter_config = nlohmann::json::object();
+
+    std::uint64_t bytes(const model_type& model) const {
+        return lora::adapter_files<model_type>{}.bytes(model) + strata::json_file_text(adapter_config).size();
+    }
+    template <strata::WeightBlocks<float> Weights>
+    void write(const model_type& model, Weights& weights, const std::filesystem::path& dir) const {
+        lora::adapter_files<model_type>{}.write(model, weights, dir);
+        strata::write_json_file(dir / "adapter_config.json", adapter_config);
+    }
+    template <strata::WeightBlocks<float> Weights>
+    void read(const model_type& model, Weights& weights, const std::filesystem::path& dir) const {
+        lora::adapter_files<model_type>{}.read(model, weights, dir);
+    }
+};

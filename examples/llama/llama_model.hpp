@@ -10,10 +10,10 @@
 // writes the config.json of LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM.
 //
 // Checkpoints in Hugging Face's format (transformers.LlamaForCausalLM.from_pretrained loads them):
-// write_model_files writes model.safetensors + config.json (write_trainer_model_files: straight
-// from a trainer, group by group), load_llama_files reads them back,
-// bit for bit; save_llama_checkpoint / load_llama_checkpoint add a trainer's state (strata's
-// save_checkpoint / load_checkpoint with these files as the weights). The layouts differ from strata's in two ways:
+// write_model_files writes model.safetensors + config.json, load_llama_files reads them back,
+// bit for bit; strata::model_files<llama_model> (at the end) is what strata's save_checkpoint /
+// load_checkpoint and run_training write and read them through, straight from a trainer, group by
+// group (save_llama_checkpoint / load_llama_checkpoint: with a config.json's identity). The layouts differ from strata's in two ways:
 // - strata's matmul takes (in, out) weights; nn.Linear stores (out, in): every 2-D block weight
 //   is transposed (embed_tokens is (V, C) in both);
 // - the block fuses q|k|v into one (C, A + 2 KV) matrix (A = NH HS, KV = NKV HS): HF has q_proj
@@ -38,7 +38,8 @@
 #include <strata/model/decoder.hpp>        // strata::decoder_model, strata::decoder_config
 #include <strata/nn/cpu_ops.hpp>           // strata::ops<cpu_backend>
 #include <strata/tensor/param_layout.hpp>  // strata::param_entry
-#include <strata/train/checkpoint.hpp>     // strata::save_checkpoint, load_checkpoint, for_each_block
+#include <strata/model/model_files.hpp>    // strata::model_files, WeightBlocks, for_each_weight_block
+#include <strata/train/checkpoint.hpp>     // strata::save_checkpoint, load_checkpoint
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
@@ -570,13 +571,6 @@ void write_model_files(const strata::decoder_model<llama_block<R, B>, rmsnorm_la
         dir, id);
 }
 
-// The same from a trainer's weights, streamed group by group (one host buffer of the largest group).
-template <class Trainer>
-void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir, const hf_identity& id = {}) {
-    detail::write_model_files_by_group(
-        t.model(), [&](auto&& visit) { strata::for_each_block(t, Trainer::state_kind::params, visit); }, dir, id);
-}
-
 // The weights of a Llama directory in strata's group layout.
 struct loaded_llama {
     llama_config config;
@@ -713,35 +707,52 @@ inline loaded_llama load_llama_files(const std::filesystem::path& dir) { return 
 
 // ---- trainer checkpoints ----
 
-// OUT/step-<N>/ of a trainer of a llama_model, written atomically: the HF Llama files above, AdamW's
-// moments (optimizer.safetensors, unless `contents` is weights) and trainer_state.json, plus
-// extra_files (a tokenizer's).
+// OUT/step-<N>/ of a trainer of a llama_model, written atomically: the HF Llama files above, the
+// optimizer's state (optimizer.safetensors, unless `contents` is weights) and trainer_state.json,
+// plus extra_files (a tokenizer's): strata::save_checkpoint with the model's files of `id`.
 template <class Trainer>
 std::filesystem::path save_llama_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
                                             const std::vector<std::filesystem::path>& extra_files = {},
                                             strata::checkpoint_contents contents = strata::checkpoint_contents::full,
                                             const hf_identity& id = {}) {
-    return strata::save_checkpoint(
-        t, out_dir, std::move(trainer_state), extra_files,
-        [&](const std::filesystem::path& dir) { llama::write_trainer_model_files(t, dir, id); }, contents);
-}
-
-// The weights of a Llama directory into a trainer of the same model shape (what
-// write_trainer_model_files wrote; the architecture and token ids are the directory's own).
-template <class Trainer>
-void read_trainer_model_files(Trainer& t, const std::filesystem::path& dir) {
-    auto loaded = load_llama_files(dir);
-    if (!(loaded.config == written_config(t.model(), hf_identity::of(loaded.config))))
-        throw strata::error("checkpoint '" + dir.string() + "' holds a different Llama shape than the one being trained",
-                            "resume with the shape of its config.json");
-    for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(Trainer::state_kind::params, g, loaded.blocks[g]);
+    return strata::save_checkpoint(t, out_dir, std::move(trainer_state), extra_files, contents, {.identity = id});
 }
 
 // Restores what save_llama_checkpoint wrote (weights, moments, step count) into a trainer of the
 // same model shape; returns trainer_state.json.
 template <class Trainer>
 nlohmann::json load_llama_checkpoint(Trainer& t, const std::filesystem::path& dir) {
-    return strata::load_checkpoint(t, dir, [&](const std::filesystem::path& from) { read_trainer_model_files(t, from); });
+    return strata::load_checkpoint(t, dir);
 }
 
 }  // namespace llama
+
+// A Llama model's files in a checkpoint (strata/model/model_files.hpp): the Hugging Face Llama
+// directory above, model.safetensors + config.json with `identity`'s architecture and token ids,
+// written group by group from the weights; read back group by group (llama_weights) into a model
+// of the same shape, whatever the directory's own architecture and token ids.
+template <class R, strata::Backend B>
+struct strata::model_files<strata::decoder_model<llama::llama_block<R, B>, llama::rmsnorm_layer<R, B>>> {
+    using model_type = strata::decoder_model<llama::llama_block<R, B>, llama::rmsnorm_layer<R, B>>;
+    llama::hf_identity identity;
+
+    std::uint64_t bytes(const model_type& model) const { return llama::model_files_bytes(model, identity); }
+
+    template <strata::WeightBlocks<R> Weights>
+    void write(const model_type& model, Weights& weights, const std::filesystem::path& dir) const {
+        llama::detail::write_model_files_by_group(
+            model, [&](auto&& visit) { strata::for_each_weight_block(model, weights, visit); }, dir, identity);
+    }
+
+    template <strata::WeightBlocks<R> Weights>
+    void read(const model_type& model, Weights& weights, const std::filesystem::path& dir) const {
+        const llama::llama_weights files(dir);
+        if (!(files.config() == llama::written_config(model, llama::hf_identity::of(files.config()))))
+            throw strata::error("checkpoint '" + dir.string() + "' holds a different Llama shape than the one being trained",
+                                "resume with the shape of its config.json");
+        for (std::size_t g = 0; g < files.group_count(); ++g) {
+            const std::vector<float> block = files.group(g);
+            weights.upload(g, std::span<const R>(block));
+        }
+    }
+};

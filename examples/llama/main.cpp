@@ -15,7 +15,9 @@
 // Face Llamas of a shape the block has).
 #include "../common/command_line.hpp"   // parse_command_line, usage_error
 #include "../common/config_file.hpp"    // apply_config_file
+#include "../common/backends.hpp"       // with_backend, on_backend, make_backends, default_device_bytes
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer (strata-gpt's)
+#include "../common/train_flags.hpp"    // train_flags, add_train_options, apply_resume_defaults
 #include "../common/run_checks.hpp"     // check_resumed_options, add_optimizer_options
 #include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, resolve_checkpoint
 #include "../common/machine_cli.hpp"    // add_machine_options, machine_for_plan, budgets_for, predicted_step
@@ -62,58 +64,22 @@ namespace {
 using examples::make_tokenizer;
 using examples::tokenizer_of_checkpoint;
 
-// Runs f(backend) on the CPU or the CUDA backend.
-template <class F>
-int on_backend(bool cuda, const tier_options& tiers, F&& f) {
-#ifdef STRATA_WITH_CUDA
-    if (cuda) {
-        cuda_backend backend(tiers);
-        return f(backend);
-    }
-#else
-    (void)cuda;
-#endif
-    cpu_backend backend(tiers);
-    return f(backend);
-}
+using examples::on_backend;
 
 // ---- train ----
 
-struct train_args {
-    std::string data, format = "auto", tokenizer = "byte", init_from, resume;
-    std::string chat_template;  // --chat-template: "" (auto for chat records, none otherwise), auto, none or FILE
-    std::size_t n_layer = 4, n_head = 4, n_embd = 128, hidden = 0, seq_len = 128;
+// The train flags: the ones strata-gpt shares (examples/common/train_flags.hpp), and the Llama
+// shape's and strata-llama's own.
+struct train_args : examples::train_flags {
+    std::size_t hidden = 0;                   // SwiGLU width; 0: 8/3 n_embd rounded up to a multiple of 8
     std::size_t n_kv_head = 0, head_dim = 0;  // 0: n_head key/value heads, heads of n_embd / n_head
     std::size_t vocab = 0;                    // embedding rows; 0: the tokenizer's (or the checkpoint's)
     bool untied_head = false, qkv_bias = false;
     double rope_theta = 10000.0, norm_eps = 1e-5;
-    std::size_t batch = 8, accum = 1;
-    long steps = 300, warmup = -1, eval_every = 50, save_every = 0, eval_batches = 8, stop_at = 0;
-    double lr = 1e-3, min_lr = 1e-4, weight_decay = 0.1, clip = 1.0, val_fraction = 0.05;
-    std::string optimizer = "adamw";  // adamw, sgd (with momentum) or adafactor
-    double momentum = 0.9;            // SGD's
-    double beta2_decay = -0.8, eps2 = 1e-3, update_clip = 1.0;  // Adafactor's (torch's defaults)
-    std::string schedule = "cosine";
-    std::uint64_t seed = 1337;
-    std::string out = "runs/llama", metrics, trace, device = "auto";
-    std::string save = "full";  // what each checkpoint holds: full, weights (no optimizer state) or none
-    std::string placement = "auto", moments = "host", storage_dir;
-    std::string device_budget, host_budget, storage_budget;  // bytes per tier (empty: the defaults)
-    std::string io_engine = "auto";                          // the storage tier's I/O engine
-    std::size_t io_workers = 0;
-    bool plan_only = false;                                  // --plan: print the plan and stop
-    std::string machine;                                     // --machine FILE: plan and predict for that machine
-    bool recalibrate = false, state_on_storage = false;      // measure again; every host group's state on storage
-    int threads = 0;
-    bool no_checkpointing = false, tokenizer_given = false;  // no_checkpointing: --activations keep
-    std::string activations = "auto";
-    std::string config;                 // --config FILE (applied in main)
-    bool overwrite = false;             // replace the checkpoints in --out of another run (or this run's past --resume)
-    bool metrics_append = false;        // add to an existing --metrics file that is not this run's
-    bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
-    std::size_t lora_rank = 0;          // 0: every weight trains; > 0: LoRA adapters only (the base frozen)
-    double lora_alpha = 0;              // 0: 2 x rank
+            o.slots = p.slots;
+    std::string moments = "host";  // the optimizer state's home when streamed (host, storage)
     std::string lora_targets = "qkv_proj,o_proj,gate_proj,up_proj,down_proj";
+    train_args() { out = "runs/llama"; }
 };
 
 void print_line(const std::string& s) { std::cout << s << std::endl; }
@@ -187,38 +153,28 @@ void upload_initial_weights(Trainer& t, const Model& model, const run_context& c
 // adapter_config.json of a LoRA checkpoint: what the adapters adapt, and the base they were trained on.
 nlohmann::json lora_adapter_config(const train_args& a) {
     const auto lc = lora_config_of(a);
-    return {{"format", "strata.lora.llama/1"}, {"adapters", "adapters.safetensors"}, {"rank", lc.rank},
+    return {{"format", "strata.lora.llama/1"}, {"adapters", lora::adapters_file}, {"rank", lc.rank},
             {"alpha", lc.alpha}, {"targets", lc.ordered_targets()},
             {"base", a.init_from.empty() ? nlohmann::json(nullptr) : nlohmann::json(fs::absolute(a.init_from).string())},
             {"base_seed", a.init_from.empty() ? nlohmann::json(a.seed) : nlohmann::json(nullptr)}};
 }
 
-// A checkpoint's model files: the Llama directory (model.safetensors, config.json), or (LoRA) the
-// adapters and adapter_config.json; back into the trainer on resume (a LoRA model: the adapters,
-// on the base already uploaded); their bytes, exactly.
-template <class Trainer, class Model>
-void set_model_hooks(run_hooks& hooks, Trainer& t, const Model& model, const train_args& a, const llama::hf_identity& identity) {
-    if constexpr (is_lora<Model>) {
-        static constexpr const char* adapters = "adapters.safetensors";
-        hooks.write_model = [&t, &model, &a](const fs::path& dir) {
-            lora::save_model_adapters(t, model, dir / adapters);
-            write_json_file(dir / "adapter_config.json", lora_adapter_config(a));
-        };
-        hooks.read_model = [&t, &model](const fs::path& dir) { lora::load_model_adapters(t, model, dir / adapters); };
-        hooks.model_bytes = [&model, &a] {
-            return lora::model_adapters_bytes(model) + json_file_text(lora_adapter_config(a)).size();
-        };
-    } else {
-        hooks.write_model = [&t, identity](const fs::path& dir) { llama::write_trainer_model_files(t, dir, identity); };
-        hooks.read_model = [&t](const fs::path& dir) { llama::read_trainer_model_files(t, dir); };
-        hooks.model_bytes = [&model, identity] { return llama::model_files_bytes(model, identity); };
-    }
-    hooks.state = [&a, common = hooks.state] {
-        nlohmann::json state = common();
-        state["model"] = "strata-llama";
-        if constexpr (is_lora<Model>) state["lora"] = lora_adapter_config(a);
-        return state;
-    };
+// A checkpoint's model files (strata::model_files): the Llama directory (model.safetensors,
+// config.json with the run's architecture and token ids), or (LoRA) the adapters and
+// adapter_config.json.
+template <class Model>
+strata::model_files<Model> model_files_of(const train_args& a, const llama::llama_config& config) {
+    if constexpr (is_lora<Model>)
+        return {.adapter_config = lora_adapter_config(a)};
+    else
+        return {.identity = llama::hf_identity::of(config)};
+}
+
+// The model's fields of trainer_state.json.
+template <class Model>
+void add_model_state(nlohmann::json& state, const train_args& a) {
+    state["model"] = "strata-llama";
+    if constexpr (is_lora<Model>) state["lora"] = lora_adapter_config(a);
 }
 
 // The LoRA flags, refused where they do not fit, before any data is read.
@@ -249,21 +205,27 @@ std::string lora_line(const Model& model, const train_args& a) {
 
 // The plan's trainer (Trainer) for the model, from --init-from's weights or the seed's, trained by
 // strata::run_training with the model's checkpoint files (examples/common/train_run.hpp).
+// --gpus N > 1: a data_parallel_trainer of Trainer, one rank per backend.
 template <class Trainer, class B, class Model>
-int train_planned(B& backend, const Model& model, const train_options& o, run_context& ctx) {
+int train_planned(const std::vector<B*>& backends, const Model& model, const train_options& o, run_context& ctx) {
     const examples::run_inputs in{"strata-llama", ctx.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed,
                                   ctx.predicted_step_seconds};
-    const run_result r = examples::build_and_train<Trainer>(
-        backend, model, o, ctx.a, in, [&](Trainer& t) { upload_initial_weights(t, model, ctx); },
-        [&](run_hooks& hooks, Trainer& t) { set_model_hooks(hooks, t, model, ctx.a, llama::hf_identity::of(ctx.config)); });
+    const auto upload = [&](auto& t) { upload_initial_weights(t, model, ctx); };
+    const auto model_state = [&](nlohmann::json& state) { add_model_state<Model>(state, ctx.a); };
+    const strata::model_files<Model> files = model_files_of<Model>(ctx.a, ctx.config);
+    const run_result r =
+        backends.size() > 1
+            ? examples::build_and_train_parallel<Trainer>(backends, model, o, ctx.a, in, upload, model_state, files)
+            : examples::build_and_train<Trainer>(*backends[0], model, o, ctx.a, in, upload, model_state, files);
     return examples::finish_run(r, ctx.a);
 }
 
 // The trainer the plan asks for.
 template <class B, class Model>
-int train_on(B& backend, const memory_plan& p, const Model& model, const train_options& o, run_context& ctx) {
+int train_on(const std::vector<B*>& backends, const memory_plan& p, const Model& model, const train_options& o,
+             run_context& ctx) {
     return examples::with_planned_trainer<B, Model>(
-        p, [&]<class Trainer>() { return train_planned<Trainer>(backend, model, o, ctx); });
+        p, [&]<class Trainer>() { return train_planned<Trainer>(backends, model, o, ctx); });
 }
 
 using examples::inputs_of;
@@ -291,8 +253,12 @@ void check_consistency(const train_args& a) {
     examples::check_resumed_options(a, read_json_file(fs::path(a.resume) / "trainer_state.json"));
 }
 
-int run_train(const train_args& a) {
-    const bool cuda = examples::use_cuda(a.device, "strata-llama");
+// The train command on backend B (--device's).
+template <class B>
+int train_with(const train_args& a) {
+    constexpr bool cuda = !std::is_same_v<B, cpu_backend>;
+    examples::set_gemm_math<B>(a.tf32);  // --tf32 refused on the CPU; the GEMM math calibrated is the run's
+    examples::check_ranks<B>(a.gpus);
     check_consistency(a);
     examples::check_outputs(a);
     // --out: writable, no file of the user's where the run writes, locked for the run's life, no
@@ -354,10 +320,7 @@ int run_train(const train_args& a) {
 
     train_options o = examples::train_options_of(a);
 
-    std::size_t device_bytes = physical_memory_bytes() / 4;  // the CPU backend's "device" is host memory
-#ifdef STRATA_WITH_CUDA
-    if (cuda) device_bytes = cuda_backend::default_device_budget();
-#endif
+    const std::size_t device_bytes = examples::default_device_bytes<B>();
     // The machine planned for: --machine's file, or this one's calibration at the model's shapes
     // (q/k/v, output, gate, up and down projections; attention over the query heads).
     calibration_options shapes;
@@ -367,12 +330,7 @@ int run_train(const train_args& a) {
         shapes.gemms = {{rows, A + 2 * KV, C}, {rows, C, A}, {rows, H, C}, {rows, H, C}, {rows, C, H}};
         shapes.attention = {.batch = a.batch, .seq = a.seq_len, .channels = A, .heads = config.n_head};
     }
-#ifdef STRATA_WITH_CUDA
-    const machine_rates machine = cuda ? examples::machine_for_plan<cuda_backend>(a, shapes)
-                                       : examples::machine_for_plan<cpu_backend>(a, shapes);
-#else
-    const machine_rates machine = examples::machine_for_plan<cpu_backend>(a, shapes);
-#endif
+    const machine_rates machine = examples::machine_for_plan<B>(a, shapes);
     const tier_bytes budgets = examples::budgets_for(a, machine, default_budgets(device_bytes, a.storage_dir));
     // No --storage-dir: the backend's own temporary directory, removed at the end.
     const tier_options tiers{.device_bytes = budgets.device, .host_bytes = budgets.host,
@@ -381,7 +339,9 @@ int run_train(const train_args& a) {
     run_context ctx{a, data_path, prepared, eot, tokenizer_spec, {}, config};
     if (init && a.resume.empty()) ctx.init = &*init;
 
-    return on_backend(cuda, tiers, [&]<class B>(B& backend) {
+    const auto owned = examples::make_backends<B>(tiers, a.gpus);
+    const std::vector<B*> backends = examples::pointers_of(owned);
+    {
         // the Llama model, or (--lora-rank) its LoRA model: adapters on the frozen base
         auto plan_and_train = [&]<class Model>(const Model& model) {
             const plan_request request{.model = footprint_of<B>(model, a.batch, a.seq_len), .accum = a.accum,
@@ -389,33 +349,37 @@ int run_train(const train_args& a) {
                                        .where = placement_from_string(a.placement),
                                        .state_on_storage = a.moments == "storage" || a.state_on_storage,
                                        .links = examples::links_of(machine), .optimizer = o.optimizer,
-                                       .rates = examples::search_rates(a, cuda, machine)};
+                                       .ranks = a.gpus, .rates = examples::search_rates(a, cuda, machine)};
             const memory_plan p = plan(request);
             const std::optional<step_prediction> prediction = examples::predicted_step(p, request, machine);
             if (prediction) ctx.predicted_step_seconds = prediction->seconds;
             o.activations = p.kept();  // the blocks whose activations the plan keeps on the device
             o.homes = p.trainer_homes();  // each group's tier (streamed plans)
             o.slots = p.slots;
-            print_line("model: Llama architecture, " + std::to_string(config.n_layer) + " layers, " +
-                       std::to_string(config.n_head) + " heads" +
-                       (config.n_kv_head ? " (" + std::to_string(config.kv_heads()) + " key/value)" : std::string()) +
-                       (config.head_dim ? " of " + std::to_string(config.head_dim) : std::string()) + ", " +
-                       std::to_string(config.n_embd) + " channels, hidden " +
-                       std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ", context " +
-                       std::to_string(config.max_seq) + ": " + std::to_string(config.parameter_count()) +
-                       " parameters; batch " + std::to_string(a.batch) + " x " + std::to_string(a.seq_len) + " x accum " +
-                       std::to_string(a.accum) + ", " + std::string(cuda ? "CUDA" : "CPU") + " backend");
+            print_line(fmt::format(
+                "model: Llama architecture, {} layers, {} heads{}{}, {} channels, hidden {}, vocab {}, context {}: {} "
+                "parameters; {}",
+                config.n_layer, config.n_head,
+                config.n_kv_head ? fmt::format(" ({} key/value)", config.kv_heads()) : std::string(),
+                config.head_dim ? fmt::format(" of {}", config.head_dim) : std::string(), config.n_embd, config.hidden,
+                config.vocab, config.max_seq, config.parameter_count(), examples::batch_and_backend<B>(a)));
             if constexpr (is_lora<Model>) print_line(lora_line(model, a));
+            if (const std::string math = examples::gemm_math_line<B>(a.tf32); !math.empty()) print_line(math);
             print_line(examples::machine_line(a, machine));
             print_line(plan_table(p));
             if (prediction) std::cout << prediction_table(*prediction) << std::flush;
             if (a.plan_only) return 0;
             ctx.streamed = p.where == placement::streamed;
-            return train_on(backend, p, model, o, ctx);
+            return train_on(backends, p, model, o, ctx);
         };
         if (a.lora_rank > 0) return plan_and_train(llama::make_llama_lora_model<B>(config, lora_config_of(a)));
         return plan_and_train(llama::make_llama_model<B>(config));
-    });
+    }
+}
+
+int run_train(const train_args& a) {
+    const bool cuda = examples::use_cuda(a.device, "strata-llama");
+    return examples::with_backend(cuda, [&]<class B>() { return train_with<B>(a); });
 }
 
 // ---- sample ----
@@ -531,24 +495,6 @@ int run_score(const score_args& a) {
 }
 
 
-// --resume CKPT: the run's recorded options and data are the defaults of the flags not given (its
-// model's shape and tokenizer come from the checkpoint), and the run's own directory (CKPT's) that
-// of --out.
-void resume_defaults(CLI::App& train, train_args& t) {
-    t.resume = examples::resolve_checkpoint(t.resume, "--resume").string();
-    const fs::path state_file = fs::path(t.resume) / "trainer_state.json";
-    if (!fs::exists(state_file))
-        throw error("--resume " + t.resume + ": no trainer_state.json, so it is no checkpoint a run saved",
-                    "resume from a run's OUT/step-N (or OUT); to start from a model's weights, pass --init-from");
-    examples::apply_recorded_options(train, read_json_file(state_file));
-    if (train.count("--out") > 0) return;
-    const auto home = examples::run_directory_of(t.resume);
-    if (!home)
-        throw error("--resume " + t.resume + " is not a run's OUT/step-N, so its run's directory is unknown",
-                    "pass --out DIR for the resumed run's checkpoints");
-    t.out = home->string();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -556,63 +502,24 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("strata-llama ") + STRATA_VERSION);
     using examples::count_in, examples::real_in, examples::unsigned_number;
-    constexpr long max_count = 1L << 40;  // far beyond any real value; a typo or a wrapped negative is not
 
     train_args t;
     auto* train = app.add_subcommand("train", "train a Llama-style model on a text or JSON file");
-    train->add_option("--config", t.config, "read options from a TOML/INI file: keys are the long flag names (steps = 600), at the top or in [train]; the command line wins")->check(CLI::ExistingFile);
+    // strata-llama's own options (its data, its kind of model directory, the Llama shape beyond layers,
+    // heads and channels, its projections) around the ones strata-gpt shares
     train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"}, instruction records or chat records {\"messages\"} (default: the licence texts of /usr/share/common-licenses)")->check(CLI::ExistingFile);
-    train->add_option("--format", t.format, "data format")->check(CLI::IsMember({"auto", "text", "jsonl", "instruct", "chat"}))->capture_default_str();
-    train->add_option("--chat-template", t.chat_template, examples::chat_template_help);
-    train->add_option("--tokenizer", t.tokenizer, examples::tokenizer_help)->capture_default_str();
     train->add_option("--init-from", t.init_from, "start from the weights of a Llama directory (strata-llama's or Hugging Face's); its config gives the model's shape")->check(CLI::ExistingDirectory);
-    train->add_option("--n-layer", t.n_layer, "Llama blocks")->capture_default_str()->check(count_in(1, 4096));
-    train->add_option("--n-head", t.n_head, "attention heads (n-embd / n-head must be even)")->capture_default_str()->check(count_in(1, 4096));
-    train->add_option("--n-embd", t.n_embd, "channels")->capture_default_str()->check(count_in(1, 1L << 20));
+    examples::add_train_options(*train, t);
     train->add_option("--n-kv-head", t.n_kv_head, "key/value heads, grouped-query attention (0: --n-head; must divide --n-head)")->capture_default_str()->check(count_in(0, 4096));
-    train->add_option("--head-dim", t.head_dim, "channels per attention head, even (0: n-embd / n-head)")->capture_default_str()->check(count_in(0, 1L << 16));
+    train->add_option("--head-dim", t.head_dim, "channels per attention head, even (0: n-embd / n-head, which must then be even)")->capture_default_str()->check(count_in(0, 1L << 16));
     train->add_option("--vocab", t.vocab, "embedding rows (0: the tokenizer's; more pads the vocabulary, e.g. 128256 for Llama 3's shape)")->capture_default_str()->check(count_in(0, 1L << 24));
     train->add_flag("--untied-head", t.untied_head, "an LM head of its own (lm_head.weight) instead of the token embedding's transpose");
     train->add_flag("--qkv-bias", t.qkv_bias, "biases on the q, k and v projections (Qwen2's; written back as Qwen2ForCausalLM)");
     train->add_option("--hidden", t.hidden, "SwiGLU width (0: 8/3 n-embd rounded up to a multiple of 8)")->capture_default_str()->check(count_in(0, 1L << 22));
     train->add_option("--rope-theta", t.rope_theta, "rotary embedding base")->capture_default_str()->check(real_in(1e-6, 1e12));
     train->add_option("--norm-eps", t.norm_eps, "RMSNorm epsilon")->capture_default_str()->check(real_in(1e-30, 1));
-    train->add_option("--seq-len", t.seq_len, "tokens per sequence (the model's context)")->capture_default_str()->check(count_in(1, 1L << 24));
-    train->add_option("--batch", t.batch, "sequences per micro-batch")->capture_default_str()->check(count_in(1, 1L << 24));
-    train->add_option("--accum", t.accum, "micro-batches per optimizer step")->capture_default_str()->check(count_in(1, 1L << 24));
-    train->add_option("--steps", t.steps, "optimizer steps")->capture_default_str()->check(count_in(1, max_count));
-    train->add_option("--lr", t.lr, "peak learning rate")->capture_default_str()->check(real_in(0, 1e6));
-    train->add_option("--min-lr", t.min_lr, "final learning rate of the decay")->capture_default_str()->check(real_in(0, 1e6));
-    train->add_option("--warmup", t.warmup, "linear warmup steps (default: a tenth of --steps, at most 20)")->check(count_in(0, max_count));
-    train->add_option("--schedule", t.schedule, "learning-rate schedule")->check(CLI::IsMember({"cosine", "linear", "constant", "step"}))->capture_default_str();
-    examples::add_optimizer_options(*train, t);
-    train->add_option("--clip", t.clip, "max global gradient norm (0: no clipping)")->capture_default_str()->check(real_in(0, 1e30));
-    train->add_option("--val-fraction", t.val_fraction, "fraction of sequences held out for validation")->capture_default_str()->check(real_in(0, 0.9));
-    train->add_option("--eval-every", t.eval_every, "evaluate every N steps (0: never)")->capture_default_str()->check(count_in(0, max_count));
-    train->add_option("--eval-batches", t.eval_batches, "validation batches per evaluation")->capture_default_str()->check(count_in(1, max_count));
-    train->add_option("--seed", t.seed, "seed of initialization and shuffling")->capture_default_str()->check(unsigned_number);
-    train->add_option("--out", t.out, "directory for checkpoints (OUT/step-N) and loss.svg (a resume: the run's own)")->capture_default_str();
-    train->add_option("--save-every", t.save_every, "save a checkpoint every N steps (0: only at the end); every one is kept")->capture_default_str()->check(count_in(0, max_count));
-    examples::add_save_option(*train, t.save);
-    train->add_option("--resume", t.resume, "continue the run of a checkpoint directory (OUT/step-N, or OUT: its latest; weights, the optimizer's state unless saved with --save weights, step, data position) in its run's directory; the run's recorded options and data are the defaults")->check(CLI::ExistingDirectory);
-    train->add_flag("--allow-option-changes", t.allow_option_changes, "resume with options that differ from the checkpoint's (each change is printed; the run no longer equals one never interrupted)");
-    train->add_flag("--overwrite", t.overwrite, "replace the checkpoints in --out of another run (or, resuming, this run's past the resumed step): strata's checkpoints only, removed at the first save");
-    train->add_option("--stop-at", t.stop_at, "stop and save after this step, keeping the schedule of --steps (resume later)")->check(count_in(1, max_count));
-    train->add_option("--metrics", t.metrics, "write per-step metrics as JSON lines to FILE (a resume appends to the run's own; never over another file)");
-    train->add_flag("--metrics-append", t.metrics_append, "add this run's metrics lines to an existing --metrics file that is not this run's");
-    train->add_option("--trace", t.trace, "write a Chrome/Perfetto trace of steps 2-3 to FILE.json");
-    train->add_option("--placement", t.placement, "where the training state lives: auto (the planner decides), resident, streamed")->check(CLI::IsMember({"auto", "resident", "streamed"}))->capture_default_str();
-    train->add_option("--moments", t.moments, "home of the optimizer's state (AdamW's moments, SGD's momentum) when streamed: host or storage (files in --storage-dir)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
-    train->add_option("--storage-dir", t.storage_dir, "directory for storage-tier files (default: a temporary one, removed at the end)");
-    examples::add_tier_options(*train, t);
-    train->add_flag("--plan", t.plan_only, "print the memory plan and the predicted step, and exit");
-    examples::add_machine_options(*train, t);
-    train->add_option("--device", t.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
-    train->add_option("--lora-rank", t.lora_rank, "LoRA: train only rank-R adapters on the projections, the base frozen (--init-from's weights, or random ones in the shape of the flags) (0: off)")->capture_default_str()->check(count_in(0, 1L << 20));
-    train->add_option("--lora-alpha", t.lora_alpha, "LoRA: the adapters' outputs are scaled by alpha / rank (default: 2 x rank)")->check(real_in(0, 1e6));
-    train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (qkv_proj: q|k|v fused, o_proj, gate_proj, up_proj, down_proj)")->capture_default_str();
-    train->add_option("--threads", t.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
-    examples::add_activation_options(*train, t);
+    train->add_option("--moments", t.moments, "home of the optimizer's state (AdamW's moments, SGD's momentum) when streamed: host or storage (files in --storage-dir; the same as --state-on-storage)")->check(CLI::IsMember({"host", "storage"}))->capture_default_str();
+    train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (qkv_proj: q|k|v fused, o_proj, gate_proj, up_proj, down_proj); without --init-from the base is randomly initialized in the shape of the flags")->capture_default_str();
 
     sample_args s;
     auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
@@ -646,7 +553,8 @@ int main(int argc, char** argv) {
         if (train->parsed()) {
             if (!t.config.empty()) examples::apply_config_file(*train, t.config);
             t.tokenizer_given = train->count("--tokenizer") > 0;
-            if (!t.resume.empty()) resume_defaults(*train, t);
+            if (!t.resume.empty())  // the model's shape and tokenizer come from the checkpoint's own files
+                examples::apply_resume_defaults(*train, t, [](const fs::path&, const nlohmann::json&) { return nlohmann::json::object(); });
             return run_train(t);
         }
         if (exporter->parsed()) return run_export(e);

@@ -20,6 +20,7 @@
 #include <strata/model/decoder.hpp>       // strata::decoder_model
 #include <strata/model/gpt.hpp>           // strata::gpt_config, strata::gpt_model
 #include <strata/nn/layernorm_layer.hpp>  // strata::layernorm_layer
+#include <strata/model/model_files.hpp>  // strata::model_files, WeightBlocks
 #include <strata/train/checkpoint.hpp>    // strata::host_blocks, strata::download_blocks
 
 #include <algorithm>   // std::copy
@@ -122,26 +123,26 @@ std::vector<std::span<R>> block_spans(const Model& model, std::vector<std::vecto
 }
 
 // The weights of the model's blocks (groups 1..n_layer, where the adapters are), one host copy
-// per layer: saving or loading adapters never moves the embeddings or the final norm.
-template <class Trainer, class Model>
-std::vector<std::vector<float>> download_block_weights(Trainer& t, const Model& model) {
+// per layer: saving or loading adapters never moves the embeddings or the final norm. `weights`:
+// strata::WeightBlocks (a trainer's: strata::trainer_weights{t}).
+template <class Weights, class Model>
+std::vector<std::vector<float>> download_block_weights(Weights&& weights, const Model& model) {
     std::vector<std::vector<float>> blocks;
     for (std::size_t l = 0; l < model.block_count(); ++l) {
-        const std::size_t g = model.block_group(l);
-        blocks.emplace_back(model.groups()[g].numel());
-        t.download(Trainer::state_kind::params, g, blocks.back());
+        blocks.emplace_back(model.groups()[model.block_group(l)].numel());
+        weights.download(model.block_group(l), std::span<float>(blocks.back()));
     }
     return blocks;
 }
 
-// The adapters of the trainer's weights, as their own safetensors file (adapters.hpp's format),
-// layer by layer through one host copy of a block.
-template <class Trainer, class Model>
-void save_model_adapters(Trainer& t, const Model& model, const std::filesystem::path& path) {
+// The adapters of the weights (strata::WeightBlocks, e.g. strata::trainer_weights{t}), as their
+// own safetensors file (adapters.hpp's format), layer by layer through one host copy of a block.
+template <class Weights, class Model>
+void save_model_adapters(Weights&& weights, const Model& model, const std::filesystem::path& path) {
     const auto& layout = model.groups()[model.block_group(0)];
     std::vector<float> block(layout.numel());
     save_adapters_by_layer<float>(path, model.block_layer_config(), layout, model.block_count(), [&](std::size_t l) {
-        t.download(Trainer::state_kind::params, model.block_group(l), block);
+        weights.download(model.block_group(l), std::span<float>(block));
         return std::span<const float>(block);
     });
 }
@@ -154,15 +155,32 @@ std::uint64_t model_adapters_bytes(const Model& model) {
         .file_size();
 }
 
-// The adapters of `path` into the trainer's weights (the base weights stay as they are).
-template <class Trainer, class Model>
-void load_model_adapters(Trainer& t, const Model& model, const std::filesystem::path& path) {
-    auto blocks = download_block_weights(t, model);
+// The adapters of `path` into the weights (the base weights stay as they are).
+template <class Weights, class Model>
+void load_model_adapters(Weights&& weights, const Model& model, const std::filesystem::path& path) {
+    auto blocks = download_block_weights(weights, model);
     const std::vector<std::span<float>> spans(blocks.begin(), blocks.end());
     load_adapters<float>(path, model.block_layer_config(), model.groups()[model.block_group(0)], spans);
     for (std::size_t l = 0; l < model.block_count(); ++l)
-        t.upload(Trainer::state_kind::params, model.block_group(l), blocks[l]);
+        weights.upload(model.block_group(l), std::span<const float>(blocks[l]));
 }
+
+// A LoRA checkpoint's file of the adapters (the base is not saved: it does not change).
+inline constexpr const char* adapters_file = "adapters.safetensors";
+
+// The files of a LoRA model (strata::model_files, below): its adapters alone, adapters_file.
+template <class Model>
+struct adapter_files {
+    std::uint64_t bytes(const Model& model) const { return model_adapters_bytes(model); }
+    template <strata::WeightBlocks<float> Weights>
+    void write(const Model& model, Weights& weights, const std::filesystem::path& dir) const {
+        save_model_adapters(weights, model, dir / adapters_file);
+    }
+    template <strata::WeightBlocks<float> Weights>
+    void read(const Model& model, Weights& weights, const std::filesystem::path& dir) const {
+        load_model_adapters(weights, model, dir / adapters_file);
+    }
+};
 
 // The merged plain GPT-2 (gpt_model<float>(base)'s host blocks): W + (alpha / r) A B in every
 // adapted projection, every other tensor as the base has it.
@@ -191,3 +209,8 @@ inline gpt2_lora_config config_of(const std::filesystem::path& adapters) {
 }
 
 }  // namespace lora
+
+// A GPT-2 LoRA model's checkpoint files (strata/model/model_files.hpp): the adapters alone; the
+// base is the run's --init-from, which export merges them into.
+template <strata::Backend B>
+struct strata::model_files<lora::gpt2_lora_model<B>> : lora::adapter_files<lora::gpt2_lora_model<B>> {};

@@ -9,7 +9,8 @@
 #include <strata/data/dataset.hpp>              // data::dataset
 #include <strata/data/loader.hpp>               // data::batch, data::batch_loader
 #include <strata/model/decoder.hpp>             // decoder_model
-#include <strata/model/gpt.hpp>                 // gpt_model
+#include <strata/model/gpt.hpp>                 // gpt_model, its files (model_files<gpt_model>)
+#include <strata/model/model_files.hpp>         // model_files: a model's checkpoint files
 #include <strata/nn/cpu_ops.hpp>                // ops<cpu_backend>
 #include <strata/nn/gpt2_block.hpp>             // gpt2_block
 #include <strata/nn/layernorm_layer.hpp>        // layernorm_layer

@@ -7,6 +7,7 @@
 // 3 layers and 10 AdamW steps on a tiny model those differences grow, but stay far below 1e-4 on
 // the loss. A wrong kernel (a missing scale, a transposed weight) is off by 1e-1 or more.
 #include "support/backends.hpp"  // make_backend, STRATA_TESTS_WITH_CUDA
+#include "support/random_batch.hpp"  // test::random_batches
 
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
@@ -29,18 +30,8 @@ namespace {
 const gpt_config config{.vocab_size = 67, .max_seq = 24, .n_layer = 3, .n_head = 3, .n_embd = 36};
 
 std::vector<data::batch> micro_batches(int step, std::size_t accum, std::size_t B, std::size_t T) {
-    std::vector<data::batch> out;
-    rng gen(500 + step);
-    for (std::size_t k = 0; k < accum; ++k) {
-        data::batch b;
-        for (std::size_t i = 0; i < B * T; ++i) {
-            b.inputs.push_back(static_cast<token_id>(gen.next_u64() % config.vocab_size));
-            b.targets.push_back(i % 11 == 5 ? kernels::cpu::ignore_index
-                                            : static_cast<token_id>((b.inputs.back() * 5 + 2) % config.vocab_size));
-        }
-        out.push_back(std::move(b));
-    }
-    return out;
+    return test::random_batches(500 + step, {.vocab = config.vocab_size, .tokens = B * T, .count = accum, .scale = 5,
+                                             .shift = 2, .ignore_every = 11, .ignore_at = 5});
 }
 
 struct trajectory {

@@ -9,6 +9,7 @@
 //   gradient and moment bytes less host memory.
 #include "support/placements.hpp"  // test::streamed_trainer
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+#include "support/random_batch.hpp"  // test::random_batches
 
 #include <strata/model/decoder.hpp>
 #include <strata/nn/cpu_ops.hpp>
@@ -88,17 +89,8 @@ decoder_config decoder_shape(bool freeze_embeddings) {
 }
 
 std::vector<data::batch> micro_batches(int step, std::size_t accum, std::size_t B, std::size_t T) {
-    std::vector<data::batch> out;
-    rng gen(500 + step);
-    for (std::size_t k = 0; k < accum; ++k) {
-        data::batch b;
-        for (std::size_t i = 0; i < B * T; ++i) {
-            b.inputs.push_back(static_cast<token_id>(gen.next_u64() % config.vocab_size));
-            b.targets.push_back(static_cast<token_id>((b.inputs.back() * 5 + 2) % config.vocab_size));
-        }
-        out.push_back(std::move(b));
-    }
-    return out;
+    return test::random_batches(500 + step,
+                                {.vocab = config.vocab_size, .tokens = B * T, .count = accum, .scale = 5, .shift = 2});
 }
 
 struct run_result {

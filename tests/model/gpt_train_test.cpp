@@ -2,6 +2,7 @@
 // double, checkpointed backward == plain backward bitwise, and a few steps that lower the loss.
 // The last two run on every backend (float).
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+#include "support/random_batch.hpp"  // test::random_batches
 
 #include <strata/kernels/cpu/gradient_check.hpp>
 #include <strata/nn/cpu_ops.hpp>
@@ -23,12 +24,7 @@ namespace {
 gpt_config tiny() { return {.vocab_size = 11, .max_seq = 6, .n_layer = 2, .n_head = 2, .n_embd = 6}; }
 
 data::batch make_batch(std::size_t B, std::size_t T, std::size_t V, std::uint64_t seed, bool ignore_some) {
-    rng gen(seed);
-    data::batch b;
-    for (std::size_t i = 0; i < B * T; ++i) {
-        b.inputs.push_back(static_cast<token_id>(gen.next_u64() % V));
-        b.targets.push_back(static_cast<token_id>(gen.next_u64() % V));
-    }
+    data::batch b = test::random_batches(seed, {.vocab = V, .tokens = B * T, .scale = 0})[0];  // random targets
     if (ignore_some) b.targets[1] = b.targets[B * T - 2] = kernels::cpu::ignore_index;
     return b;
 }

@@ -21,6 +21,7 @@
 // Losses are compared relatively with the same bounds.
 #include "support/placements.hpp"  // test::streamed_trainer
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+#include "support/random_batch.hpp"  // test::random_batches
 
 #include <strata/model/lm_head.hpp>           // lm_head_loss_forward, lm_head_loss_backward
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend>
@@ -240,19 +241,9 @@ Model make_model(std::size_t chunk_rows) {
     return Model(gpt_shape(chunk_rows));
 }
 
-std::vector<data::batch> micro_batches(int step) {
-    std::vector<data::batch> out;
-    rng gen(900 + step);
-    for (int k = 0; k < 2; ++k) {
-        data::batch b;
-        for (std::size_t i = 0; i < batch * seq; ++i) {
-            b.inputs.push_back(static_cast<token_id>(gen.next_u64() % 29));
-            b.targets.push_back(static_cast<token_id>((b.inputs.back() * 7 + 3) % 29));
-        }
-        b.targets[5] = kernels::cpu::ignore_index;
-        out.push_back(std::move(b));
-    }
-    return out;
+std::vector<data::batch> micro_batches(int step) {  // two micro-batches; the sixth target of each ignored
+    return test::random_batches(900 + step, {.vocab = 29, .tokens = batch * seq, .count = 2, .scale = 7, .shift = 3,
+                                             .ignore_every = batch * seq, .ignore_at = 5});
 }
 
 template <class R>

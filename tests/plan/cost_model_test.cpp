@@ -4,6 +4,7 @@
 // ordering of two placements is the CPU backend's measured ordering, with rates measured here.
 #include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend> (before the model is instantiated)
+#include "support/random_batch.hpp"  // test::counting_batches
 #include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer (the calibration's host optimizer)
 #include <strata/plan/cost_model.hpp>         // predict, step_prediction
 #include <strata/plan/planner.hpp>            // plan, plan_request, detail::streamed_plan
@@ -319,13 +320,7 @@ machine_rates measure_cpu(cpu_backend& backend, const gpt_config& c, std::size_t
 }
 
 std::vector<data::batch> micro_batches(const gpt_config& c, std::size_t accum, std::size_t BT) {
-    std::vector<data::batch> micro(accum);
-    for (std::size_t k = 0; k < accum; ++k)
-        for (std::size_t i = 0; i < BT; ++i) {
-            micro[k].inputs.push_back(static_cast<token_id>((i * 5 + k) % c.vocab_size));
-            micro[k].targets.push_back(static_cast<token_id>((i * 5 + k + 1) % c.vocab_size));
-        }
-    return micro;
+    return test::counting_batches({.vocab = c.vocab_size, .tokens = BT, .count = accum, .stride = 5, .offset = 1});
 }
 
 // The measured step of plan p: the fastest of four after one warm-up step.

@@ -5,6 +5,7 @@
 #include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/model/decoder.hpp>            // decoder_model, decoder_config
 #include <strata/nn/cpu_ops.hpp>               // ops<cpu_backend>
+#include "support/random_batch.hpp"  // test::counting_batches
 #include <strata/nn/gpt2_block.hpp>            // gpt2_block
 #include <strata/nn/layernorm_layer.hpp>       // layernorm_layer
 #include <strata/plan/planner.hpp>             // plan, footprint_of
@@ -35,13 +36,7 @@ model_t make_model(bool freeze_embeddings) {
 }
 
 std::vector<data::batch> micro_batches(std::size_t accum, std::size_t BT) {
-    std::vector<data::batch> micro(accum);
-    for (std::size_t k = 0; k < accum; ++k)
-        for (std::size_t i = 0; i < BT; ++i) {
-            micro[k].inputs.push_back(static_cast<token_id>((i * 7 + k) % shape.vocab_size));
-            micro[k].targets.push_back(static_cast<token_id>((i * 7 + k + 1) % shape.vocab_size));
-        }
-    return micro;
+    return test::counting_batches({.vocab = shape.vocab_size, .tokens = BT, .count = accum, .stride = 7, .offset = 1});
 }
 
 memory_plan plan_for(const model_t& model, placement where) {

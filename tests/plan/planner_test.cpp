@@ -1,6 +1,7 @@
 // The memory planner: its bytes are the model's and the trainer's real allocations, its choices
 // follow the placement rules, and it refuses with the numbers when nothing fits.
 #include <strata/nn/cpu_ops.hpp>       // ops<cpu_backend> (before the model is instantiated)
+#include "support/random_batch.hpp"  // test::counting_batches
 #include <strata/plan/planner.hpp>     // plan, memory_plan, plan_request, default_budgets
 #include <strata/strata.hpp>           // cpu_backend, tier_options, tier_id
 #include <strata/train/tiered_trainer.hpp>    // trainer (the resident footprint, allocated for real)
@@ -302,13 +303,7 @@ TEST_CASE("a resident plan is what the resident trainer really allocates, on the
     CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
     t.initialize(1);
     backend.budget(tier_id::host).reset_peak();
-    std::vector<data::batch> micro(r.accum);
-    for (auto& b : micro)
-        for (std::size_t i = 0; i < r.model.batch * r.model.seq; ++i) {
-            b.inputs.push_back(static_cast<token_id>(i % c.vocab_size));
-            b.targets.push_back(static_cast<token_id>((i + 1) % c.vocab_size));
-        }
-    t.step(micro);
+    t.step(test::counting_batches({.vocab = c.vocab_size, .tokens = r.model.batch * r.model.seq, .count = r.accum}));
     CHECK(backend.budget(tier_id::host).peak() == p.total(tier_id::host));
     CHECK(backend.budget(tier_id::device).peak() == p.total(tier_id::device));
 }

@@ -4,6 +4,7 @@
 // to the byte, resident and streamed with the momentum on the host and on storage.
 #include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend> (before the model is instantiated)
+#include "support/random_batch.hpp"  // test::counting_batches
 #include <strata/plan/planner.hpp>            // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                  // cpu_backend, tier_options, tier_id
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
@@ -39,13 +40,7 @@ plan_request request(const any_optimizer& optimizer, placement where, bool on_st
 }
 
 std::vector<data::batch> micro_batches(std::size_t accum, std::size_t BT) {
-    std::vector<data::batch> micro(accum);
-    for (std::size_t k = 0; k < accum; ++k)
-        for (std::size_t i = 0; i < BT; ++i) {
-            micro[k].inputs.push_back(static_cast<token_id>((i + 3 * k) % config.vocab_size));
-            micro[k].targets.push_back(static_cast<token_id>((i + 3 * k + 1) % config.vocab_size));
-        }
-    return micro;
+    return test::counting_batches({.vocab = config.vocab_size, .tokens = BT, .count = accum, .stride = 1, .offset = 3});
 }
 
 // The trainer of plan p, running SGD in exactly the plan's budgets: every tier's peak over a step

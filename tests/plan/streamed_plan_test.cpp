@@ -3,6 +3,7 @@
 // budgets are exactly the plan's totals fits, and each tier's peak is the plan's total, to the byte.
 #include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>               // ops<cpu_backend> (before the model is instantiated)
+#include "support/random_batch.hpp"  // test::counting_batches
 #include <strata/plan/planner.hpp>             // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                   // cpu_backend, tier_options, tier_id
 #include <strata/train/checkpoint.hpp>         // download_blocks
@@ -31,13 +32,7 @@ const gpt_config blocks_largest{.vocab_size = 64, .max_seq = 16, .n_layer = 8, .
 const gpt_config embeddings_largest{.vocab_size = 512, .max_seq = 8, .n_layer = 3, .n_head = 2, .n_embd = 16};
 
 std::vector<data::batch> micro_batches(const gpt_config& c, std::size_t accum, std::size_t BT) {
-    std::vector<data::batch> micro(accum);
-    for (std::size_t k = 0; k < accum; ++k)
-        for (std::size_t i = 0; i < BT; ++i) {
-            micro[k].inputs.push_back(static_cast<token_id>((i + 3 * k) % c.vocab_size));
-            micro[k].targets.push_back(static_cast<token_id>((i + 3 * k + 1) % c.vocab_size));
-        }
-    return micro;
+    return test::counting_batches({.vocab = c.vocab_size, .tokens = BT, .count = accum, .stride = 1, .offset = 3});
 }
 
 // A fresh storage directory per run, removed at the end.

@@ -4,6 +4,7 @@
 // nothing; checkpoint I/O of the moments is not step traffic.
 #include "support/placements.hpp"  // test::streamed_trainer
 #include <strata/nn/cpu_ops.hpp>
+#include "support/random_batch.hpp"  // test::random_batches
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
 #include <strata/train/tiered_trainer.hpp>
@@ -22,18 +23,9 @@ namespace {
 
 const gpt_config config{.vocab_size = 23, .max_seq = 8, .n_layer = 3, .n_head = 2, .n_embd = 16};
 
-std::vector<data::batch> micro_batches(std::size_t accum, std::size_t BT, int seed) {
-    std::vector<data::batch> out;
-    rng gen(seed);
-    for (std::size_t k = 0; k < accum; ++k) {
-        data::batch b;
-        for (std::size_t i = 0; i < BT; ++i) {
-            b.inputs.push_back(static_cast<token_id>(gen.next_u64() % config.vocab_size));
-            b.targets.push_back(static_cast<token_id>(gen.next_u64() % config.vocab_size));
-        }
-        out.push_back(std::move(b));
-    }
-    return out;
+std::vector<data::batch> micro_batches(std::size_t accum, std::size_t BT, int seed) {  // random targets
+    return test::random_batches(static_cast<std::uint64_t>(seed),
+                                {.vocab = config.vocab_size, .tokens = BT, .count = accum, .scale = 0});
 }
 
 tier_options tiers() {

@@ -6,6 +6,7 @@
 #include <strata/strata.hpp>                  // gpt_model, tiered_trainer, rng, tier_options
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
+#include "support/random_batch.hpp"  // random_batches
 
 #include <unistd.h>  // getpid
 
@@ -22,18 +23,9 @@ inline const gpt_config tiny_gpt{.vocab_size = 29, .max_seq = 8, .n_layer = 3, .
 // seventh target is ignored, so the counted tokens differ from B * T * accum.
 inline std::vector<data::batch> micro_batches(int step, std::size_t accum, std::size_t B, std::size_t T,
                                               std::size_t vocab = tiny_gpt.vocab_size) {
-    std::vector<data::batch> out;
-    rng gen(1000 + static_cast<std::uint64_t>(step));
-    for (std::size_t k = 0; k < accum; ++k) {
-        data::batch b;
-        for (std::size_t i = 0; i < B * T; ++i) {
-            b.inputs.push_back(static_cast<token_id>(gen.next_u64() % vocab));
-            b.targets.push_back(i % 7 == 3 ? kernels::cpu::ignore_index
-                                           : static_cast<token_id>((b.inputs.back() * 3 + 1) % vocab));
-        }
-        out.push_back(std::move(b));
-    }
-    return out;
+    return random_batches(1000 + static_cast<std::uint64_t>(step), {.vocab = vocab, .tokens = B * T, .count = accum,
+                                                                    .scale = 3, .shift = 1, .ignore_every = 7,
+                                                                    .ignore_at = 3});
 }
 
 template <class R>

@@ -109,7 +109,7 @@ TEST_CASE_TEMPLATE("llama LoRA: only the adapters move, the loss on new text fal
     resident_t t(backend, model, options(1e-3));
     t.initialize(99);
     llama::upload_base_weights(t, model, base_config, base);
-    lora::load_model_adapters(t, model, dir.path() / "adapters.safetensors");
+    lora::load_model_adapters(strata::trainer_weights{t}, model, dir.path() / "adapters.safetensors");
     const auto loaded = download_blocks(t, resident_t::state_kind::params);
     for (std::size_t g = 0; g < model.group_count(); ++g) CHECK(same(loaded[g], resident.params[g]));
     CHECK(t.evaluate(text(3, 1000)) == resident.after);

@@ -345,4 +345,20 @@ qwen14=(--data "$work/data.txt" --n-layer 48 --n-head 40 --n-kv-head 8 --n-embd 
 grep -q "^machine: h200-1.5tb-4nvme (--machine" "$work/qwen14.log" || fail "--machine: $(head -8 "$work/qwen14.log")"
 grep -q "memory plan: streamed placement" "$work/qwen14.log" || fail "--machine 14B: $(cat "$work/qwen14.log")"
 refuses "so --machine only plans" "$llama" train "${common[@]}" --machine "$machines/h200.json" --out "$work/x"
+# --gpus 2 (the shared train flags: strata-gpt's data parallelism; on the CPU backend two ranks as
+# threads): the step's global batch is --accum 2's on one rank, so the losses agree to FP32
+# reduction-order rounding (1e-6 relative); the run resumes bitwise from its checkpoint
+one_micro=(--data "$work/data.txt" --n-layer 2 --n-head 2 --n-embd 16 --hidden 24 --seq-len 16 --batch 2 --steps 4
+           --eval-every 2 --eval-batches 2 --device cpu)  # common's, one micro-batch per rank
+"$llama" train "${one_micro[@]}" --placement resident --gpus 2 --out "$work/dp" --metrics "$work/dp.jsonl" > "$work/dp.log"
+grep -q "data parallel: 2 ranks" "$work/dp.log" || fail "--gpus 2: no ranks in the plan: $(head -12 "$work/dp.log")"
+paste <(grep -o '"loss":[^,}]*' "$work/resident.jsonl" | cut -d: -f2) <(grep -o '"loss":[^,}]*' "$work/dp.jsonl" | cut -d: -f2) |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) bad = 1; n++ } END { exit !(n == 4 && !bad) }' ||
+  fail "--gpus 2 losses differ from --accum 2's beyond 1e-6:\n$(losses "$work/resident.jsonl")\n---\n$(losses "$work/dp.jsonl")"
+"$llama" train "${one_micro[@]}" --placement resident --gpus 2 --stop-at 2 --out "$work/dp-half" \
+  --metrics "$work/dp-half.jsonl" > /dev/null
+"$llama" train --resume "$work/dp-half/step-000002" --device cpu > /dev/null
+cmp -s "$work/dp/step-000004/model.safetensors" "$work/dp-half/step-000004/model.safetensors" ||
+  fail "--gpus 2, stopped and resumed, differs from the run in one go"
+refuses "--tf32 applies to the CUDA backend" "$llama" train "${common[@]}" --tf32 --out "$work/x"
 echo "strata-llama CLI: all checks passed"

@@ -67,7 +67,7 @@ finetune run(B& backend, const Model& model, UploadBase&& upload_base, int steps
     r.params = strata::download_blocks(t, kind::params);
     r.m = strata::download_blocks(t, kind::adam_m);
     r.v = strata::download_blocks(t, kind::adam_v);
-    if (!save_to.empty()) lora::save_model_adapters(t, model, save_to);
+    if (!save_to.empty()) lora::save_model_adapters(strata::trainer_weights{t}, model, save_to);
     return r;
 }
 

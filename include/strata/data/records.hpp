@@ -28,6 +28,10 @@ enum class record_format { text, jsonl, instruct, chat, automatic };
 // What a file turned out to hold once read.
 enum class record_kind { base, instruct, chat };
 
+// Every format, in the order a command line lists them (to_string gives each one's name).
+inline constexpr record_format record_formats[] = {record_format::automatic, record_format::text, record_format::jsonl,
+                                                   record_format::instruct, record_format::chat};
+
 inline std::string_view to_string(record_format format) {
     switch (format) {
         case record_format::text: return "text";

@@ -46,10 +46,13 @@ constexpr std::string_view name_of(activation_policy p) {
     return "unknown";
 }
 
+// Every policy, in the order a command line lists them (name_of gives each one's name).
+inline constexpr activation_policy activation_policies[] = {activation_policy::automatic, activation_policy::keep,
+                                                            activation_policy::recompute, activation_policy::offload};
+
 // "auto" | "keep" | "recompute" | "offload", as a command line writes it.
 inline activation_policy activation_policy_from_string(std::string_view text) {
-    for (activation_policy p : {activation_policy::automatic, activation_policy::keep, activation_policy::recompute,
-                                activation_policy::offload})
+    for (activation_policy p : activation_policies)
         if (text == name_of(p)) return p;
     throw error("unknown activation policy '" + std::string(text) + "'", "use auto, keep, recompute or offload");
 }

@@ -34,7 +34,7 @@ struct machine_rates {
     double device_memory = 0;
 
     // The host optimizer's update rate with every core, parameters per second, per optimizer
-    // (keys: name_of(optimizer_kind): "adamw", "sgd", ...).
+    // (keys: a registered optimizer's name: "adamw", "sgd", ...).
     std::map<std::string, double> host_optimizer;
 };
 

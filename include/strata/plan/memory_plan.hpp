@@ -29,9 +29,12 @@ constexpr std::string_view name_of(placement p) {
     return "unknown";
 }
 
+// Every placement, in the order a command line lists them (name_of gives each one's name).
+inline constexpr placement placements[] = {placement::automatic, placement::resident, placement::streamed};
+
 // "auto" | "resident" | "streamed", as a command line writes it.
 inline placement placement_from_string(std::string_view text) {
-    for (placement p : {placement::automatic, placement::resident, placement::streamed})
+    for (placement p : placements)
         if (text == name_of(p)) return p;
     throw error("unknown placement '" + std::string(text) + "'", "use auto, resident or streamed");
 }

@@ -46,11 +46,22 @@ struct io_engine_options {
     std::size_t queue_depth = 0;  // io_uring: requests in the kernel at once (0: 64)
 };
 
+// Every engine kind, in the order a command line lists them, and each one's name.
+inline constexpr io_engine_kind io_engine_kinds[] = {io_engine_kind::automatic, io_engine_kind::thread_pool,
+                                                     io_engine_kind::io_uring};
+constexpr std::string_view name_of(io_engine_kind kind) {
+    switch (kind) {
+        case io_engine_kind::automatic: return "auto";
+        case io_engine_kind::thread_pool: return "threads";
+        case io_engine_kind::io_uring: return "io_uring";
+    }
+    return "unknown";
+}
+
 // "auto", "threads" or "io_uring" (the names a program's option may take) as an io_engine_kind.
 inline io_engine_kind io_engine_kind_from_string(std::string_view name) {
-    if (name == "auto") return io_engine_kind::automatic;
-    if (name == "threads") return io_engine_kind::thread_pool;
-    if (name == "io_uring") return io_engine_kind::io_uring;
+    for (io_engine_kind kind : io_engine_kinds)
+        if (name == name_of(kind)) return kind;
     throw error("'" + std::string(name) + "' is not an I/O engine", "use auto, threads or io_uring");
 }
 

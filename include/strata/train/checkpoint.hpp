@@ -1,7 +1,9 @@
 // Checkpoints: a directory per save, OUT/step-<N>/, holding
-//   model.safetensors     the weights under Hugging Face GPT-2 names and layouts (Conv1D [in, out]),
-//                         loadable by transformers.GPT2LMHeadModel.from_pretrained
-//   config.json           Hugging Face's GPT2 config
+//   the model's files     what model_files<Model> writes (model/model_files.hpp: the model's own
+//                         customization point; a GPT-2's model.safetensors + config.json,
+//                         loadable by transformers.GPT2LMHeadModel.from_pretrained; a LoRA
+//                         model's adapters), passed in as a model_files object (by default
+//                         value-initialized): this file names no model
 //   optimizer.safetensors the optimizer's state tensors under the same names, prefixed by the
 //                         state's name (AdamW: "m." / "v."; SGD: "momentum."), group by group
 //                         (the group's tensors of its first state, then of the next); absent
@@ -28,8 +30,7 @@
 #include <strata/io/file_fingerprint.hpp>  // fingerprint_of
 #include <strata/io/json_file.hpp>     // read_json_file, write_json_file, json_file_text
 #include <strata/io/safetensors.hpp>   // safetensors_writer, safetensors_file
-#include <strata/model/gpt.hpp>        // gpt_model, gpt_config_of, is_gpt_model
-#include <strata/nn/gpt2_config.hpp>   // gpt_config
+#include <strata/model/model_files.hpp>  // model_files, HasModelFiles, host_blocks, largest_block
 #include <strata/optim/optimizers.hpp> // any_optimizer (AdamW by default)
 #include <strata/optim/state_layout.hpp> // optimizer_state_layout
 #include <strata/train/tiered_trainer.hpp>    // trainer
@@ -43,11 +44,9 @@
 #include <filesystem>   // std::filesystem
 #include <optional>     // std::optional
 #include <regex>        // std::regex, std::regex_match
-#include <set>          // std::set
 #include <span>         // std::span
 #include <string>       // std::string
 #include <string_view>  // std::string_view
-#include <type_traits>  // std::false_type, std::true_type
 #include <utility>      // std::move, std::pair
 #include <vector>       // std::vector
 
@@ -57,77 +56,11 @@ inline std::string checkpoint_dir_name(long step) {
     return fmt::format("step-{:06}", step);
 }
 
-// Host copies of every parameter block of a model, in the model's group layout.
-template <class R>
-using host_blocks = std::vector<std::vector<R>>;
-
 // What a checkpoint holds besides the trainer state: everything a bitwise resume needs (FP32, per
 // trained parameter: 4 bytes of weights and 4 per optimizer state tensor, 12 with AdamW's m and
 // v), or the weights without the optimizer's state (4 bytes per parameter; a resume from it
 // starts that state from zero).
 enum class checkpoint_contents { full, weights };
-
-// The weights of a GPT-2 directory (strata's or Hugging Face's) in strata's group layout.
-template <class R>
-struct loaded_model {
-    gpt_config config;
-    host_blocks<R> blocks;
-};
-
-namespace detail {
-// Entries of HF GPT-2 files that are not parameters: causal-mask buffers of older exports.
-inline bool is_hf_buffer(const std::string& name) {
-    return name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
-}
-// HF files name parameters with or without the "transformer." prefix.
-inline std::string hf_key(const safetensors_file& f, const std::string& name) {
-    if (f.contains(name)) return name;
-    const std::string bare = name.substr(std::string("transformer.").size());
-    if (f.contains(bare)) return bare;
-    return {};
-}
-}  // namespace detail
-
-// model.safetensors of a GPT-2 model, declared: Hugging Face's names, the group layouts' shapes.
-template <class R, Backend B>
-safetensors_writer declared_model_tensors(const gpt_model<R, B>& model) {
-    safetensors_writer w;
-    w.set_metadata("format", "pt");
-    for (std::size_t g = 0; g < model.group_count(); ++g)
-        for (const auto& entry : model.groups()[g].entries()) w.declare<R>(model.hf_name(g, entry), entry.spec.shape.extents());
-    return w;
-}
-
-// The bytes of model.safetensors + config.json of a GPT-2 model, exactly.
-template <class R, Backend B>
-std::uint64_t model_files_bytes(const gpt_model<R, B>& model) {
-    return declared_model_tensors(model).file_size() + json_file_text(gpt_config_of(model).to_hf_json()).size();
-}
-
-namespace detail {
-// model.safetensors + config.json from blocks handed over group by group:
-// for_each_block(visit) calls visit(g, group g's whole block) for every group in order.
-template <class R, Backend B, class ForEachBlock>
-void write_model_files_by_group(const gpt_model<R, B>& model, ForEachBlock&& for_each_block,
-                                const std::filesystem::path& dir) {
-    declared_model_tensors(model).write_streamed(dir / "model.safetensors", [&](safetensors_writer::stream& out) {
-        for_each_block([&](std::size_t g, std::span<const R> block) {
-            for (const auto& entry : model.groups()[g].entries())
-                out.write(model.hf_name(g, entry), block.subspan(entry.offset, entry.spec.shape.numel()));
-        });
-    });
-    write_json_file(dir / "config.json", gpt_config_of(model).to_hf_json());
-}
-}  // namespace detail
-
-// The largest block of one kind of a model's state: whole weight blocks, or the trainable prefixes
-// that gradients and moments have.
-template <class Model>
-std::size_t largest_block(const Model& model, bool whole) {
-    std::size_t largest = 0;
-    for (const auto& layout : model.groups()) largest = std::max(largest, whole ? layout.numel() : layout.trainable_numel());
-    return largest;
-}
 
 // Hands one kind of the trainer's state to visit(g, block) group by group, in group order, through
 // one host buffer of the largest block (block is valid until visit returns): the weights' whole
@@ -151,94 +84,16 @@ void for_each_block(Trainer& t, typename Trainer::state_kind kind, Visit&& visit
     }
 }
 
-template <class R, Backend B>
-void write_model_files(const gpt_model<R, B>& model, const host_blocks<R>& blocks, const std::filesystem::path& dir) {
-    detail::write_model_files_by_group(
-        model, [&](auto&& visit) {
-            for (std::size_t g = 0; g < model.group_count(); ++g) visit(g, std::span<const R>(blocks[g]));
-        },
-        dir);
-}
-
-// The trainer's weights as model.safetensors + config.json, streamed group by group.
+// A trainer's weights as model_files reads and writes them (WeightBlocks: whole parameter blocks).
 template <class Trainer>
-    requires is_gpt_model<typename Trainer::model_type>::value
-void write_trainer_model_files(Trainer& t, const std::filesystem::path& dir) {
-    detail::write_model_files_by_group(
-        t.model(), [&](auto&& visit) { for_each_block(t, Trainer::state_kind::params, visit); }, dir);
-}
-
-// Reads config.json + model.safetensors. Tied weights: lm_head.weight, when present, must equal
-// wte. Causal-mask buffers are skipped; any other unknown tensor and any missing one is an error
-// naming it.
-template <class R>
-loaded_model<R> load_model_files(const std::filesystem::path& dir) {
-    if (!std::filesystem::exists(dir / "config.json") || !std::filesystem::exists(dir / "model.safetensors"))
-        throw error("'" + dir.string() + "' is not a GPT-2 checkpoint: config.json or model.safetensors is missing",
-                    "pass a directory written by strata-gpt (OUT/step-N) or a Hugging Face GPT-2 directory");
-    loaded_model<R> out;
-    out.config = gpt_config::from_hf_json(read_json_file(dir / "config.json"), (dir / "config.json").string());
-    gpt_model<R, cpu_backend> model(out.config);
-    const auto file = safetensors_file::open(dir / "model.safetensors");
-    std::set<std::string> used;
-    std::vector<std::string> missing;
-    for (std::size_t g = 0; g < model.group_count(); ++g) {
-        out.blocks.emplace_back(model.groups()[g].numel(), R(0));
-        for (const auto& entry : model.groups()[g].entries()) {
-            const std::string name = model.hf_name(g, entry);
-            const std::string key = detail::hf_key(file, name);
-            if (key.empty()) {
-                missing.push_back(name);
-                continue;
-            }
-            used.insert(key);
-            const auto& info = file.info(key);
-            std::span<R> dst(out.blocks[g].data() + entry.offset, entry.spec.shape.numel());
-            if (info.dtype == safetensors_dtype_v<R>) {
-                file.copy_to<R>(key, dst, entry.spec.shape.extents());
-            } else if (info.dtype == safetensors_dtype::f32) {  // e.g. float file into a double model
-                std::vector<float> tmp(dst.size());
-                file.copy_to<float>(key, std::span<float>(tmp), entry.spec.shape.extents());
-                std::copy(tmp.begin(), tmp.end(), dst.begin());
-            } else {
-                throw error("'" + (dir / "model.safetensors").string() + "': tensor '" + key + "' has dtype " +
-                                std::string(detail::dtype_row(info.dtype).name) + "; strata trains in FP32",
-                            "convert the checkpoint to float32 (torch_dtype float32)");
-            }
-        }
-    }
-    if (!missing.empty()) {
-        std::string list;
-        for (auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-        throw error("'" + (dir / "model.safetensors").string() + "' lacks " + std::to_string(missing.size()) +
-                        " tensor(s): " + list,
-                    "the file does not match config.json (n_layer, n_embd, vocab_size)");
-    }
-    std::vector<std::string> unknown;
-    for (const auto& name : file.names()) {
-        if (used.count(name) || detail::is_hf_buffer(name)) continue;
-        if (name == "lm_head.weight") {  // tied: must be a copy of wte
-            const std::string wte_key = detail::hf_key(file, "transformer.wte.weight");
-            std::vector<float> wte(file.info(wte_key).bytes.size() / sizeof(float));
-            std::vector<float> head(file.info(name).bytes.size() / sizeof(float));
-            file.copy_to<float>(wte_key, std::span<float>(wte));
-            file.copy_to<float>(name, std::span<float>(head));
-            if (wte != head)
-                throw error("'" + (dir / "model.safetensors").string() +
-                                "': lm_head.weight differs from transformer.wte.weight",
-                            "strata's GPT ties the LM head to the token embedding; untied heads are not supported");
-            continue;
-        }
-        unknown.push_back(name);
-    }
-    if (!unknown.empty()) {
-        std::string list;
-        for (auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
-        throw error("'" + (dir / "model.safetensors").string() + "' has tensor(s) a GPT-2 model does not: " + list,
-                    "is this a GPT-2 (GPT2LMHeadModel) checkpoint?");
-    }
-    return out;
-}
+struct trainer_weights {
+    using R = typename Trainer::model_type::value_type;
+    Trainer& t;
+    void download(std::size_t g, std::span<R> out) { t.download(Trainer::state_kind::params, g, out); }
+    void upload(std::size_t g, std::span<const R> in) { t.upload(Trainer::state_kind::params, g, in); }
+};
+template <class Trainer>
+trainer_weights(Trainer&) -> trainer_weights<Trainer>;
 
 // One host block per group: the weights' whole blocks, or for gradients and optimizer state the
 // trainable prefixes (empty for a frozen group). The whole state in memory at once: for tests and
@@ -285,8 +140,8 @@ std::uint64_t optimizer_file_bytes(const Model& model, const O& optimizer = O{})
     return declared_optimizer_tensors(model, optimizer).file_size();
 }
 
-// The bytes one checkpoint of `model` writes: the weights' files (weights_bytes: model_files_bytes
-// for a GPT-2, or what a model's own weights writer writes), optimizer.safetensors when `contents`
+// The bytes one checkpoint of `model` writes: the weights' files (weights_bytes: its
+// model_files' bytes), optimizer.safetensors when `contents`
 // is full, trainer_state.json (state_bytes: the caller's bound, since the loss curve it holds grows
 // with the run) and the extra files as they are now. File-system blocks (a few KiB per file) are
 // not counted. `optimizer` is the one that trains the model (a trainer's: t.optimizer()), with no
@@ -380,19 +235,27 @@ inline void check_checkpoint_consistent(const std::filesystem::path& dir, const 
     }
 }
 
+// What a checkpoint of a trainer of Model needs: its files (model/model_files.hpp).
+template <class Model>
+constexpr void check_model_has_files() {
+    static_assert(HasModelFiles<Model>,
+                  "this model has no checkpoint files: specialize strata::model_files<Model> next to the model "
+                  "(model/model_files.hpp: bytes, write and read), as model/gpt.hpp does for gpt_model");
+}
+
 // Saves what a resume needs into OUT/step-<N>/ atomically; returns that directory.
-// write_weights(dir) writes the weights' files into the directory being assembled; the default
-// (the overload below) writes a GPT-2 model.safetensors + config.json. A model whose weights are
-// saved otherwise (LoRA: only the adapters) passes its own. With checkpoint_contents::full, every
-// state tensor of the optimizer (AdamW: m and v) of every trainable tensor goes to
-// optimizer.safetensors, named "<state>." + the model's hf_name; with ::weights there is no such
-// file and trainer_state.json says "moments_saved": false. trainer_state.json's "optimizer" names
-// the optimizer and its hyperparameters.
-template <class Trainer, class WriteWeights>
+// The weights go to the model's files (`files`, model_files<Model>: a GPT-2's model.safetensors +
+// config.json; a LoRA model's adapters), taken from the trainer group by group. With
+// checkpoint_contents::full, every state tensor of the optimizer (AdamW: m and v) of every
+// trainable tensor goes to optimizer.safetensors, named "<state>." + the model's hf_name; with
+// ::weights there is no such file and trainer_state.json says "moments_saved": false.
+// trainer_state.json's "optimizer" names the optimizer and its hyperparameters.
+template <class Trainer>
 std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
-                                      const std::vector<std::filesystem::path>& extra_files,
-                                      WriteWeights&& write_weights,
-                                      checkpoint_contents contents = checkpoint_contents::full) {
+                                      const std::vector<std::filesystem::path>& extra_files = {},
+                                      checkpoint_contents contents = checkpoint_contents::full,
+                                      const model_files<typename Trainer::model_type>& files = {}) {
+    check_model_has_files<typename Trainer::model_type>();
     using kind = typename Trainer::state_kind;
     using R = typename Trainer::model_type::value_type;
     const auto final_dir = out_dir / checkpoint_dir_name(t.step_count());
@@ -400,7 +263,8 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
     std::filesystem::remove_all(tmp_dir);
     std::filesystem::create_directories(tmp_dir);
     try {
-        write_weights(tmp_dir);
+        trainer_weights<Trainer> weights{t};
+        files.write(t.model(), weights, tmp_dir);
         const bool with_moments = contents == checkpoint_contents::full;
         const auto states = t.optimizer().state_names();
         if (with_moments) {
@@ -442,25 +306,18 @@ std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& o
     return final_dir;
 }
 
-template <class Trainer>
-std::filesystem::path save_checkpoint(Trainer& t, const std::filesystem::path& out_dir, nlohmann::json trainer_state,
-                                      const std::vector<std::filesystem::path>& extra_files = {},
-                                      checkpoint_contents contents = checkpoint_contents::full) {
-    return save_checkpoint(
-        t, out_dir, std::move(trainer_state), extra_files,
-        [&](const std::filesystem::path& dir) { write_trainer_model_files(t, dir); }, contents);
-}
-
 // Restores weights, the optimizer's state and the step count; returns trainer_state.json.
-// read_weights(dir) puts the weights into the trainer (the default, below: a GPT-2
-// model.safetensors of the same shape); the state comes from optimizer.safetensors, by the names
+// The weights come from the model's files (`files`, model_files<Model>, which refuse files of
+// another shape); the state comes from optimizer.safetensors, by the names
 // of the trainer's optimizer's state tensors. The checkpoint's optimizer must be the trainer's
 // (checkpoint_optimizer: AdamW for checkpoints that do not say); its hyperparameters are the
 // caller's to compare. A checkpoint saved without the optimizer's state (moments_saved(state) is
 // false) sets it to zero: the optimizer starts afresh, and the run no longer equals one never
 // interrupted (the caller says so).
-template <class Trainer, class ReadWeights>
-nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, ReadWeights&& read_weights) {
+template <class Trainer>
+nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir,
+                               const model_files<typename Trainer::model_type>& files = {}) {
+    check_model_has_files<typename Trainer::model_type>();
     using kind = typename Trainer::state_kind;
     using R = typename Trainer::model_type::value_type;
     const auto state_path = dir / "trainer_state.json";
@@ -477,7 +334,8 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, Rea
     if (with_moments && !std::filesystem::exists(dir / "optimizer.safetensors"))
         throw error("'" + dir.string() + "' cannot be resumed: optimizer.safetensors is missing",
                     "resume from a checkpoint directory a trainer saved (its trainer_state.json and optimizer.safetensors beside the weights); to start from the weights only, load them as initial weights", {"init_from"});
-    read_weights(dir);
+    trainer_weights<Trainer> weights{t};
+    files.read(t.model(), weights, dir);
     std::optional<safetensors_file> opt;  // none: the state starts from zero
     if (with_moments) opt.emplace(safetensors_file::open(dir / "optimizer.safetensors"));
     const auto states = t.optimizer().state_names();
@@ -497,21 +355,6 @@ nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir, Rea
     }
     t.set_step_count(json_field<long>(state, "step", state_path.string()));
     return state;
-}
-
-template <class Trainer>
-nlohmann::json load_checkpoint(Trainer& t, const std::filesystem::path& dir) {
-    using kind = typename Trainer::state_kind;
-    using R = typename Trainer::model_type::value_type;
-    return load_checkpoint(t, dir, [&](const std::filesystem::path& from) {
-        auto loaded = load_model_files<R>(from);
-        const gpt_config c = gpt_config_of(t.model());
-        if (loaded.config.n_layer != c.n_layer || loaded.config.n_embd != c.n_embd || loaded.config.n_head != c.n_head ||
-            loaded.config.vocab_size != c.vocab_size || loaded.config.max_seq != c.max_seq)
-            throw error("checkpoint '" + from.string() + "' holds a different model shape than the one being trained",
-                        "resume with the same n_layer, n_head, n_embd, context and tokenizer", {"n_layer", "n_head", "n_embd", "seq_len", "tokenizer"});
-        for (std::size_t g = 0; g < loaded.blocks.size(); ++g) t.upload(kind::params, g, loaded.blocks[g]);
-    });
 }
 
 }  // namespace strata

@@ -33,7 +33,11 @@
 //      A loss past divergence_factor x the run's first loss is refused before anything is written.
 //      Every checkpoint is kept: a save never touches an earlier one.
 //
-// Resume (run_options::resume): load_checkpoint, with hooks.read_model for the weights, restores
+// The model's files in each checkpoint are model_files<Model>'s (model/model_files.hpp: the
+// model's own, e.g. model/gpt.hpp's for a GPT-2): run_training's last argument, value-initialized
+// by default; checkpoint.hpp writes and reads them, and calls nothing of this file back.
+//
+// Resume (run_options::resume): load_checkpoint, with the model's files for the weights, restores
 // the weights, the optimizer's state and the step; trainer_state.json the loader's cursor, the loss
 // curves and the run's first loss. The next step then draws the batches, and computes the bits, the
 // uninterrupted run would have, provided the trainer was built with the run's options (the caller
@@ -71,6 +75,7 @@
 #include <strata/report/trace.hpp>            // trace_recorder
 #include <strata/stream/prefetch_pipeline.hpp>  // transfer_counters
 #include <strata/tier/resources.hpp>          // free_disk_bytes
+#include <strata/model/model_files.hpp>       // model_files
 #include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, checkpoint_bytes
 #include <strata/train/tiered_trainer.hpp>           // step_result, train_options
 
@@ -145,13 +150,6 @@ struct checkpoint_plan {
 
 // What differs between models and programs. Every hook is optional.
 struct run_hooks {
-    // The model's files in a checkpoint directory being assembled (weights and config, or a LoRA
-    // model's adapters), and back into the trainer on resume (before the moments and the step are
-    // restored). Empty: the GPT-2 files of checkpoint.hpp (a gpt_model); any other model must set them.
-    std::function<void(const std::filesystem::path& dir)> write_model;
-    std::function<void(const std::filesystem::path& dir)> read_model;
-    // The bytes write_model writes, exactly (the space check before step 1). Empty: model_files_bytes (GPT-2).
-    std::function<std::uint64_t()> model_bytes;
     // The program's fields of trainer_state.json (an object: seed, options, tokenizer, ...).
     std::function<nlohmann::json()> state;
     // After a resume restored the trainer and the loader: the checkpoint's trainer_state.json.
@@ -365,8 +363,9 @@ private:
 // intact.
 template <RunTrainer Trainer>
 run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loader* validation, const run_options& o,
-                        const run_hooks& hooks = {}) {
+                        const run_hooks& hooks = {}, const model_files<typename Trainer::model_type>& files = {}) {
     namespace fs = std::filesystem;
+    check_model_has_files<typename Trainer::model_type>();
     std::ostream& notes = o.log ? *o.log : std::cout;
     const bool terminal = o.terminal.value_or(o.log == nullptr && stdout_is_terminal());
     const long steps = o.steps > 0 ? o.steps : t.options().schedule.total_steps;
@@ -375,32 +374,11 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     const long stop = o.stop_at > 0 ? o.stop_at : steps;
     const bool saving = o.checkpoints.has_value();
 
-    // The model's files: the hooks', or a GPT-2's (strata:: qualified: no other model's by ADL).
-    std::function<void(const fs::path&)> write_model = hooks.write_model, read_model = hooks.read_model;
-    std::function<std::uint64_t()> model_bytes = hooks.model_bytes;
-    if constexpr (requires(const fs::path& dir) { strata::write_trainer_model_files(t, dir); }) {
-        if (!write_model) write_model = [&t](const fs::path& dir) { strata::write_trainer_model_files(t, dir); };
-        if (!model_bytes) model_bytes = [&t] { return strata::model_files_bytes(t.model()); };
-    }
-    if (saving && (!write_model || !model_bytes))
-        throw error("run_training: this model has no default checkpoint files, and run_hooks::write_model or "
-                    "model_bytes is empty",
-                    "set run_hooks::write_model (the model's files into a checkpoint directory) and model_bytes "
-                    "(their size)");
-
     // Resume: weights, moments, step; the loader's place; the loss curve of the whole run so far.
     std::vector<loss_point> train_curve, val_curve;
     double first_loss = std::numeric_limits<double>::quiet_NaN();
     if (!o.resume.empty()) {
-        nlohmann::json state;
-        if (read_model) {
-            state = strata::load_checkpoint(t, o.resume, read_model);
-        } else if constexpr (requires(const fs::path& dir) { strata::write_trainer_model_files(t, dir); }) {
-            state = strata::load_checkpoint(t, o.resume);  // the GPT-2 files
-        } else {
-            throw error("run_training: resuming needs run_hooks::read_model for this model",
-                        "set run_hooks::read_model to read what write_model wrote back into the trainer");
-        }
+        const nlohmann::json state = strata::load_checkpoint(t, o.resume, files);
         const std::string state_file = (o.resume / "trainer_state.json").string();
         train.restore(json_field<data::loader_cursor>(state, "data_cursor", state_file));
         restore_loss_curve(state, train_curve, val_curve, first_loss, state_file);
@@ -422,7 +400,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
     if (saving) {
         plan.count = planned_checkpoints(from, stop, o.save_every);
         const std::uint64_t fixed = checkpoint_bytes(t.model(), t.optimizer(), *o.checkpoints,
-                                                     model_bytes(), 0, o.extra_files);
+                                                     files.bytes(t.model()), 0, o.extra_files);
         plan.bytes_each = mean_checkpoint_bytes(fixed, trainer_state(), from, stop, o.save_every);
         plan.free_bytes = free_disk_bytes(o.out);
     }
@@ -469,7 +447,7 @@ run_result run_training(Trainer& t, data::batch_loader& train, data::batch_loade
             detail::refuse_diverged_checkpoint(r.loss, first_loss, o.divergence_factor, r.step, last_good());
             if (hooks.before_checkpoint) hooks.before_checkpoint(o.out / checkpoint_dir_name(t.step_count()));
             result.last_checkpoint =
-                strata::save_checkpoint(t, o.out, trainer_state(), o.extra_files, write_model, *o.checkpoints);
+                strata::save_checkpoint(t, o.out, trainer_state(), o.extra_files, *o.checkpoints, files);
             write_file_atomically(o.out / "latest", result.last_checkpoint.filename().string() + "\n");
         }
         if (plotting)

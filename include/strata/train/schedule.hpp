@@ -44,6 +44,8 @@ struct lr_schedule {
 };
 
 inline constexpr std::string_view lr_kind_names = "constant, cosine, linear, step";
+// Every schedule, in the order a command line lists them (to_string gives each one's name).
+inline constexpr lr_kind lr_kinds[] = {lr_kind::cosine, lr_kind::linear, lr_kind::constant, lr_kind::step};
 
 inline std::string_view to_string(lr_kind kind) {
     switch (kind) {
