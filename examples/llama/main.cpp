@@ -76,7 +76,6 @@ struct train_args : examples::train_flags {
     std::size_t vocab = 0;                    // embedding rows; 0: the tokenizer's (or the checkpoint's)
     bool untied_head = false, qkv_bias = false;
     double rope_theta = 10000.0, norm_eps = 1e-5;
-            o.slots = p.slots;
     std::string moments = "host";  // the optimizer state's home when streamed (host, storage)
     std::string lora_targets = "qkv_proj,o_proj,gate_proj,up_proj,down_proj";
     train_args() { out = "runs/llama"; }

@@ -69,6 +69,7 @@ __device__ inline std::size_t row_end(const adafactor_view& v, std::size_t r) {
 }
 
 // One thread per sum row: its ||p||^2, and row_var's lerp (factored) or the variance's (vector).
+template <class Real>  // float: a template, so that every unit including this header may define it
 __global__ void rows_kernel(const float* p, const float* g, float* row, float* var, double* p_rows, std::size_t rows,
                             const adafactor_view v, const adafactor_constants<float> k) {
     const std::size_t r = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -86,6 +87,7 @@ __global__ void rows_kernel(const float* p, const float* g, float* row, float* v
 }
 
 // One thread per column of each matrix: col_var's lerp.
+template <class Real>  // float: a template, so that every unit including this header may define it
 __global__ void columns_kernel(const float* g, float* col, const adafactor_view v, const adafactor_constants<float> k) {
     const std::size_t j = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (j >= v.batch * v.cols) return;
@@ -96,6 +98,7 @@ __global__ void columns_kernel(const float* g, float* col, const adafactor_view 
 }
 
 // One thread: alpha from ||p||, and each matrix's row mean of row_var floored at eps1.
+template <class Real>  // float: a template, so that every unit including this header may define it
 __global__ void first_scalars_kernel(const double* p_rows, std::size_t rows, const float* row, float* row_mean,
                                      double* alpha, const adafactor_view v, const adafactor_constants<float> k) {
     double p_sum = 0;
@@ -111,6 +114,7 @@ __global__ void first_scalars_kernel(const double* p_rows, std::size_t rows, con
 }
 
 // One thread per sum row: its ||u||^2.
+template <class Real>  // float: a template, so that every unit including this header may define it
 __global__ void update_rows_kernel(const float* g, const float* row, const float* col, const float* var,
                                    const float* row_mean, double* u_rows, std::size_t rows, const adafactor_view v,
                                    const adafactor_constants<float> k) {
@@ -123,6 +127,7 @@ __global__ void update_rows_kernel(const float* g, const float* row, const float
 }
 
 // One thread: the step -alpha / max(1, ||u|| / (sqrt(n) d)), rounded to float.
+template <class Real>  // float: a template, so that every unit including this header may define it
 __global__ void step_kernel(const double* u_rows, std::size_t rows, const double* alpha, float* step,
                             const adafactor_constants<float> k) {
     double u_sum = 0;
@@ -133,6 +138,7 @@ __global__ void step_kernel(const double* u_rows, std::size_t rows, const double
 }
 
 // Every element: the decay, then p = fma(u, step, p).
+template <class Real>  // float: a template, so that every unit including this header may define it
 __global__ void apply_kernel(float* p, const float* g, const float* row, const float* col, const float* var,
                              const float* row_mean, const float* step, const adafactor_view v,
                              const adafactor_constants<float> k) {
@@ -170,20 +176,20 @@ inline void adafactor(float* p,        // (n)
     float* step = reinterpret_cast<float*>(alpha + 1);
     float* row_mean = reinterpret_cast<float*>(alpha + 2);
     constexpr unsigned threads = 128;
-    af::rows_kernel<<<ceil_div(rows, threads), threads, 0, stream>>>(p, g, row, var, p_rows, rows, v, k);
+    af::rows_kernel<float><<<ceil_div(rows, threads), threads, 0, stream>>>(p, g, row, var, p_rows, rows, v, k);
     check_launch("adafactor rows");
     if (v.factored && v.batch * v.cols > 0) {
-        af::columns_kernel<<<ceil_div(v.batch * v.cols, threads), threads, 0, stream>>>(g, col, v, k);
+        af::columns_kernel<float><<<ceil_div(v.batch * v.cols, threads), threads, 0, stream>>>(g, col, v, k);
         check_launch("adafactor columns");
     }
-    af::first_scalars_kernel<<<1, 1, 0, stream>>>(p_rows, rows, row, row_mean, alpha, v, k);
+    af::first_scalars_kernel<float><<<1, 1, 0, stream>>>(p_rows, rows, row, row_mean, alpha, v, k);
     check_launch("adafactor scalars");
-    af::update_rows_kernel<<<ceil_div(rows, threads), threads, 0, stream>>>(g, row, col, var, row_mean, u_rows, rows, v, k);
+    af::update_rows_kernel<float><<<ceil_div(rows, threads), threads, 0, stream>>>(g, row, col, var, row_mean, u_rows, rows, v, k);
     check_launch("adafactor update rows");
-    af::step_kernel<<<1, 1, 0, stream>>>(u_rows, rows, alpha, step, k);
+    af::step_kernel<float><<<1, 1, 0, stream>>>(u_rows, rows, alpha, step, k);
     check_launch("adafactor step");
     const unsigned blocks = ceil_div(v.n, 256) < 4096 ? ceil_div(v.n, 256) : 4096;
-    af::apply_kernel<<<blocks, 256, 0, stream>>>(p, g, row, col, var, row_mean, step, v, k);
+    af::apply_kernel<float><<<blocks, 256, 0, stream>>>(p, g, row, col, var, row_mean, step, v, k);
     check_launch("adafactor apply");
     strata::cuda::check(cudaFreeAsync(scratch, stream), "cudaFreeAsync (adafactor's scratch)");
 }
