@@ -55,16 +55,17 @@ void ops<cuda_backend>::attention_backward(stream& s, float* dqkv, float* worksp
         kernels::cuda::attention_backward(dqkv, saved, dout, out, qkv, B, T, C, NH, s.native());
         return;
     }
+    const size floats = attention_workspace(B, T, C, NH);
     if (workspace == nullptr)
         throw error("attention_backward (cuda): B=" + std::to_string(B) + ", T=" + std::to_string(T) + ", C=" +
-                        std::to_string(C) + ", NH=" + std::to_string(NH) + " takes " +
-                        std::to_string(attention_workspace(B, T, C, NH)) + " floats of workspace, none was given",
+                        std::to_string(C) + ", NH=" + std::to_string(NH) + " takes " + std::to_string(floats) +
+                        " floats of workspace, none was given",
                     "pass ops<cuda_backend>::attention_workspace(B, T, C, NH) floats (a Layer counts them in its "
                     "workspace_floats)");
     const auto address = reinterpret_cast<std::uintptr_t>(workspace);
     const std::uintptr_t skip =
         (attention_workspace_alignment - address % attention_workspace_alignment) % attention_workspace_alignment;
-    const size bytes = attention_workspace(B, T, C, NH) * sizeof(float) - skip;
+    const size bytes = floats * sizeof(float) - skip;
     kernels::cuda::attention_backward_key_tiles(dqkv, saved, dout, out, qkv, B, T, NH, NH, C / NH, algo,
                                                 reinterpret_cast<unsigned char*>(workspace) + skip, bytes, s.native());
 }
