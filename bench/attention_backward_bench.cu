@@ -18,6 +18,7 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs
 #include <cstddef>    // std::size_t
+#include <cstdint>    // std::uint32_t, std::uint64_t
 #include <cstdio>     // std::printf
 #include <cstdlib>    // std::getenv, std::strtoull
 #include <cstring>    // std::memcmp
@@ -106,8 +107,20 @@ void run(const shape& s, std::size_t partials_budget) {
     const double T = static_cast<double>(s.T);
     const double flops = 5.0 * 2.0 * s.B * s.NH * (T * T / 2) * s.HS;  // 5 causal (T, T, HS) products
     std::printf("\nB=%zu T=%zu NH=%zu NKV=%zu HS=%zu (%d timed runs each)\n", s.B, s.T, s.NH, s.NKV, s.HS, reps);
-    std::printf("  forward %.3f ms (the cost model's attention_forward_share: forward / (forward + backward))\n",
-                forward_ms);
+    // The forward's bits, so that two builds of the kernel can be compared (same hash: same output).
+    const auto fnv1a = [](const std::vector<float>& v) {
+        std::uint64_t h = 1469598103934665603ull;
+        for (const float x : v) {
+            std::uint32_t bits;
+            std::memcpy(&bits, &x, sizeof bits);
+            for (int i = 0; i < 4; ++i) h = (h ^ ((bits >> (8 * i)) & 0xffu)) * 1099511628211ull;
+        }
+        return h;
+    };
+    std::printf("  forward %.3f ms, %.1f TFLOP/s (the cost model's attention_forward_share: forward / (forward + "
+                "backward)); out, lse hash %016llx %016llx\n",
+                forward_ms, flops / 5.0 * 2.0 / (forward_ms * 1e9),
+                static_cast<unsigned long long>(fnv1a(out.download())), static_cast<unsigned long long>(fnv1a(lse.download())));
     std::printf("  %-10s %10s %8s %9s %12s %14s %10s %9s\n", "algo", "ms", "ratio", "TFLOP/s", "workspace MB",
                 "max|diff| rel", "repeatable", "bwd/fwd");
 

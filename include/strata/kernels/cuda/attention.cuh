@@ -57,7 +57,8 @@ constexpr int cols_per_thread = 8;
 // Occupancy at D = 64 (nvcc 13, plain __launch_bounds__(128), no spills): the forward gets 168
 // registers and 69 KB of shared memory, 3 blocks per multiprocessor; dk/dv 220 registers and
 // 107 KB, dq 198 and 88 KB, 2 blocks. A minimum-blocks hint of 2 makes ptxas take 255 registers
-// and spill instead. (D = 128, for generality, runs 1 block and dk/dv spills 80 bytes.)
+// and spill instead. (D = 128: the forward runs 2 blocks with P in K's buffer, below; dk/dv and dq
+// 1 block, and dk/dv spills 80 bytes.)
 constexpr float log2e = 1.4426950408889634f;
 constexpr float ln2 = 0.6931471805599453f;
 
@@ -83,8 +84,20 @@ struct head_tile {
 };
 
 // Shared memory of each kernel, in floats.
+// The forward's P tile shares K's buffer where separate tiles would keep it at one block per
+// multiprocessor: at D = 128, Q, K, V and P take 133 KB (one block of 4 warps per SM, 17 TFLOP/s
+// measured), Q, V and K|P 102 KB (two blocks; the next K tile is then copied after O += P V instead
+// of during the softmax, and the other block hides that copy). Same products in the same order:
+// the same bits either way.
 template <int D>
-constexpr int forward_smem = 3 * head_tile<D>::size + head_tile<D>::score_size;  // Q, K, V, P
+constexpr bool forward_p_in_k = D >= 128;
+template <int D>
+constexpr int forward_k_floats =  // K's buffer, which holds P too where forward_p_in_k
+    forward_p_in_k<D> && head_tile<D>::score_size > head_tile<D>::size ? head_tile<D>::score_size
+                                                                       : head_tile<D>::size;
+template <int D>
+constexpr int forward_smem = forward_p_in_k<D> ? 2 * head_tile<D>::size + forward_k_floats<D>  // Q, V, K|P
+                                               : 3 * head_tile<D>::size + head_tile<D>::score_size;  // Q, K, V, P
 template <int D>
 constexpr int dkdv_smem = 4 * head_tile<D>::size + 2 * head_tile<D>::score_size + 2 * tile;  // K V Q dO, P dS, lse D
 template <int D>
@@ -291,10 +304,11 @@ __global__ void __launch_bounds__(attention_detail::threads)
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
     using shape = head_tile<D>;
     extern __shared__ float4 smem_f4[];
+    constexpr bool p_in_k = forward_p_in_k<D>;
     float* Qs = reinterpret_cast<float*>(smem_f4);  // (64, D + 4)
     float* Ks = Qs + shape::size;                   // (64, D + 4)
-    float* Vs = Ks + shape::size;                   // (64, D + 4)
-    float* Ps = Vs + shape::size;                   // (64, score_ld)
+    float* Vs = Ks + forward_k_floats<D>;           // (64, D + 4)
+    float* Ps = p_in_k ? Ks : Vs + shape::size;     // (64, score_ld)
 
     const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
     const int n_tiles = static_cast<int>(gridDim.y);
@@ -306,7 +320,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
     const float* k = q + C;                                                // (T, HS)
     const float* v = q + 2 * C;                                            // (T, HS)
 
-    // Copy groups, in commit order: {Q, K0}, {V0}, then per key tile {K next}, {V next}.
+    // Copy groups, in commit order: {Q, K0}, {V0}, then per key tile {K next}, {V next} (where P
+    // is in K's buffer, both after O += P V).
     load_tile_async<D>(Qs, q + q0 * ld, ld, min(tile, T - q0), HS, vector16);
     load_tile_async<D>(Ks, k, ld, min(tile, T), HS, vector16);
     copy_async_commit();
@@ -325,7 +340,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         float s[rows_per_thread][cols_per_thread];
         tile_dot<D>(s, Qs, Ks, ty, tx);
         __syncthreads();  // everyone is done with Ks
-        if (!last) {
+        if (!p_in_k && !last) {
             load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS, vector16);
             copy_async_commit();
         }
@@ -354,7 +369,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
 #pragma unroll
             for (int n = 0; n < shape::out_cols; ++n) o[i][n] *= correction;
         }
-        if (!last)
+        if (!p_in_k && !last)
             copy_async_wait<1>();  // V(kt) landed; K(kt + 1) may still be in flight
         else
             copy_async_wait<0>();
@@ -362,6 +377,10 @@ __global__ void __launch_bounds__(attention_detail::threads)
         tile_mma<D>(o, Ps, Vs, ty, tx);
         __syncthreads();  // everyone is done with Vs and Ps
         if (!last) {
+            if (p_in_k) {
+                load_tile_async<D>(Ks, k + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS, vector16);
+                copy_async_commit();
+            }
             load_tile_async<D>(Vs, v + (kt + 1) * tile * ld, ld, min(tile, T - (kt + 1) * tile), HS, vector16);
             copy_async_commit();
         }
