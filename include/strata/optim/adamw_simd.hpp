@@ -10,7 +10,9 @@
 // The instruction set is picked at run time (__builtin_cpu_supports), per function with
 // __attribute__((target(...))), so the library needs no -march flag: AVX-512F, else AVX2 + FMA,
 // else the scalar reference. Heads and tails shorter than a vector use masked loads and stores,
-// i.e. the same vector code, not a second scalar loop.
+// i.e. the same vector code, not a second scalar loop. The loop is written once
+// (optim/detail/adamw_kernel.inl) over lane traits (optim/simd_lanes.hpp) and compiled once per
+// instruction set.
 //
 // Two compiler habits could break the equality, and are refused here:
 // - contraction (-ffp-contract=fast, GCC's default in gnu++ modes): GCC's intrinsics are plain
