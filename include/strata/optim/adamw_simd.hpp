@@ -10,7 +10,9 @@
 // The instruction set is picked at run time (__builtin_cpu_supports), per function with
 // __attribute__((target(...))), so the library needs no -march flag: AVX-512F, else AVX2 + FMA,
 // else the scalar reference. Heads and tails shorter than a vector use masked loads and stores,
-// i.e. the same vector code, not a second scalar loop.
+// i.e. the same vector code, not a second scalar loop. The loop is written once
+// (optim/detail/adamw_kernel.inl) over lane traits (optim/simd_lanes.hpp) and compiled once per
+// instruction set.
 //
 // Two compiler habits could break the equality, and are refused here:
 // - contraction (-ffp-contract=fast, GCC's default in gnu++ modes): GCC's intrinsics are plain
@@ -24,6 +26,7 @@
 #include <strata/core/error.hpp>              // strata::error
 #include <strata/optim/adamw.hpp>             // adamw_hparams, adamw_constants, adamw_apply (the reference)
 #include <strata/optim/host_thread_pool.hpp>  // host_thread_pool, chunking
+#include <strata/optim/simd_lanes.hpp>        // avx512f_lanes, avx2_fma_lanes, for_each_vector
 
 #include <cfenv>        // std::fenv_t, std::fegetenv, std::fesetenv
 #include <cstddef>      // std::size_t
@@ -32,10 +35,6 @@
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
 #include <type_traits>  // std::bool_constant
-
-#if defined(__x86_64__)
-#include <immintrin.h>  // AVX2, FMA and AVX-512F intrinsics
-#endif
 
 #ifdef __FAST_MATH__
 #error "strata/optim/adamw_simd.hpp promises results bitwise equal to the reference AdamW, and -ffast-math lets the compiler reorder and approximate that arithmetic: compile this file without it"
@@ -119,205 +118,18 @@ inline void with_adamw_flags(const adamw_constants<float>& s, bool scaled, Kerne
 }
 
 #if defined(__x86_64__)
-
-// Software prefetch this far ahead in each of p, g, m, v. With 16 threads on the H200 host (Xeon,
-// 1 GiB of state) it lifted AdamW from ~0.9x to ~1.0x the bandwidth of a plain stream with the
-// same traffic (4.9 -> 5.6 G params/s; 1 KiB ahead gave the same): the hardware prefetchers alone
-// keep too few lines in flight while the core waits on divisions.
-inline constexpr std::size_t adamw_prefetch_floats = 512 / sizeof(float);
-
-// Prefetches of lines past the arrays' ends are harmless: a prefetch never faults.
-__attribute__((always_inline)) inline void prefetch_four(const float* p, const float* g, const float* m,
-                                                         const float* v) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + adamw_prefetch_floats), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(g + adamw_prefetch_floats), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(m + adamw_prefetch_floats), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(v + adamw_prefetch_floats), _MM_HINT_T0);
-}
-
-// ---- AVX-512F: 16 lanes, heads and tails through k-masks ----
-
-struct adamw_avx512f_constants {
-    __m512 decay_factor, lerp_weight, one_minus_lerp_weight, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
-    __m512i sign_bit;
-    __m512 grad_scale;
-};
-
-// One vector of elements: the reference's loop body, lane-wise.
-template <bool Masked, bool Decay, bool SmallWeight, bool Scaled>
-__attribute__((target("avx512f"), always_inline)) inline void adamw_lanes_avx512f(float* p, const float* g, float* m,
-                                                                                  float* v, __mmask16 lanes,
-                                                                                  const adamw_avx512f_constants& k) {
-    __m512 param, grad, exp_avg, exp_avg_sq;
-    if constexpr (Masked) {
-        param = _mm512_maskz_loadu_ps(lanes, p);
-        grad = _mm512_maskz_loadu_ps(lanes, g);
-        exp_avg = _mm512_maskz_loadu_ps(lanes, m);
-        exp_avg_sq = _mm512_maskz_loadu_ps(lanes, v);
-    } else {
-        param = _mm512_loadu_ps(p);
-        grad = _mm512_loadu_ps(g);
-        exp_avg = _mm512_loadu_ps(m);
-        exp_avg_sq = _mm512_loadu_ps(v);
-    }
-    if constexpr (Scaled) {
-        grad = _mm512_mul_ps(grad, k.grad_scale);
-        asm("" : "+v"(grad));  // keeps this product out of an FMA with `grad - m`
-    }
-    if constexpr (Decay) {
-        param = _mm512_mul_ps(param, k.decay_factor);
-        asm("" : "+v"(param));  // keeps this product out of an FMA with the final add
-    }
-    const __m512 diff = _mm512_sub_ps(grad, exp_avg);
-    if constexpr (SmallWeight) {
-        exp_avg = _mm512_fmadd_ps(k.lerp_weight, diff, exp_avg);
-    } else {  // fma(-(grad - m), 1 - w, grad): the negation is a sign flip, as in scalar code
-        const __m512 neg_diff = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(diff), k.sign_bit));
-        exp_avg = _mm512_fmadd_ps(neg_diff, k.one_minus_lerp_weight, grad);
-    }
-    exp_avg_sq = _mm512_mul_ps(exp_avg_sq, k.beta2);
-    exp_avg_sq = _mm512_fmadd_ps(_mm512_mul_ps(k.one_minus_beta2, grad), grad, exp_avg_sq);
-    // maskz with every lane set is plain vsqrtps; _mm512_sqrt_ps trips GCC 12's -Wmaybe-uninitialized
-    const __m512 root = _mm512_maskz_sqrt_ps(static_cast<__mmask16>(0xFFFF), exp_avg_sq);
-    const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, k.bc2_sqrt), k.eps);
-    param = _mm512_add_ps(param, _mm512_div_ps(_mm512_mul_ps(k.neg_step_size, exp_avg), denom));
-    if constexpr (Masked) {
-        _mm512_mask_storeu_ps(p, lanes, param);
-        _mm512_mask_storeu_ps(m, lanes, exp_avg);
-        _mm512_mask_storeu_ps(v, lanes, exp_avg_sq);
-    } else {
-        _mm512_storeu_ps(p, param);
-        _mm512_storeu_ps(m, exp_avg);
-        _mm512_storeu_ps(v, exp_avg_sq);
-    }
-}
-
-template <bool Decay, bool SmallWeight, bool Scaled>
-__attribute__((target("avx512f"))) inline void adamw_kernel_avx512f(float* p, const float* g, float* m, float* v,
-                                                                    std::size_t n, const adamw_constants<float>& s,
-                                                                    float grad_scale) {
-    // Copied into vectors before the first store: p, m, v are floats and could alias `s`.
-    const adamw_avx512f_constants k{_mm512_set1_ps(s.decay_factor),    _mm512_set1_ps(s.lerp_weight),
-                                    _mm512_set1_ps(1.0f - s.lerp_weight), _mm512_set1_ps(s.beta2),
-                                    _mm512_set1_ps(s.one_minus_beta2), _mm512_set1_ps(s.bc2_sqrt),
-                                    _mm512_set1_ps(s.eps),             _mm512_set1_ps(s.neg_step_size),
-                                    _mm512_set1_epi32(static_cast<int>(0x80000000u)), _mm512_set1_ps(grad_scale)};
-    constexpr std::size_t width = 16;
-    const auto first_lanes = [](std::size_t count) { return static_cast<__mmask16>((1u << count) - 1); };
-    // A masked head up to p's next cache line, so the full vectors store p on 64-byte boundaries.
-    std::size_t head = (64 - reinterpret_cast<std::uintptr_t>(p) % 64) % 64 / sizeof(float);
-    if (head > n) head = n;
-    if (head > 0) adamw_lanes_avx512f<true, Decay, SmallWeight, Scaled>(p, g, m, v, first_lanes(head), k);
-    std::size_t i = head;
-    for (; i + width <= n; i += width) {
-        prefetch_four(p + i, g + i, m + i, v + i);  // one cache line of each per iteration
-        adamw_lanes_avx512f<false, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, 0xFFFF, k);
-    }
-    if (i < n) adamw_lanes_avx512f<true, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, first_lanes(n - i), k);
-}
-
-// ---- AVX2 + FMA: 8 lanes, heads and tails through maskload/maskstore ----
-
-struct adamw_avx2_constants {
-    __m256 decay_factor, lerp_weight, one_minus_lerp_weight, beta2, one_minus_beta2, bc2_sqrt, eps, neg_step_size;
-    __m256 sign_bit;
-    __m256 grad_scale;
-};
-
-template <bool Masked, bool Decay, bool SmallWeight, bool Scaled>
-__attribute__((target("avx2,fma"), always_inline)) inline void adamw_lanes_avx2(float* p, const float* g, float* m,
-                                                                               float* v, __m256i lanes,
-                                                                               const adamw_avx2_constants& k) {
-    __m256 param, grad, exp_avg, exp_avg_sq;
-    if constexpr (Masked) {
-        param = _mm256_maskload_ps(p, lanes);
-        grad = _mm256_maskload_ps(g, lanes);
-        exp_avg = _mm256_maskload_ps(m, lanes);
-        exp_avg_sq = _mm256_maskload_ps(v, lanes);
-    } else {
-        param = _mm256_loadu_ps(p);
-        grad = _mm256_loadu_ps(g);
-        exp_avg = _mm256_loadu_ps(m);
-        exp_avg_sq = _mm256_loadu_ps(v);
-    }
-    if constexpr (Scaled) {
-        grad = _mm256_mul_ps(grad, k.grad_scale);
-        asm("" : "+v"(grad));  // keeps this product out of an FMA with `grad - m`
-    }
-    if constexpr (Decay) {
-        param = _mm256_mul_ps(param, k.decay_factor);
-        asm("" : "+v"(param));  // keeps this product out of an FMA with the final add
-    }
-    const __m256 diff = _mm256_sub_ps(grad, exp_avg);
-    if constexpr (SmallWeight) {
-        exp_avg = _mm256_fmadd_ps(k.lerp_weight, diff, exp_avg);
-    } else {  // fma(-(grad - m), 1 - w, grad): the negation is a sign flip, as in scalar code
-        exp_avg = _mm256_fmadd_ps(_mm256_xor_ps(diff, k.sign_bit), k.one_minus_lerp_weight, grad);
-    }
-    exp_avg_sq = _mm256_mul_ps(exp_avg_sq, k.beta2);
-    exp_avg_sq = _mm256_fmadd_ps(_mm256_mul_ps(k.one_minus_beta2, grad), grad, exp_avg_sq);
-    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(exp_avg_sq), k.bc2_sqrt), k.eps);
-    param = _mm256_add_ps(param, _mm256_div_ps(_mm256_mul_ps(k.neg_step_size, exp_avg), denom));
-    if constexpr (Masked) {
-        _mm256_maskstore_ps(p, lanes, param);
-        _mm256_maskstore_ps(m, lanes, exp_avg);
-        _mm256_maskstore_ps(v, lanes, exp_avg_sq);
-    } else {
-        _mm256_storeu_ps(p, param);
-        _mm256_storeu_ps(m, exp_avg);
-        _mm256_storeu_ps(v, exp_avg_sq);
-    }
-}
-
-// The mask of lanes [0, count), count <= 8.
-__attribute__((target("avx2"), always_inline)) inline __m256i first_lanes_avx2(std::size_t count) {
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-template <bool Decay, bool SmallWeight, bool Scaled>
-__attribute__((target("avx2,fma"))) inline void adamw_kernel_avx2(float* p, const float* g, float* m, float* v,
-                                                                  std::size_t n, const adamw_constants<float>& s,
-                                                                  float grad_scale) {
-    const adamw_avx2_constants k{_mm256_set1_ps(s.decay_factor),    _mm256_set1_ps(s.lerp_weight),
-                                 _mm256_set1_ps(1.0f - s.lerp_weight), _mm256_set1_ps(s.beta2),
-                                 _mm256_set1_ps(s.one_minus_beta2), _mm256_set1_ps(s.bc2_sqrt),
-                                 _mm256_set1_ps(s.eps),             _mm256_set1_ps(s.neg_step_size),
-                                 _mm256_set1_ps(-0.0f),             _mm256_set1_ps(grad_scale)};
-    constexpr std::size_t width = 8;
-    // A masked head up to p's next 32-byte boundary: full vectors then never split a cache line.
-    std::size_t head = (32 - reinterpret_cast<std::uintptr_t>(p) % 32) % 32 / sizeof(float);
-    if (head > n) head = n;
-    if (head > 0) adamw_lanes_avx2<true, Decay, SmallWeight, Scaled>(p, g, m, v, first_lanes_avx2(head), k);
-    std::size_t i = head;
-    const __m256i all_lanes = _mm256_set1_epi32(-1);
-    for (; i + width <= n; i += width) {
-        if ((i - head) % 16 == 0) prefetch_four(p + i, g + i, m + i, v + i);  // once per cache line of p
-        adamw_lanes_avx2<false, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, all_lanes, k);
-    }
-    if (i < n) adamw_lanes_avx2<true, Decay, SmallWeight, Scaled>(p + i, g + i, m + i, v + i, first_lanes_avx2(n - i), k);
-}
-
-#endif  // __x86_64__
+// adamw_kernel(s, p, g, m, v, n, grad_scale) in namespaces avx512f and avx2_fma: AdamW's vector
+// loop, written once over the lane traits and compiled for each instruction set.
+#define STRATA_SIMD_BODY <strata/optim/detail/adamw_kernel.inl>
+#include <strata/optim/detail/for_each_isa.inl>
+#endif
 
 // One step over n elements on a resolved (concrete, available) path; grad_scale 1 skips the scale.
 inline void adamw_range(adamw_path path, const adamw_constants<float>& s, float* p, const float* g, float* m, float* v,
                         std::size_t n, float grad_scale = 1.0f) {
 #if defined(__x86_64__)
-    const bool scaled = grad_scale != 1.0f;
-    if (path == adamw_path::avx512f) {
-        with_adamw_flags(s, scaled, [&](auto decay, auto small_weight, auto scale) {
-            adamw_kernel_avx512f<decltype(decay)::value, decltype(small_weight)::value, decltype(scale)::value>(
-                p, g, m, v, n, s, grad_scale);
-        });
-        return;
-    }
-    if (path == adamw_path::avx2_fma) {
-        with_adamw_flags(s, scaled, [&](auto decay, auto small_weight, auto scale) {
-            adamw_kernel_avx2<decltype(decay)::value, decltype(small_weight)::value, decltype(scale)::value>(
-                p, g, m, v, n, s, grad_scale);
-        });
-        return;
-    }
+    if (path == adamw_path::avx512f) return avx512f::adamw_kernel(s, p, g, m, v, n, grad_scale);
+    if (path == adamw_path::avx2_fma) return avx2_fma::adamw_kernel(s, p, g, m, v, n, grad_scale);
 #endif
     // The scalar path is the reference's own element loop.
     adamw_apply(p, g, m, v, n, s, grad_scale);
