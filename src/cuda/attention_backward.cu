@@ -1,7 +1,8 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), attention's backward: the key-tile backward with dq partials
 // (kernels/cuda/attention_backward.cuh: S, P, dP once per tile pair) where its workspace fits the
-// library's bound, else the two-kernel backward (kernels/cuda/attention.cuh: dk/dv and dq kernels,
-// one instance each per padded head size); the largest part of strata's device code.
+// library's bound, else the key-tile backward with dq added in order (head size 128) or the
+// two-kernel backward (kernels/cuda/attention.cuh: dk/dv and dq kernels, one instance each per
+// padded head size); the largest part of strata's device code.
 // Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
 #include <strata/kernels/cuda/attention.cuh>           // attention_backward
 #include <strata/kernels/cuda/attention_backward.cuh>  // attention_backward_key_tiles, attention_backward_pick
@@ -25,9 +26,10 @@ std::atomic<bool>& two_kernel_attention_flag() {
     return on;
 }
 
-// The attention backward ops<cuda_backend> runs for a shape: partials where its workspace fits the
-// library's bound, else recompute; recompute too for shapes the key-tile kernels do not take
-// (attention_backward then refuses them with its own message).
+// The attention backward ops<cuda_backend> runs for a shape: attention_backward_pick's (partials
+// where its workspace fits the library's bound, else ordered at D = 128 and recompute below);
+// recompute too for shapes the key-tile kernels do not take (attention_backward then refuses them
+// with its own message).
 kernels::cuda::attention_backward_algo attention_algo(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {
     using kernels::cuda::attention_backward_algo;
     if (two_kernel_attention_flag().load() || NH == 0 || C % NH != 0 || C / NH == 0 || C / NH > 128)

@@ -1,6 +1,7 @@
 // ops<cuda_backend>::attention_backward, the backward the models run: the key-tile backward with dq
-// partials (kernels/cuda/attention_backward.cuh) where attention_workspace says it fits, the
-// two-kernel backward (kernels/cuda/attention.cuh) elsewhere; the same bits as the kernel it picks,
+// partials (kernels/cuda/attention_backward.cuh) where attention_workspace says it fits, with dq
+// added in order at head size 128 where it does not, the two-kernel backward (kernels/cuda/attention.cuh)
+// elsewhere; the same bits as the kernel it picks,
 // the same bits run to run, the two-kernel backward's values within FP32 tolerance, and a clear
 // error without its workspace.
 //
@@ -91,6 +92,33 @@ TEST_CASE("cuda ops attention_backward: partials where their workspace fits, the
         INFO(e.describe("partials vs two-kernel"));
         CHECK(e.error < 5e-5);
     }
+}
+
+TEST_CASE("cuda ops attention_backward: ordered at head size 128 where partials would not fit, the kernel's bits") {
+    if (test::skip_without_gpu()) return;
+    if (op::two_kernel_attention_backward()) {
+        test::skip("this process was switched to the two-kernel backward (the last case of this file ran first)");
+        return;
+    }
+    // B=1 T=16384 NH=2 HS=128: partials would take 4.3 GB (above attention_partials_limit_bytes);
+    // ordered's workspace is linear in T (dout . out per row and a counter per query tile).
+    const problem p(1, 16384, 256, 2, 50);
+    const std::size_t HS = p.C / p.NH;
+    REQUIRE(gpu::attention_backward_workspace(gpu::attention_backward_algo::partials, p.B, p.T, p.NH, HS) >
+            gpu::attention_partials_limit_bytes);
+    REQUIRE(gpu::attention_backward_pick(p.B, p.T, p.NH, HS) == gpu::attention_backward_algo::ordered);
+    const std::size_t bytes = gpu::attention_backward_workspace(gpu::attention_backward_algo::ordered, p.B, p.T, p.NH, HS);
+    CHECK(op::attention_workspace(p.B, p.T, p.C, p.NH) * sizeof(float) >= bytes + 255);
+    CHECK(bytes < std::size_t{1} << 20);
+    const results r = run(p, gpu::attention_backward_algo::ordered);
+    CHECK(test::first_difference(r.ops, r.kernel, "ops vs attention_backward_key_tiles (ordered)") == "");
+    CHECK(test::first_difference(r.ops_again, r.ops, "ops, second run") == "");
+    const results old = run(p, gpu::attention_backward_algo::recompute);
+    const auto e = test::normalized_error(r.ops, old.kernel);
+    INFO(e.describe("ordered vs two-kernel"));
+    CHECK(e.error < 5e-5);
+    // At head size 64 the same length keeps the two-kernel backward (ordered is slower there).
+    CHECK(gpu::attention_backward_pick(1, 32768, 12, 64) == gpu::attention_backward_algo::recompute);
 }
 
 TEST_CASE("cuda ops attention_backward: the two-kernel backward, no workspace, where partials would not fit") {

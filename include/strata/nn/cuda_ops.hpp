@@ -68,7 +68,8 @@ struct ops<cuda_backend> {
                                   size NH);
     // The backward is the key-tile backward with dq partials (kernels/cuda/attention_backward.cuh)
     // where their workspace takes at most kernels::cuda::attention_partials_limit_bytes, else the
-    // two-kernel backward (kernels/cuda/attention.cuh), which needs none: attention_workspace
+    // key-tile backward with dq added in order (head sizes above 64; a workspace linear in T) or
+    // the two-kernel backward (kernels/cuda/attention.cuh), which needs none: attention_workspace
     // floats of scratch (any alignment), a function of the shape alone that a Layer counts in its
     // workspace_floats. Either way the same bits on every run of a shape.
     static size attention_workspace(size B, size T, size C, size NH);

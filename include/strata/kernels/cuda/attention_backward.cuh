@@ -1,10 +1,10 @@
 // Causal attention backward that computes each (key tile, query tile) product once: FP32, sm_90,
 // deterministic, grouped-query heads. The alternative to attention.cuh's two-kernel backward,
 // chosen by attention_backward_algo. ops<cuda_backend>::attention_backward runs `partials` where
-// its workspace takes at most attention_partials_limit_bytes (attention_backward_pick), else the
-// two-kernel backward: measured on the H200 (bench/attention_backward_bench.cu), partials is 1.21x
-// the two-kernel backward at B=8 T=1024 NH=12 HS=64 and 1.26x at B=1 T=32768; `ordered` 0.85x and
-// 0.92x, so it is no default.
+// its workspace takes at most attention_partials_limit_bytes (attention_backward_pick), else
+// `ordered` at head sizes above 64 and the two-kernel backward below: measured on the H200
+// (bench/attention_backward_bench.cu), partials is 1.21x the two-kernel backward at B=8 T=1024
+// NH=12 HS=64 and 1.26x at B=1 T=32768; `ordered` 0.85x and 0.92x there, but 1.39x at HS=128.
 //
 // Glossary: B batch, T time, NH query heads, NKV key/value heads (NKV divides NH; NKV == NH is
 // multi-head attention), HS head size, A = NH HS, KV = NKV HS, D the head size padded to the
@@ -503,14 +503,17 @@ inline std::size_t attention_backward_workspace(attention_backward_algo algo, st
 inline constexpr std::size_t attention_partials_limit_bytes = std::size_t{2} << 30;
 
 // The backward ops<cuda_backend>::attention_backward runs for a multi-head shape: partials where
-// its workspace takes at most limit_bytes, else recompute (ordered is slower than recompute at
-// every shape measured). A function of the shape alone: the same choice, so the same bits, on
-// every run of a shape.
+// its workspace takes at most limit_bytes; else, at head sizes above 64 (D = 128), ordered, and
+// below, recompute. Measured on the H200 (docs/benchmarks.md): at D = 64 ordered is 0.85-0.92x
+// recompute, at D = 128 1.39x (B=4 T=1024 NH=40: 10.1 against 14.1 ms; the two-kernel dk/dv
+// kernel spills there and runs one block per multiprocessor). A function of the shape alone: the
+// same choice, so the same bits, on every run of a shape.
 inline attention_backward_algo attention_backward_pick(std::size_t B, std::size_t T, std::size_t NH, std::size_t HS,
                                                        std::size_t limit_bytes = attention_partials_limit_bytes) {
-    return attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS) <= limit_bytes
-               ? attention_backward_algo::partials
-               : attention_backward_algo::recompute;
+    if (attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS) <= limit_bytes)
+        return attention_backward_algo::partials;
+    return attention_detail::padded_head_size(HS) > 64 ? attention_backward_algo::ordered
+                                                       : attention_backward_algo::recompute;
 }
 
 // Accumulates (+=) into dqkv the gradients of causal attention with NH query heads over NKV
