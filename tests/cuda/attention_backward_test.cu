@@ -8,72 +8,29 @@
 // the multi-head kernels run on that, and dk, dv summed back over each group's heads.
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs, std::isfinite
-#include <cstddef>    // std::size_t
+#include <cstddef>    // std::size_t, std::byte
 #include <cstring>    // std::memcmp
-#include <random>     // std::mt19937, std::uniform_real_distribution
 #include <string>     // std::string
 #include <vector>     // std::vector
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, MESSAGE, INFO
 
-#include "support/skip.hpp"  // strata::test::skip
+#include "cuda_test_util.cuh"  // device_buffer, random_floats, skip_without_gpu
 
-#include <strata/backend/cuda/check.hpp>              // strata::cuda::check, strata::cuda::device_count
 #include <strata/core/error.hpp>                      // strata::error
 #include <strata/kernels/cpu/attention.hpp>           // cpu::attention_forward, cpu::attention_backward
 #include <strata/kernels/cuda/attention_backward.cuh> // cuda::attention_backward_key_tiles
 
-#include <cuda_runtime.h>  // cudaMalloc, cudaMemcpy
 
 namespace attention_backward_test {
 
 namespace cpu = strata::kernels::cpu;
 namespace gpu = strata::kernels::cuda;
 using gpu::attention_backward_algo;
-using strata::cuda::check;
 
-// n bytes of device memory (256-byte aligned); device_floats places its floats `offset` floats in
-// (1: every row off 16-byte alignment).
-class device_memory {
-public:
-    explicit device_memory(std::size_t bytes) { check(cudaMalloc(&m_data, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); }
-    device_memory(const device_memory&) = delete;
-    device_memory& operator=(const device_memory&) = delete;
-    ~device_memory() { cudaFree(m_data); }
-    void* data() { return m_data; }
-
-private:
-    void* m_data = nullptr;
-};
-
-class device_floats {
-public:
-    explicit device_floats(const std::vector<float>& host, std::size_t offset = 0)
-        : m_memory((host.size() + offset) * sizeof(float)), m_n(host.size()) {
-        m_data = static_cast<float*>(m_memory.data()) + offset;
-        check(cudaMemcpy(m_data, host.data(), m_n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy to device");
-    }
-    float* data() { return m_data; }
-    std::vector<float> download() const {
-        check(cudaDeviceSynchronize(), "attention kernels");
-        std::vector<float> host(m_n);
-        check(cudaMemcpy(host.data(), m_data, m_n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy to host");
-        return host;
-    }
-
-private:
-    device_memory m_memory;
-    float* m_data = nullptr;
-    std::size_t m_n;
-};
-
-std::vector<float> random_floats(std::size_t n, unsigned seed, float amplitude = 1.f) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> uniform(-amplitude, amplitude);
-    std::vector<float> v(n);
-    for (float& x : v) x = uniform(rng);
-    return v;
-}
+using strata::test::device_buffer;
+using strata::test::random_floats;
+using strata::test::skip_without_gpu;
 
 struct shape {
     std::size_t B, T, NH, NKV, HS;
@@ -160,13 +117,13 @@ void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::
     const std::vector<float> qkv_mh = expand_kv(qkv, s);
 
     // The forward (multi-head kernels on the expanded rows): out and lse of every query head.
-    device_floats d_qkv(qkv, offset), d_qkv_mh(qkv_mh, offset), d_dout(dout, offset);
-    device_floats d_out(std::vector<float>(BT * A), offset), d_lse(std::vector<float>(s.B * s.NH * s.T), offset);
-    gpu::attention_forward(d_out.data(), d_lse.data(), d_qkv_mh.data(), s.B, s.T, A, s.NH, nullptr);
+    device_buffer<float> d_qkv(qkv, offset), d_qkv_mh(qkv_mh, offset), d_dout(dout, offset);
+    device_buffer<float> d_out(std::vector<float>(BT * A), offset), d_lse(std::vector<float>(s.B * s.NH * s.T), offset);
+    gpu::attention_forward(d_out.get(), d_lse.get(), d_qkv_mh.get(), s.B, s.T, A, s.NH, nullptr);
 
     // The two-kernel backward on the expanded rows, reduced to compact rows.
-    device_floats d_g_mh(std::vector<float>(BT * 3 * A, 0.f), offset);
-    gpu::attention_backward(d_g_mh.data(), d_lse.data(), d_dout.data(), d_out.data(), d_qkv_mh.data(), s.B, s.T, A,
+    device_buffer<float> d_g_mh(std::vector<float>(BT * 3 * A, 0.f), offset);
+    gpu::attention_backward(d_g_mh.get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv_mh.get(), s.B, s.T, A,
                             s.NH, nullptr);
     const std::vector<double> expected_gpu = reduce_kv(d_g_mh.download(), dqkv_start, s);
 
@@ -174,11 +131,11 @@ void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::
     for (const attention_backward_algo algo : {attention_backward_algo::partials, attention_backward_algo::ordered}) {
         INFO("algo " << gpu::to_string(algo));
         const std::size_t bytes = gpu::attention_backward_workspace(algo, s.B, s.T, s.NH, s.HS);
-        device_memory workspace(bytes);
-        device_floats d_dqkv(dqkv_start, offset), d_dqkv_again(dqkv_start, offset);
-        for (device_floats* target : {&d_dqkv, &d_dqkv_again})
-            gpu::attention_backward_key_tiles(target->data(), d_lse.data(), d_dout.data(), d_out.data(), d_qkv.data(),
-                                              s.B, s.T, s.NH, s.NKV, s.HS, algo, workspace.data(), bytes, nullptr);
+        device_buffer<std::byte> workspace(bytes);
+        device_buffer<float> d_dqkv(dqkv_start, offset), d_dqkv_again(dqkv_start, offset);
+        for (device_buffer<float>* target : {&d_dqkv, &d_dqkv_again})
+            gpu::attention_backward_key_tiles(target->get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv.get(),
+                                              s.B, s.T, s.NH, s.NKV, s.HS, algo, workspace.get(), bytes, nullptr);
         const std::vector<float> got = d_dqkv.download(), again = d_dqkv_again.download();
         CHECK_MESSAGE(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)) == 0,
                       "two backward runs on the same inputs differ");
@@ -203,7 +160,7 @@ void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::
 }
 
 TEST_CASE("cuda attention backward by key tiles matches the CPU kernel and the two-kernel backward (multi-head)") {
-    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    if (skip_without_gpu()) return;
     // T = 1, odd T, T a multiple of 64, GPT-2's heads (HS 64), HS 128, and the padded head sizes 16
     // (HS 1, 12), 32 (24) and 128 (100).
     const shape shapes[] = {{3, 1, 4, 4, 10},  {2, 7, 4, 4, 10},   {1, 33, 3, 3, 12}, {2, 64, 2, 2, 24},
@@ -216,13 +173,13 @@ TEST_CASE("cuda attention backward by key tiles matches the CPU kernel and the t
 // Small enough for compute-sanitizer (scripts/gpu-attention-check.sh): both dq orders, GQA, odd T,
 // the diagonal and off-diagonal tiles, HS 64 and 128.
 TEST_CASE("cuda attention backward by key tiles on small shapes (sanitizer case)") {
-    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    if (skip_without_gpu()) return;
     compare_backward({1, 130, 4, 2, 64}, 200);
     compare_backward({1, 70, 2, 1, 128}, 210);
 }
 
 TEST_CASE("cuda attention backward by key tiles with grouped-query heads: dk, dv summed over each group") {
-    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    if (skip_without_gpu()) return;
     const shape shapes[] = {{2, 65, 4, 2, 64}, {1, 130, 8, 2, 128}, {1, 257, 6, 3, 64}, {2, 100, 4, 1, 32},
                             {1, 1000, 8, 1, 64}};
     unsigned seed = 500;
@@ -230,7 +187,7 @@ TEST_CASE("cuda attention backward by key tiles with grouped-query heads: dk, dv
 }
 
 TEST_CASE("cuda attention backward by key tiles at long T (2048 .. 8192, odd lengths)") {
-    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    if (skip_without_gpu()) return;
     compare_backward({1, 2048, 2, 2, 64}, 700);
     compare_backward({1, 4097, 4, 2, 128}, 710);
     compare_backward({1, 8192, 2, 1, 64}, 720);
@@ -238,14 +195,14 @@ TEST_CASE("cuda attention backward by key tiles at long T (2048 .. 8192, odd len
 }
 
 TEST_CASE("cuda attention backward by key tiles takes buffers off 16-byte alignment (4-byte copies)") {
-    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    if (skip_without_gpu()) return;
     compare_backward({1, 33, 3, 3, 16}, 800, true, 1);
     compare_backward({1, 300, 12, 4, 64}, 810, true, 1);
     compare_backward({1, 130, 2, 1, 128}, 820, true, 1);
 }
 
 TEST_CASE("cuda attention backward by key tiles refuses bad heads, a small workspace and algo recompute") {
-    if (strata::cuda::device_count() == 0) { strata::test::skip("cuda: no GPU on this machine"); return; }
+    if (skip_without_gpu()) return;
     // Sizes are checked before any launch, so null pointers never reach a kernel.
     float* none = nullptr;
     const auto ordered = attention_backward_algo::ordered;
@@ -259,9 +216,9 @@ TEST_CASE("cuda attention backward by key tiles refuses bad heads, a small works
                                                       attention_backward_algo::recompute, none, 0, nullptr),
                     strata::error);
     const std::size_t needed = gpu::attention_backward_workspace(attention_backward_algo::partials, 1, 640, 2, 64);
-    device_memory workspace(needed);
+    device_buffer<std::byte> workspace(needed);
     CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 640, 2, 2, 64,
-                                                      attention_backward_algo::partials, workspace.data(), needed - 1,
+                                                      attention_backward_algo::partials, workspace.get(), needed - 1,
                                                       nullptr),
                     strata::error);
     // Workspace: partials grows with T^2 (the causal triangle of 64-row tiles), ordered with T.

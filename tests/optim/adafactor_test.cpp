@@ -7,6 +7,7 @@
 #include <strata/io/json_file.hpp>          // read_json_file
 #include <strata/optim/adafactor.hpp>       // adafactor_update, adafactor_hparams, adafactor_optimizer
 #include <strata/optim/optimizers.hpp>      // make_optimizer, any_optimizer, device_update
+#include <strata/optim/host_thread_pool.hpp> // host_thread_pool
 #include <strata/optim/state_layout.hpp>    // optimizer_state_layout
 
 #include "adamw_data.hpp"  // first_bit_difference
@@ -19,6 +20,7 @@
 #include <limits>      // std::numeric_limits
 #include <filesystem>  // std::filesystem::path, exists
 #include <random>      // std::mt19937_64, std::normal_distribution
+#include <span>        // std::span
 #include <string>      // std::string
 #include <vector>      // std::vector
 
@@ -178,6 +180,43 @@ TEST_CASE("the clip folded in is bitwise the gradients scaled first; decay off l
     strata::adafactor_update<float>(c, g, cr, cc, {}, s, h, 0.02, 3, false);
     strata::adafactor_update<float>(e, g, er, ec, {}, s, strata::adafactor_hparams{}, 0.02, 3, true);
     CHECK(strata_test::first_bit_difference(c, e) == "");
+}
+
+// The host update on a pool: every thread count gives the one-thread bits (each row's and column's
+// sum on one thread, the rows' sums added in order by the caller), and the work really is split:
+// the pool's workers run chunks of it. Shapes: a batch of matrices whose column ranges straddle
+// the matrices, and a vector of many chunks with a short last one; the clip and the decay on.
+TEST_CASE("adafactor's host update on several threads is bitwise its one-thread update") {
+    const strata::adafactor_hparams h{.weight_decay = 0.1};
+    for (const shape& s : {shape{3, 300, 251}, shape{40 * strata::adafactor_chunk + 123}}) {
+        CAPTURE(s.to_string());
+        const std::size_t nr = strata::adafactor_optimizer::state_shape(0, s).numel(),
+                          nc = strata::adafactor_optimizer::state_shape(1, s).numel(),
+                          nv = strata::adafactor_optimizer::state_shape(2, s).numel();
+        const std::vector<float> p0 = cast<float>(normal(s.numel(), 0.5, 11));
+        std::vector<float> one = p0, one_r(nr), one_c(nc), one_v(nv);
+        std::vector<std::vector<float>> grads;
+        for (unsigned t = 0; t < 3; ++t) grads.push_back(cast<float>(normal(s.numel(), 0.2, 20 + t)));
+        for (long t = 1; t <= 3; ++t)
+            strata::adafactor_update<float>(one, grads[t - 1], one_r, one_c, one_v, s, h, 0.05, t, true, 0.75f);
+        for (const std::size_t threads : {2, 3}) {
+            CAPTURE(threads);
+            strata::host_thread_pool pool(threads);
+            // A loaded machine may let the caller take every chunk before a worker wakes: retry
+            // until a worker has run one (each try is checked bitwise).
+            for (int attempt = 0; attempt < 50 && pool.chunks_on_workers() == 0; ++attempt) {
+                std::vector<float> many = p0, many_r(nr), many_c(nc), many_v(nv);
+                for (long t = 1; t <= 3; ++t)
+                    strata::adafactor_update<float>(pool, std::span<float>(many), grads[t - 1], many_r, many_c, many_v,
+                                                    s, h, 0.05, t, true, 0.75f);
+                REQUIRE(strata_test::first_bit_difference(many, one) == "");
+                REQUIRE(strata_test::first_bit_difference(many_r, one_r) == "");
+                REQUIRE(strata_test::first_bit_difference(many_c, one_c) == "");
+                REQUIRE(strata_test::first_bit_difference(many_v, one_v) == "");
+            }
+            CHECK(pool.chunks_on_workers() > 0);
+        }
+    }
 }
 
 TEST_CASE("adafactor's state: a matrix's row and column variances, a vector's variance; its layout in a group") {

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE, CAPTURE, CHECK_THROWS_WITH_AS
 
 #include <atomic>     // std::atomic
+#include <cfenv>      // std::fegetround, std::fesetround, FE_UPWARD
 #include <chrono>     // std::chrono::steady_clock, std::chrono::seconds
 #include <cstddef>    // std::size_t
 #include <memory>
@@ -92,6 +93,28 @@ TEST_CASE("chunks really run on several threads at once") {
         {.min_chunk = 1});
     CHECK_FALSE(timed_out);
     CHECK(ids.size() >= 2);
+}
+
+TEST_CASE("workers run chunks under the caller's rounding mode") {
+    // Each chunk records the rounding mode it ran under while the caller rounds upward. Without the
+    // pool carrying the caller's floating-point environment, the workers' chunks round to nearest.
+    strata::host_thread_pool pool(3);
+    std::mutex mutex;
+    std::set<int> modes;
+    const int saved = std::fegetround();
+    std::fesetround(FE_UPWARD);
+    // A loaded machine may let the caller take every chunk: repeat until a worker has run one.
+    for (int attempt = 0; attempt < 200 && pool.chunks_on_workers() == 0; ++attempt)
+        pool.parallel_for(
+            64,
+            [&](std::size_t, std::size_t) {
+                std::lock_guard lock(mutex);
+                modes.insert(std::fegetround());
+            },
+            {.min_chunk = 1});
+    std::fesetround(saved);
+    CHECK(pool.chunks_on_workers() > 0);
+    CHECK(modes == std::set<int>{FE_UPWARD});
 }
 
 TEST_CASE("the first exception of a chunk reaches the caller, and the pool stays usable") {

@@ -11,6 +11,7 @@
 
 #include <filesystem>  // std::filesystem
 #include <string>      // std::string
+#include <string_view> // std::string_view
 #include <vector>      // std::vector
 
 namespace calibrate_test {  // this file's names: an area's files compile as one unit (unity build)
@@ -54,8 +55,13 @@ void check_positive(const machine_rates& m) {
     CHECK(m.duplex > 0);
     CHECK(m.storage_read > 0);
     CHECK(m.storage_write > 0);
-    CHECK(m.host_optimizer.at("adamw") > 0);
-    CHECK(m.host_optimizer.at("sgd") > 0);
+    for (std::string_view name : registered_optimizers::name_list()) {  // adamw, sgd, adafactor
+        CAPTURE(name);
+        REQUIRE(m.host_optimizer.contains(std::string(name)));
+        REQUIRE(m.device_optimizer.contains(std::string(name)));
+        CHECK(m.host_optimizer.at(std::string(name)) > 0);
+        CHECK(m.device_optimizer.at(std::string(name)) > 0);
+    }
     CHECK(m.host_cores > 0);
     CHECK(m.budgets.device > 0);
     CHECK(m.budgets.host > 0);
@@ -108,6 +114,26 @@ TEST_CASE("calibration: the cache is reused, gains the compute rates of new shap
     check_positive(fresh);
     const machine_rates stored = machine_from_json(read_json_file(file).at("machine"), "cache");
     CHECK(stored.h2d == doctest::Approx(fresh.h2d).epsilon(1e-12));
+}
+
+TEST_CASE("calibration: a cache from before an optimizer's rates gains them; the others are read back") {
+    scratch_dir storage("old-cache-storage"), cache("old-cache");
+    cpu_backend backend(tier_options{.device_bytes = std::size_t(256) << 20, .host_bytes = std::size_t(256) << 20});
+    const calibration_options o = small(storage.path, cache.path);
+    const machine_rates first = calibrated_rates(backend, o);
+    const fs::path file = calibration_cache_file(cache.path, machine_key(backend, storage.path));
+    // As a cache written before Adafactor's host rate and any device rate were calibrated.
+    nlohmann::json old = read_json_file(file);
+    old["machine"].erase("device_optimizer_Gparams_per_s");
+    old["machine"]["host_optimizer_Gparams_per_s"].erase("adafactor");
+    write_json_file(file, old);
+    const machine_rates m = calibrated_rates(backend, o);
+    check_positive(m);
+    CHECK(m.h2d == first.h2d);  // read back, not measured
+    CHECK(m.host_optimizer.at("adamw") == doctest::Approx(first.host_optimizer.at("adamw")).epsilon(1e-12));
+    const machine_rates stored = machine_from_json(read_json_file(file).at("machine"), "cache");
+    CHECK(stored.host_optimizer.at("adafactor") == doctest::Approx(m.host_optimizer.at("adafactor")).epsilon(1e-12));
+    CHECK(stored.device_optimizer.size() == registered_optimizers::name_list().size());
 }
 
 TEST_CASE("calibration: a cache that cannot be written is a note, and the rates are still returned") {

@@ -57,6 +57,10 @@ TEST_CASE("machine file: fields in their units become base units") {
     CHECK(m.device_memory == doctest::Approx(1.5e12));
     CHECK(m.host_optimizer.at("adamw") == doctest::Approx(2e9));
     CHECK(m.host_optimizer.at("sgd") == doctest::Approx(3e9));
+    CHECK(m.device_optimizer.empty());  // optional: without it, every device update is memory-bound
+    json j = valid();
+    j["device_optimizer_Gparams_per_s"] = {{"adafactor", 6.5}};
+    CHECK(machine_from_json(j, "test.json").device_optimizer.at("adafactor") == doctest::Approx(6.5e9));
 }
 
 TEST_CASE("machine file: a machine round-trips through its JSON") {
@@ -70,6 +74,10 @@ TEST_CASE("machine file: a machine round-trips through its JSON") {
     CHECK(back.storage_read == doctest::Approx(m.storage_read));
     CHECK(back.gemm_flops == doctest::Approx(m.gemm_flops));
     CHECK(back.host_optimizer == m.host_optimizer);
+    CHECK(back.device_optimizer.empty());
+    machine_rates d = m;
+    d.device_optimizer = {{"adafactor", 6.5e9}, {"adamw", 120e9}};
+    CHECK(machine_from_json(json::parse(machine_to_json(d).dump()), "round trip").device_optimizer == d.device_optimizer);
 }
 
 TEST_CASE("machine file: the shipped machines read") {
@@ -79,6 +87,8 @@ TEST_CASE("machine file: the shipped machines read") {
     CHECK(h200.h2d == doctest::Approx(55.1e9));
     CHECK(h200.gemm_flops == doctest::Approx(48.7e12));
     CHECK(h200.host_optimizer.at("adamw") == doctest::Approx(4.82e9));
+    CHECK(h200.device_optimizer.at("adafactor") == doctest::Approx(6.0e9));
+    CHECK_FALSE(h200.device_optimizer.contains("adamw"));  // memory-bound: costed from device_memory
     const machine_rates big = read_machine_file(machines / "h200-1.5tb-4nvme.json");
     CHECK(big.budgets.host == std::size_t(1380) << 30);
     CHECK(big.budgets.storage == std::size_t(20) << 40);
@@ -102,7 +112,8 @@ TEST_CASE("machine file: a malformed file is refused naming the field") {
     CHECK(refusal(without("device_budget")).find("field 'device_budget' is missing") != std::string::npos);
     CHECK(refusal(without("name")).find("field 'name' is missing") != std::string::npos);
     CHECK(refusal(valid()).empty());
-    CHECK(refusal(without("notes")).empty());  // the one optional field
+    CHECK(refusal(without("notes")).empty());  // the optional fields
+    CHECK(refusal(with("device_optimizer_Gparams_per_s", json{{"adafactor", 6}})).empty());
     // wrong type
     CHECK(refusal(with("gemm_TFLOPS", "fast")).find("field 'gemm_TFLOPS' is a string") != std::string::npos);
     CHECK(refusal(with("host_budget", true)).find("field 'host_budget' is a boolean") != std::string::npos);
@@ -111,6 +122,10 @@ TEST_CASE("machine file: a malformed file is refused naming the field") {
     CHECK(refusal(with("notes", 3)).find("field 'notes'") != std::string::npos);
     CHECK(refusal(with("host_optimizer_Gparams_per_s", 4.86)).find("field 'host_optimizer_Gparams_per_s'") !=
           std::string::npos);
+    CHECK(refusal(with("device_optimizer_Gparams_per_s", "fast")).find("field 'device_optimizer_Gparams_per_s' must be") !=
+          std::string::npos);
+    CHECK(refusal(with("device_optimizer_Gparams_per_s", json{{"adafactor", "6"}}))
+              .find("field 'device_optimizer_Gparams_per_s.adafactor' is a string") != std::string::npos);
     CHECK(refusal(json::array()).find("not a JSON object") != std::string::npos);
     // negative, zero
     CHECK(refusal(with("d2h_GBps", -1)).find("field 'd2h_GBps' is negative") != std::string::npos);
@@ -126,6 +141,10 @@ TEST_CASE("machine file: a malformed file is refused naming the field") {
               .find("field 'host_optimizer_Gparams_per_s.sgd' is missing") != std::string::npos);
     CHECK(refusal(with("host_optimizer_Gparams_per_s", json{{"adamw", -1}, {"sgd", 1}}))
               .find("field 'host_optimizer_Gparams_per_s.adamw' is negative") != std::string::npos);
+    CHECK(refusal(with("device_optimizer_Gparams_per_s", json{{"lion", 1}}))
+              .find("field 'device_optimizer_Gparams_per_s.lion' names no optimizer") != std::string::npos);
+    CHECK(refusal(with("device_optimizer_Gparams_per_s", json{{"adafactor", 0}}))
+              .find("field 'device_optimizer_Gparams_per_s.adafactor' is 0") != std::string::npos);
 }
 
 TEST_CASE("machine file: a file that does not parse names the file") {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <type_traits>
 #include <vector>
 
 namespace copy_test {  // this file's names: an area's files compile as one unit (unity build)
@@ -98,6 +99,44 @@ TEST_CASE_TEMPLATE("a copy between views of different sizes is refused", B, STRA
     tiered_tensor<float, host_tier, B> a(*backend, {4}, "a");
     tiered_tensor<float, device_tier, B> b(*backend, {5}, "b");
     CHECK_THROWS_WITH_AS(b.copy_from(a, s), doctest::Contains("element counts differ"), strata::error);
+}
+
+// zero(): a range of device or host memory set to zero in the stream's order, asynchronously: it
+// runs after the copy it waits for (an event from another stream) and before the copy that follows
+// it on its own stream; the bytes either side of the range keep their values.
+template <class B, Tier Home>
+void zero_in_order(B& backend, std::size_t n) {
+    CAPTURE(n);
+    INFO("in " << Home::name);
+    tiered_tensor<std::uint8_t, host_tier, B> in(backend, {n + 2}, "in");
+    tiered_tensor<std::uint8_t, Home, B> buf(backend, {n + 2}, "buf");
+    tiered_tensor<std::uint8_t, host_tier, B> out(backend, {n + 2}, "out");
+    for (std::size_t i = 0; i < n + 2; ++i) in[i] = static_cast<std::uint8_t>(1 + pattern(i, n) % 250);  // never 0
+    auto fill = backend.make_stream("fill");
+    auto s = backend.make_stream("zero");
+    s.wait(buf.copy_from(in, fill));
+    std::uint8_t* range = nullptr;
+    if constexpr (std::is_same_v<Home, device_tier>)
+        range = buf.device_data().get() + 1;
+    else
+        range = buf.data() + 1;
+    auto zeroed = backend.zero(range, id_of<Home>, n, s);
+    out.copy_from(buf, s).wait();
+    CHECK(zeroed.ready());
+    CHECK(out[0] == in[0]);
+    CHECK(out[n + 1] == in[n + 1]);
+    std::size_t nonzero = 0;
+    for (std::size_t i = 1; i <= n; ++i) nonzero += out[i] != 0;
+    CHECK_MESSAGE(nonzero == 0, nonzero << " of " << n << " bytes not zeroed");
+}
+
+TEST_CASE_TEMPLATE("zero clears a range of device or host memory in stream order", B, STRATA_TEST_BACKENDS) {
+    auto backend = test::make_backend<B>(roomy("zero"));
+    if (!backend) return;
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{(9u << 20) + 13}}) {
+        zero_in_order<B, device_tier>(*backend, n);
+        zero_in_order<B, host_tier>(*backend, n);
+    }
 }
 
 }  // namespace copy_test

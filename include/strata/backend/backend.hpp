@@ -29,6 +29,7 @@ concept Backend = requires(B& b, typename B::stream& s, const typename B::event&
     b.deallocate(t, p, n);
     { b.create_file(name, n) } -> std::same_as<std::unique_ptr<storage_file>>;
     { b.copy(p, t, cp, t, n, s) } -> std::same_as<typename B::event>;
+    { b.zero(p, t, n, s) } -> std::same_as<typename B::event>;
     { b.read(p, t, f, n, n, s) } -> std::same_as<typename B::event>;
     { b.write(f, n, cp, t, n, s) } -> std::same_as<typename B::event>;
     { b.copy(f, n, f, n, n, s) } -> std::same_as<typename B::event>;

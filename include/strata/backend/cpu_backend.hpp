@@ -21,7 +21,7 @@
 #include <chrono>       // std::chrono::steady_clock
 #include <cstddef>      // std::size_t, std::byte
 #include <cstdlib>      // std::aligned_alloc, std::free
-#include <cstring>      // std::memcpy
+#include <cstring>      // std::memcpy, std::memset
 #include <memory>       // std::unique_ptr
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -87,10 +87,16 @@ public:
     }
     void destroy_file(std::unique_ptr<storage_file> file) noexcept { m_tiers.destroy_file(std::move(file)); }
 
-    // ---- asynchronous copies: each is a task on `s` and yields the event that marks its end ----
+    // ---- asynchronous copies and fills: each is a task on `s` and yields the event that marks its end ----
 
     event copy(void* dst, tier_id, const void* src, tier_id, std::size_t bytes, stream& s) {
         if (bytes) s.enqueue([=] { std::memcpy(dst, src, bytes); }, "copy");
+        return s.record();
+    }
+
+    // `bytes` zero bytes at dst (device or host tier), a task on `s` like a copy.
+    event zero(void* dst, tier_id, std::size_t bytes, stream& s) {
+        if (bytes) s.enqueue([=] { std::memset(dst, 0, bytes); }, "zero");
         return s.record();
     }
 

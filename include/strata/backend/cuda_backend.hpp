@@ -22,7 +22,7 @@
 #include <strata/tier/resources.hpp>            // tier_resources, tier_options
 #include <strata/tier/tier.hpp>                 // tier_id
 
-#include <cuda_runtime.h>  // cudaMalloc, cudaMemcpyAsync
+#include <cuda_runtime.h>  // cudaMalloc, cudaMemcpyAsync, cudaMemsetAsync
 
 #include <algorithm>    // std::min
 #include <chrono>       // std::chrono::steady_clock
@@ -116,7 +116,7 @@ public:
     }
     void destroy_file(std::unique_ptr<storage_file> file) noexcept { m_tiers.destroy_file(std::move(file)); }
 
-    // ---- asynchronous copies ----
+    // ---- asynchronous copies and fills ----
 
     // A host side is split at pinned_chunk boundaries: a range over two cudaHostRegister'ed
     // chunks is not one pinned allocation to the driver, which could copy it as pageable memory.
@@ -131,6 +131,13 @@ public:
             cuda::check(cudaMemcpyAsync(to, from, n, cudaMemcpyDefault, s.native()), "cudaMemcpyAsync");
             done += n;
         }
+        return s.record();
+    }
+
+    // `bytes` zero bytes at dst (device or pinned host memory): cudaMemsetAsync on `s`.
+    event zero(void* dst, tier_id, std::size_t bytes, stream& s) {
+        cuda::trace_span span(s, "zero");
+        if (bytes) cuda::check(cudaMemsetAsync(dst, 0, bytes, s.native()), "cudaMemsetAsync (zero)");
         return s.record();
     }
 

@@ -47,12 +47,14 @@
 #include <cmath>        // std::fma, std::isfinite, std::pow, std::sqrt
 #include <concepts>     // std::floating_point
 #include <cstddef>      // std::size_t
+#include <cstdint>      // std::uintptr_t
 #include <limits>       // std::numeric_limits
 #include <optional>     // std::optional
 #include <span>         // std::span
 #include <string>       // std::string, std::to_string
 #include <string_view>  // std::string_view
 #include <type_traits>  // std::type_identity_t
+#include <utility>      // std::forward
 #include <vector>       // std::vector
 
 namespace strata {
@@ -179,12 +181,34 @@ T adafactor_mean_square(double sum, std::size_t count) {
 }
 }  // namespace detail
 
-// The element loop of one Adafactor step on raw pointers, one thread, the canonical order: the
-// operations the CUDA kernel reproduces. row (batch x rows), col (batch x cols) for a factored view,
-// var (n) for a vector; the others unused. grad_scale as in adamw_apply (g * grad_scale, its own
-// rounding, g not written; 1 skips it).
+// Loops shorter than this many elements run on the calling thread alone: waking the workers costs more.
+inline constexpr std::size_t adafactor_parallel_min_work = std::size_t{1} << 15;
+
+namespace detail {
+// body(begin, end) over [0, count) items of `per_item` elements each, in contiguous ranges on the
+// pool's threads (the caller's among them), each range at least adafactor_parallel_min_work
+// elements. `multiple`, `phase`: as chunking's (range boundaries on cache lines of the written array).
+template <class F>
+void adafactor_for(host_thread_pool& pool, std::size_t count, std::size_t per_item, F&& body, std::size_t multiple = 1,
+                   std::size_t phase = 0) {
+    const std::size_t min_chunk = std::max<std::size_t>(1, adafactor_parallel_min_work / std::max<std::size_t>(1, per_item));
+    pool.parallel_for(count, std::forward<F>(body), {.multiple = multiple, .phase = phase, .min_chunk = min_chunk});
+}
+}  // namespace detail
+
+// The element loop of one Adafactor step on raw pointers in the canonical order: the operations
+// the CUDA kernel reproduces. row (batch x rows), col (batch x cols) for a factored view, var (n)
+// for a vector; the others unused. grad_scale as in adamw_apply (g * grad_scale, its own rounding,
+// g not written; 1 skips it).
+//
+// On the pool's threads: each sum row's (and each column's) sum is one thread's, in its order, and
+// the rows' sums are added on the calling thread from the first row to the last, so every thread
+// count gives the bits of one thread (and of the CUDA kernel). Rows go to the threads in
+// contiguous ranges, columns in contiguous ranges that each run down the rows together (a column's
+// sum from row 0 down), the last pass element by element.
 template <std::floating_point T>
-void adafactor_apply(T* p,        // (n)
+void adafactor_apply(host_thread_pool& pool,
+                     T* p,        // (n)
                      const T* g,  // (n)
                      T* row,      // (batch, rows) factored
                      T* col,      // (batch, cols) factored
@@ -192,41 +216,62 @@ void adafactor_apply(T* p,        // (n)
                      const adafactor_view& v, const adafactor_constants<T>& k, const T grad_scale = T(1)) {
     if (v.n == 0) return;
     const bool scaled = grad_scale != T(1);
-    const auto grad = [&](std::size_t i) { return scaled ? g[i] * grad_scale : g[i]; };
-    // Pass 1: ||p||^2, the row and column means of g^2 into row_var / col_var, or variance.
-    double p_sum = 0;
+    const auto grad = [=](std::size_t i) { return scaled ? g[i] * grad_scale : g[i]; };
+    const std::size_t sum_rows = v.sum_rows();
+    const std::size_t row_length = v.factored ? v.cols : adafactor_chunk;
+    std::vector<double> row_sums(sum_rows);  // each sum row's ||p||^2 (pass 1), then its ||u||^2 (pass 2)
+    const auto in_order = [&] {              // the rows' sums, first to last
+        double sum = 0;
+        for (const double r : row_sums) sum += r;
+        return sum;
+    };
+    // Pass 1: ||p||^2 per row; the row and column means of g^2 into row_var / col_var, or variance.
     if (v.factored) {
-        std::vector<double> col_sum(v.cols);
-        for (std::size_t b = 0; b < v.batch; ++b) {
-            std::fill(col_sum.begin(), col_sum.end(), 0.0);
-            for (std::size_t r = 0; r < v.rows; ++r) {
-                const std::size_t base = (b * v.rows + r) * v.cols;
+        detail::adafactor_for(pool, sum_rows, row_length, [&](std::size_t begin, std::size_t end) {
+            for (std::size_t r = begin; r < end; ++r) {  // r: batch * rows + row
+                const std::size_t base = r * v.cols;
                 double p_row = 0, g_row = 0;
                 for (std::size_t c = 0; c < v.cols; ++c) {
                     const double pd = static_cast<double>(p[base + c]), gd = static_cast<double>(grad(base + c));
                     p_row += pd * pd;
                     g_row += gd * gd;
-                    col_sum[c] += gd * gd;
                 }
-                p_sum += p_row;
-                row[b * v.rows + r] =
-                    detail::adafactor_lerp(row[b * v.rows + r], detail::adafactor_mean_square<T>(g_row, v.cols), k);
+                row_sums[r] = p_row;
+                row[r] = detail::adafactor_lerp(row[r], detail::adafactor_mean_square<T>(g_row, v.cols), k);
             }
-            for (std::size_t c = 0; c < v.cols; ++c)
-                col[b * v.cols + c] =
-                    detail::adafactor_lerp(col[b * v.cols + c], detail::adafactor_mean_square<T>(col_sum[c], v.rows), k);
-        }
+        });
+        detail::adafactor_for(pool, v.batch * v.cols, v.rows, [&](std::size_t begin, std::size_t end) {
+            std::vector<double> col_sum;
+            for (std::size_t b = begin / v.cols; b * v.cols < end; ++b) {  // the range's part of matrix b
+                const std::size_t c0 = std::max(begin, b * v.cols) - b * v.cols;
+                const std::size_t c1 = std::min(end, (b + 1) * v.cols) - b * v.cols;
+                col_sum.assign(c1 - c0, 0.0);
+                for (std::size_t r = 0; r < v.rows; ++r) {
+                    const std::size_t base = (b * v.rows + r) * v.cols;
+                    for (std::size_t c = c0; c < c1; ++c) {
+                        const double gd = static_cast<double>(grad(base + c));
+                        col_sum[c - c0] += gd * gd;
+                    }
+                }
+                for (std::size_t c = c0; c < c1; ++c)
+                    col[b * v.cols + c] = detail::adafactor_lerp(
+                        col[b * v.cols + c], detail::adafactor_mean_square<T>(col_sum[c - c0], v.rows), k);
+            }
+        });
     } else {
-        for (std::size_t r = 0; r < v.sum_rows(); ++r) {
-            double p_row = 0;
-            for (std::size_t i = v.row_begin(r); i < v.row_end(r); ++i) {
-                const T gi = grad(i);
-                p_row += static_cast<double>(p[i]) * static_cast<double>(p[i]);
-                var[i] = detail::adafactor_lerp(var[i], gi * gi, k);
+        detail::adafactor_for(pool, sum_rows, row_length, [&](std::size_t begin, std::size_t end) {
+            for (std::size_t r = begin; r < end; ++r) {
+                double p_row = 0;
+                for (std::size_t i = v.row_begin(r); i < v.row_end(r); ++i) {
+                    const T gi = grad(i);
+                    p_row += static_cast<double>(p[i]) * static_cast<double>(p[i]);
+                    var[i] = detail::adafactor_lerp(var[i], gi * gi, k);
+                }
+                row_sums[r] = p_row;
             }
-            p_sum += p_row;
-        }
+        });
     }
+    const double p_sum = in_order();
     // Each matrix's mean of row_var, floored at eps1.
     std::vector<T> row_mean(v.factored ? v.batch : 0);
     for (std::size_t b = 0; b < row_mean.size(); ++b) {
@@ -244,32 +289,48 @@ void adafactor_apply(T* p,        // (n)
         }
         return T(1) / std::sqrt(std::max(estimate, k.eps1_squared)) * grad(i);
     };
-    // Pass 2: ||u||^2.
-    double u_sum = 0;
-    for (std::size_t r = 0; r < v.sum_rows(); ++r) {
-        double u_row = 0;
-        for (std::size_t i = v.row_begin(r); i < v.row_end(r); ++i) {
-            const double u = static_cast<double>(update(i));
-            u_row += u * u;
+    // Pass 2: ||u||^2 per row.
+    detail::adafactor_for(pool, sum_rows, row_length, [&](std::size_t begin, std::size_t end) {
+        for (std::size_t r = begin; r < end; ++r) {
+            double u_row = 0;
+            for (std::size_t i = v.row_begin(r); i < v.row_end(r); ++i) {
+                const double u = static_cast<double>(update(i));
+                u_row += u * u;
+            }
+            row_sums[r] = u_row;
         }
-        u_sum += u_row;
-    }
+    });
+    const double u_sum = in_order();
     const double alpha = std::max(k.eps2, static_cast<double>(static_cast<T>(std::sqrt(p_sum))) / k.sqrt_numel) * k.rho;
     const double denom = std::max(1.0, static_cast<double>(static_cast<T>(std::sqrt(u_sum))) / (k.sqrt_numel * k.d));
     const T step = static_cast<T>(-alpha / denom);
-    // Pass 3: the decay, then the step.
-    for (std::size_t i = 0; i < v.n; ++i) {
-        T param = p[i];
-        if (k.apply_decay) param = param * k.decay_factor;
-        p[i] = std::fma(update(i), step, param);
-    }
+    // Pass 3: the decay, then the step (ranges on p's cache lines: no two threads write one).
+    detail::adafactor_for(
+        pool, v.n, 1,
+        [&](std::size_t begin, std::size_t end) {
+            for (std::size_t i = begin; i < end; ++i) {
+                T param = p[i];
+                if (k.apply_decay) param = param * k.decay_factor;
+                p[i] = std::fma(update(i), step, param);
+            }
+        },
+        64 / sizeof(T), reinterpret_cast<std::uintptr_t>(p) % 64 / sizeof(T));
+}
+
+// The same on the calling thread alone.
+template <std::floating_point T>
+void adafactor_apply(T* p, const T* g, T* row, T* col, T* var, const adafactor_view& v, const adafactor_constants<T>& k,
+                     const T grad_scale = T(1)) {
+    host_thread_pool one_thread(1);
+    adafactor_apply(one_thread, p, g, row, col, var, v, k, grad_scale);
 }
 
 // One Adafactor step of one parameter tensor of shape `s` (p, g: its elements; row, col, var: its
 // state, as long as adafactor_optimizer::state_shape says: a matrix's row_var and col_var, a
-// vector's variance, the others empty). `step` is 1-based; `decay` false skips the weight decay.
+// vector's variance, the others empty) on the pool's threads, the same bits for every thread
+// count. `step` is 1-based; `decay` false skips the weight decay.
 template <std::floating_point T>
-void adafactor_update(std::span<T> p, std::span<const std::type_identity_t<T>> g, std::span<std::type_identity_t<T>> row,
+void adafactor_update(host_thread_pool& pool, std::span<T> p, std::span<const std::type_identity_t<T>> g, std::span<std::type_identity_t<T>> row,
                       std::span<std::type_identity_t<T>> col, std::span<std::type_identity_t<T>> var,
                       const shape& s, const adafactor_hparams& h, double lr, long step, bool decay,
                       std::type_identity_t<T> grad_scale = T(1)) {
@@ -289,8 +350,18 @@ void adafactor_update(std::span<T> p, std::span<const std::type_identity_t<T>> g
     if (!(std::isfinite(grad_scale) && grad_scale >= 0))
         throw error("adafactor: grad_scale must be a finite number >= 0, got " + std::to_string(grad_scale),
                     "pass the clip coefficient, or 1 for no scaling");
-    adafactor_apply(p.data(), g.data(), row.data(), col.data(), var.data(), v,
+    adafactor_apply(pool, p.data(), g.data(), row.data(), col.data(), var.data(), v,
                     adafactor_constants_for<T>(h, lr, step, decay, p.size()), grad_scale);
+}
+
+// The same on the calling thread alone.
+template <std::floating_point T>
+void adafactor_update(std::span<T> p, std::span<const std::type_identity_t<T>> g, std::span<std::type_identity_t<T>> row,
+                      std::span<std::type_identity_t<T>> col, std::span<std::type_identity_t<T>> var,
+                      const shape& s, const adafactor_hparams& h, double lr, long step, bool decay,
+                      std::type_identity_t<T> grad_scale = T(1)) {
+    host_thread_pool one_thread(1);
+    adafactor_update<T>(one_thread, p, g, row, col, var, s, h, lr, step, decay, grad_scale);
 }
 
 class adafactor_optimizer;
@@ -339,14 +410,14 @@ public:
                 {"weight_decay", m_hparams.weight_decay}};
     }
 
-    // One thread (the pool is not used: the update's sums run in one canonical order).
+    // On the pool's threads; the sums in the canonical order, so the bits do not depend on the count.
     template <class R>
-    void update(host_thread_pool& /*pool*/, std::span<R> p, std::span<const R> g, optimizer_state<R> state,
+    void update(host_thread_pool& pool, std::span<R> p, std::span<const R> g, optimizer_state<R> state,
                 const optimizer_step& k, R grad_scale = R(1)) const {
         if (state.size() != states.size())
             throw error("adafactor: " + std::to_string(state.size()) + " state tensor(s) given, it keeps 3",
                         "pass one span per name of state_names(), in that order");
-        adafactor_update<R>(p, g, state[0], state[1], state[2], k.shape, m_hparams, k.lr, k.step, k.decay, grad_scale);
+        adafactor_update<R>(pool, p, g, state[0], state[1], state[2], k.shape, m_hparams, k.lr, k.step, k.decay, grad_scale);
     }
 
 private:

@@ -7,6 +7,10 @@
 // blocking point is the end of parallel_for, which waits for the chunks it started (named: that
 // is the call's whole contract).
 //
+// Workers run a job's chunks under the caller's floating-point environment (rounding mode,
+// flush-to-zero and denormals-are-zero bits), so the thread count cannot change a loop's results
+// even when the caller runs with FTZ/DAZ set; each worker's own environment is restored after.
+//
 // Threading rules: parallel_for calls from several threads are serialized (one job at a time);
 // calling parallel_for from inside a chunk of the same pool throws (it would deadlock).
 #pragma once
@@ -15,6 +19,7 @@
 
 #include <algorithm>           // std::clamp, std::min
 #include <atomic>              // std::atomic
+#include <cfenv>               // std::fenv_t, std::fegetenv, std::fesetenv
 #include <condition_variable>  // std::condition_variable
 #include <cstddef>             // std::size_t
 #include <cstdint>             // std::uint64_t
@@ -75,6 +80,10 @@ public:
     // The number of threads that run chunks, the caller included.
     std::size_t size() const noexcept { return m_workers.size() + 1; }
 
+    // Chunks the workers (not the callers) have run so far: a test's evidence that a loop was
+    // really split over several threads.
+    std::size_t chunks_on_workers() const noexcept { return m_chunks_on_workers.load(std::memory_order_relaxed); }
+
     static std::size_t default_threads() noexcept {
         const unsigned n = std::thread::hardware_concurrency();
         return n == 0 ? 1 : n;
@@ -121,6 +130,7 @@ public:
                      if (begin < end) (*cx.body)(begin, end);
                  },
                  &ctx, chunks};
+        std::fegetenv(&work.env);
 
         std::lock_guard one_job_at_a_time(m_submit_mutex);
         {
@@ -130,7 +140,7 @@ public:
             ++m_generation;
         }
         m_wake.notify_all();
-        run_chunks(work);
+        run_chunks(work, /*on_worker=*/false);
         {
             std::unique_lock lock(m_mutex);
             m_done.wait(lock, [&] { return m_busy_workers == 0; });
@@ -147,6 +157,7 @@ private:
         void (*run)(void* context, std::size_t chunk);
         void* context;
         std::size_t chunks;
+        std::fenv_t env{};  // the caller's floating-point environment, the workers' for this job
         std::atomic<std::size_t> next{0};
         std::atomic<bool> failed{false};
         std::mutex failure_mutex;
@@ -161,12 +172,13 @@ private:
         return std::clamp<std::size_t>(count / min_chunk, 1, size() * chunks_per_thread);
     }
 
-    void run_chunks(job& work) noexcept {
+    void run_chunks(job& work, bool on_worker) noexcept {
         const host_thread_pool* const outer = t_running_pool;  // a chunk of another pool may call us
         t_running_pool = this;
         while (!work.failed.load(std::memory_order_relaxed)) {
             const std::size_t i = work.next.fetch_add(1, std::memory_order_relaxed);
             if (i >= work.chunks) break;
+            if (on_worker) m_chunks_on_workers.fetch_add(1, std::memory_order_relaxed);
             try {
                 work.run(work.context, i);
             } catch (...) {
@@ -189,7 +201,11 @@ private:
                 seen = m_generation;
                 work = m_job;
             }
-            run_chunks(*work);
+            std::fenv_t own;
+            std::fegetenv(&own);
+            std::fesetenv(&work->env);
+            run_chunks(*work, /*on_worker=*/true);
+            std::fesetenv(&own);
             {
                 std::lock_guard lock(m_mutex);
                 if (--m_busy_workers == 0) m_done.notify_one();
@@ -218,6 +234,7 @@ private:
     std::uint64_t m_generation = 0;  // bumped once per job; each worker runs each job once
     std::size_t m_busy_workers = 0;  // workers that have not yet finished the current job
     bool m_stop = false;
+    std::atomic<std::size_t> m_chunks_on_workers{0};
 };
 
 }  // namespace strata

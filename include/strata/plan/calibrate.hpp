@@ -8,12 +8,14 @@
 // - the storage directory through the I/O engine (storage_file: O_DIRECT, many requests in
 //   flight): one write, then one read of a new file, which is then removed (O_DIRECT keeps it out
 //   of this machine's page cache, so the read is the disk's);
-// - the host optimizer's update rate with every core (AdamW and SGD over optimizer_parameters).
+// - every optimizer's update rate on the host with every core, and on the device (a matrix of
+//   optimizer_parameters: optimizer_calibration_shape).
 //
 // calibrated_rates() keeps the result in a JSON file keyed by the machine (host name, device
 // name, core count and the storage directory's device) under $XDG_CACHE_HOME/strata or
 // ~/.cache/strata, and reuses it: the machine's rates once, the compute rates once per set of
-// shapes. A cache that cannot be written is a note, never an error. The backend's ops header
+// shapes; a cache without an optimizer's rates (written before it was calibrated) gains them. A
+// cache that cannot be written is a note, never an error. The backend's ops header
 // (nn/cpu_ops.hpp, nn/cuda_ops.hpp) must be included before this one is instantiated.
 #pragma once
 
@@ -45,6 +47,7 @@
 #include <cstddef>     // std::size_t, std::byte
 #include <cstdlib>     // std::getenv
 #include <filesystem>  // std::filesystem::path
+#include <memory>      // std::unique_ptr, std::make_unique
 #include <optional>    // std::optional
 #include <span>        // std::span
 #include <string>      // std::string, std::to_string
@@ -290,30 +293,82 @@ inline std::pair<double, double> measure_storage(const std::filesystem::path& di
     return {write > 0 ? b / write : 0.0, read > 0 ? b / read : 0.0};
 }
 
+// The shape the optimizers' rates are measured at: a matrix of `parameters` (rounded up to whole
+// rows of 4096), as most of a model's parameters are; an optimizer that factors a matrix
+// (Adafactor) runs its matrix path.
+inline shape optimizer_calibration_shape(std::size_t parameters) {
+    constexpr std::size_t cols = 4096;
+    return shape{std::max<std::size_t>(1, (parameters + cols - 1) / cols), cols};
+}
+
+namespace detail {
+// A small gradient pattern of n floats, the same on every machine.
+inline void fill_calibration_gradients(float* f, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) f[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 977) - 488) / 488.0f;
+}
+}  // namespace detail
+
 // The host optimizer's update rate with every core of `pool`, parameters per second, over
-// `parameters` FP32 parameters (page-aligned, as the trainers lay them out).
+// `parameters` FP32 parameters (page-aligned, as the trainers lay them out) of a matrix
+// (optimizer_calibration_shape).
 inline double measure_host_optimizer(host_thread_pool& pool, const any_optimizer& optimizer, std::size_t parameters,
                                      double min_seconds = 0.1) {
-    const std::size_t n = std::max<std::size_t>(parameters, 1024);
+    const shape matrix = optimizer_calibration_shape(std::max<std::size_t>(parameters, 1024));
+    const std::size_t n = matrix.numel();
     auto buffer = [n] {
         auto b = detail::make_aligned_buffer(n * sizeof(float));
-        float* f = reinterpret_cast<float*>(b.get());
-        for (std::size_t i = 0; i < n; ++i) f[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 977) - 488) / 488.0f;
+        detail::fill_calibration_gradients(reinterpret_cast<float*>(b.get()), n);
         return b;
     };
     auto p = buffer(), g = buffer();
     auto span_of = [n](detail::aligned_buffer& b) { return std::span<float>(reinterpret_cast<float*>(b.get()), n); };
-    // One vector of n parameters: its state tensors as the optimizer shapes them (zero-filled).
+    // Its state tensors as the optimizer shapes them (zero-filled).
     std::vector<std::vector<float>> state;
     for (std::size_t i = 0; i < optimizer.state_names().size(); ++i)
-        state.emplace_back(optimizer.state_shape(i, shape{n}).numel(), 0.0f);
+        state.emplace_back(optimizer.state_shape(i, matrix).numel(), 0.0f);
     std::vector<std::span<float>> parts(state.begin(), state.end());
     long step = 0;
     const double seconds = detail::seconds_per_call(
         [&] {
             ++step;
             optimizer.update(pool, span_of(p), std::span<const float>(span_of(g)), optimizer_state<float>(parts),
-                             {.lr = 1e-4, .step = step, .decay = true, .shape = shape{n}});
+                             {.lr = 1e-4, .step = step, .decay = true, .shape = matrix});
+        },
+        min_seconds);
+    return seconds > 0 ? static_cast<double>(n) / seconds : 0.0;
+}
+
+// The device optimizer's update rate on `backend`, parameters per second: its update of one
+// matrix of `parameters` FP32 parameters (optimizer_calibration_shape) in device memory, on a
+// stream, as the trainer runs it for a device-homed group (device_update). The optimizer's
+// kernels for B (optim/cuda_update.hpp on CUDA) must be included before this is instantiated.
+template <Backend B>
+double measure_device_optimizer(B& backend, const any_optimizer& optimizer, std::size_t parameters,
+                                double min_seconds = 0.1) {
+    const shape matrix = optimizer_calibration_shape(std::max<std::size_t>(parameters, 1024));
+    const std::size_t n = matrix.numel();
+    tiered_tensor<float, host_tier, B> host(backend, shape{n}, "calibration.optimizer.host");
+    detail::fill_calibration_gradients(host.data(), n);
+    detail::device_floats<B> p(backend, shape{n}, "calibration.optimizer.params");
+    detail::device_floats<B> g(backend, shape{n}, "calibration.optimizer.grads");
+    std::vector<detail::device_floats<B>> state;
+    for (std::size_t i = 0; i < optimizer.state_names().size(); ++i)
+        state.emplace_back(backend, shape{std::max<std::size_t>(optimizer.state_shape(i, matrix).numel(), 1)},
+                           "calibration.optimizer.state" + std::to_string(i));
+    auto s = backend.make_stream("calibration.optimizer");
+    p.copy_from(host, s);
+    g.copy_from(host, s);
+    for (auto& t : state) backend.zero(t.device_data().get(), tier_id::device, t.bytes(), s);
+    s.synchronize();  // named: the inputs are in place
+    std::vector<float*> pointers;
+    for (auto& t : state) pointers.push_back(t.device_data().get());
+    long step = 0;
+    const double seconds = detail::seconds_per_call(
+        [&] {
+            ++step;
+            device_update<B>(s, optimizer, p.device_data().get(), g.device_data().get(), n,
+                             std::span<float* const>(pointers), {.lr = 1e-4, .step = step, .decay = true, .shape = matrix});
+            s.synchronize();  // named: the end of one timed update
         },
         min_seconds);
     return seconds > 0 ? static_cast<double>(n) / seconds : 0.0;
@@ -394,6 +449,26 @@ tier_bytes current_budgets(B& backend, const std::filesystem::path& storage_dir)
             .storage = free_disk_bytes(existing_ancestor(storage_dir))};
 }
 
+// Every registered optimizer's host and device rates that `m` lacks, measured now; true when one was.
+template <Backend B>
+bool measure_optimizers(B& backend, const calibration_options& o, machine_rates& m) {
+    std::unique_ptr<host_thread_pool> pool;  // every core, made only when a host rate is measured
+    bool measured = false;
+    for (std::string_view name : registered_optimizers::name_list()) {
+        const std::string key(name);
+        if (!m.host_optimizer.contains(key)) {
+            if (!pool) pool = std::make_unique<host_thread_pool>();
+            m.host_optimizer[key] = measure_host_optimizer(*pool, make_optimizer(name), o.optimizer_parameters, o.min_seconds);
+            measured = true;
+        }
+        if (!m.device_optimizer.contains(key)) {
+            m.device_optimizer[key] = measure_device_optimizer(backend, make_optimizer(name), o.optimizer_parameters, o.min_seconds);
+            measured = true;
+        }
+    }
+    return measured;
+}
+
 inline calibration_options with_default_gemms(calibration_options o) {
     if (o.gemms.empty()) o.gemms = gpt_block_gemms(1024, 768);
     return o;
@@ -417,10 +492,7 @@ machine_rates calibrate(B& backend, const calibration_options& options = {}) {
     m.d2h = links.d2h;
     m.duplex = links.duplex;
     std::tie(m.storage_write, m.storage_read) = measure_storage(o.storage_dir, o.storage_bytes);
-    host_thread_pool pool;
-    for (std::string_view name : registered_optimizers::name_list())
-        m.host_optimizer[std::string(name)] =
-            measure_host_optimizer(pool, make_optimizer(name), o.optimizer_parameters, o.min_seconds);
+    detail::measure_optimizers(backend, o, m);
     return m;
 }
 
@@ -456,6 +528,8 @@ machine_rates calibrated_rates(B& backend, const calibration_options& options = 
                                                 cache["compute"].contains(shapes)
                                             ? &cache["compute"][shapes]
                                             : nullptr;
+        // A cache from before an optimizer (or its device rate) was calibrated gains its rates.
+        changed = detail::measure_optimizers(backend, o, m);
         if (compute && compute->value("gemm_TFLOPS", 0.0) > 0 && compute->value("attention_TFLOPS", 0.0) > 0) {
             m.gemm_flops = compute->value("gemm_TFLOPS", 0.0) * 1e12;
             m.attention_flops = compute->value("attention_TFLOPS", 0.0) * 1e12;

@@ -28,9 +28,11 @@
 // forward and backward 3x, nn/layer.hpp's convention); attention at rates.attention_flops, counted
 // as machine.hpp says (4 B T^2 C forward + 8 B T^2 C backward), of which the forward takes
 // attention_forward_share of the time (the CUDA kernels: backward 3.2-4x the forward); elementwise
-// passes (a block's saved activations written and read, the logits, the sums of squares, the
-// device optimizer) at rates.device_memory; copies at rates.h2d and rates.d2h alone, and at their
-// share of rates.duplex while both directions stream (backward uses); the host optimizer at
+// passes (a block's saved activations written and read, the logits, the sums of squares) at
+// rates.device_memory; the device optimizer at rates.device_optimizer[name] parameters per second
+// (an optimizer without one: memory-bound, its tensors read and written at rates.device_memory);
+// copies at rates.h2d and rates.d2h alone, and at their share of rates.duplex while both
+// directions stream (backward uses); the host optimizer at
 // rates.host_optimizer[name] parameters per second; storage at storage_read and storage_write.
 // What the model leaves out: kernel launch gaps, the host's own enqueue time, copies competing with
 // compute for device memory bandwidth, the I/O engine competing with the optimizer for cores.
@@ -46,6 +48,7 @@
 #include <array>             // std::array
 #include <cstddef>           // std::size_t
 #include <initializer_list>  // std::initializer_list
+#include <map>               // std::map
 #include <string>            // std::string
 #include <string_view>       // std::string_view
 #include <utility>           // std::pair
@@ -215,10 +218,11 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
     const double both = m.h2d + m.d2h;
     const double up_shared = m.duplex > 0 && m.duplex < both ? m.duplex * m.h2d / both : m.h2d;
     const double down_shared = m.duplex > 0 && m.duplex < both ? m.duplex * m.d2h / both : m.d2h;
-    const double host_rate = [&] {
-        const auto it = m.host_optimizer.find(std::string(r.optimizer.name()));
-        return it == m.host_optimizer.end() ? 0.0 : it->second;
-    }();
+    const auto rate_of = [&](const std::map<std::string, double>& rates) {
+        const auto it = rates.find(std::string(r.optimizer.name()));
+        return it == rates.end() ? 0.0 : it->second;
+    };
+    const double host_rate = rate_of(m.host_optimizer), device_rate = rate_of(m.device_optimizer);
     const std::size_t G = f.group_bytes.size();
     for (auto* v : {&w.weights_up, &w.weights_up_shared, &w.grads_up_shared, &w.grads_down, &w.grads_down_shared,
                     &w.zero_grads, &w.sum_of_squares, &w.device_update, &w.host_update, &w.state_read, &w.state_write})
@@ -230,8 +234,9 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
         w.zero_grads[g] = grads / mem;
         w.sum_of_squares[g] = grads / mem;
         if (on_device) {
-            // reads the weights, the gradients and each state tensor; writes the weights and the state
-            w.device_update[g] = (3.0 * grads + 2.0 * states) / mem;
+            // At the optimizer's measured device rate; without one, memory-bound: it reads the
+            // weights, the gradients and each state tensor, and writes the weights and the state.
+            w.device_update[g] = device_rate > 0 ? grads / eb / device_rate : (3.0 * grads + 2.0 * states) / mem;
             continue;
         }
         w.weights_up[g] = seconds_of(bytes, m.h2d);

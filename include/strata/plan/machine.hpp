@@ -1,6 +1,6 @@
 // machine_rates: what the step's cost model (plan/cost_model.hpp) needs to know of a machine, as
 // data: the tiers' budgets, the links' and the disk's bandwidths, the device's compute rates and
-// the host optimizer's rate. Measured by a short calibration on this machine (cached in a file
+// the host and device optimizers' rates. Measured by a short calibration on this machine (cached in a file
 // keyed by the machine), or read from a machine file (`--machine FILE`) to plan for a machine
 // that is not here. Every rate is in base units per second (bytes/s, FLOP/s, parameters/s);
 // 0 means unknown.
@@ -36,6 +36,11 @@ struct machine_rates {
     // The host optimizer's update rate with every core, parameters per second, per optimizer
     // (keys: a registered optimizer's name: "adamw", "sgd", ...).
     std::map<std::string, double> host_optimizer;
+    // The device optimizer's update rate, parameters per second, per optimizer (keys as above).
+    // An optimizer without one is modelled as memory-bound: its update reads and writes the
+    // weights, gradients and state at device_memory (AdamW's and SGD's kernels are; Adafactor's
+    // sums and passes are not).
+    std::map<std::string, double> device_optimizer;
 };
 
 }  // namespace strata

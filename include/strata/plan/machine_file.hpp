@@ -9,14 +9,17 @@
 //     "h2d_GBps": 55.4, "d2h_GBps": 55.3, "duplex_GBps": 99,
 //     "storage_read_GBps": 2.0, "storage_write_GBps": 1.4,
 //     "gemm_TFLOPS": 47.3, "attention_TFLOPS": 20, "device_memory_GBps": 4000,
-//     "host_optimizer_Gparams_per_s": {"adamw": 4.86, "sgd": 6.8}
+//     "host_optimizer_Gparams_per_s": {"adamw": 4.86, "sgd": 6.8},
+//     "device_optimizer_Gparams_per_s": {"adafactor": 6.0}                   (optional)
 //   }
 //
 // Units are in the key names: GB = 1e9 bytes, TFLOPS = 1e12 FLOP per second, Gparams = 1e9
 // parameters. Budgets are byte counts written as the command line's budgets are ("132G", binary
-// units) or as plain numbers of bytes. Every field but "notes" is required; a rate must be
-// positive, a budget non-negative (the device's and the host's positive), host_optimizer names
-// every optimizer the library has; any other key is refused. Each refusal names the field.
+// units) or as plain numbers of bytes. Every field but "notes" and "device_optimizer_Gparams_per_s"
+// is required; a rate must be positive, a budget non-negative (the device's and the host's
+// positive); the optimizer objects name optimizers the library has, the host's at least adamw and
+// sgd; the device's may name none (an optimizer without a device rate is modelled as memory-bound:
+// plan/machine.hpp); any other key is refused. Each refusal names the field.
 #pragma once
 
 #include <strata/core/bytes.hpp>        // parse_bytes
@@ -31,6 +34,7 @@
 #include <array>        // std::array
 #include <cmath>        // std::isfinite
 #include <filesystem>   // std::filesystem::path
+#include <map>          // std::map
 #include <string>       // std::string
 #include <string_view>  // std::string_view
 
@@ -58,13 +62,16 @@ inline constexpr std::array<machine_rate_field, 8> machine_rate_fields{{
 
 inline constexpr std::array<std::string_view, 3> machine_budget_keys{"device_budget", "host_budget", "storage_budget"};
 inline constexpr std::string_view host_optimizer_key = "host_optimizer_Gparams_per_s";
+inline constexpr std::string_view device_optimizer_key = "device_optimizer_Gparams_per_s";
 // The optimizers whose rates every machine file gives (the calibration has measured them since
 // machine files exist); any other registered optimizer's rate is optional: without it, a plan for
 // that optimizer comes from the fixed rules.
 inline constexpr std::array<std::string_view, 2> machine_file_optimizers{"adamw", "sgd"};
 
 inline bool is_machine_file_key(std::string_view key) {
-    if (key == "name" || key == "notes" || key == "host_cores" || key == host_optimizer_key) return true;
+    if (key == "name" || key == "notes" || key == "host_cores" || key == host_optimizer_key ||
+        key == device_optimizer_key)
+        return true;
     for (std::string_view k : machine_budget_keys)
         if (key == k) return true;
     for (const auto& f : machine_rate_fields)
@@ -75,7 +82,7 @@ inline bool is_machine_file_key(std::string_view key) {
 inline std::string machine_file_keys() {
     std::string keys = "name, notes, device_budget, host_budget, storage_budget, host_cores";
     for (const auto& f : machine_rate_fields) keys += ", " + std::string(f.key);
-    return keys + ", " + std::string(host_optimizer_key);
+    return keys + ", " + std::string(host_optimizer_key) + ", " + std::string(device_optimizer_key);
 }
 
 // Reads the fields of one machine file (`source` names it in errors).
@@ -122,6 +129,21 @@ public:
         return n;
     }
 
+    // An object of rates per optimizer, G parameters per second, as parameters per second.
+    std::map<std::string, double> optimizer_rates(const nlohmann::json& v, std::string_view key) const {
+        if (!v.is_object())
+            refuse(key, "must be an object of rates per optimizer (it is " + v.dump() + ")",
+                   "write e.g. {\"adamw\": 4.86, \"sgd\": 6.8}");
+        std::map<std::string, double> rates;
+        for (const auto& [name, value] : v.items()) {
+            const std::string field = std::string(key) + "." + name;
+            if (!registered_optimizers::has(name))
+                refuse(field, "names no optimizer strata has", "the optimizers are " + registered_optimizers::names(" and "));
+            rates[name] = number(value, field, false) * 1e9;
+        }
+        return rates;
+    }
+
 private:
     const nlohmann::json& m_json;
     std::string m_source;
@@ -156,15 +178,9 @@ inline machine_rates machine_from_json(const nlohmann::json& j, const std::strin
     m.host_cores = cores.get<std::size_t>();
     for (const auto& f : detail::machine_rate_fields) m.*f.member = in.number(in.field(f.key), f.key, false) * f.unit;
     const nlohmann::json& optimizers = in.field(detail::host_optimizer_key);
-    if (!optimizers.is_object())
-        in.refuse(detail::host_optimizer_key, "must be an object of rates per optimizer (it is " + optimizers.dump() + ")",
-                  "write e.g. {\"adamw\": 4.86, \"sgd\": 6.8}");
-    for (const auto& [key, value] : optimizers.items()) {
-        if (!registered_optimizers::has(key))
-            in.refuse(std::string(detail::host_optimizer_key) + "." + key, "names no optimizer strata has",
-                      "the optimizers are " + registered_optimizers::names(" and "));
-        m.host_optimizer[key] = in.number(value, std::string(detail::host_optimizer_key) + "." + key, false) * 1e9;
-    }
+    m.host_optimizer = in.optimizer_rates(optimizers, detail::host_optimizer_key);
+    if (const auto device = j.find(detail::device_optimizer_key); device != j.end())
+        m.device_optimizer = in.optimizer_rates(*device, detail::device_optimizer_key);
     for (std::string_view name : detail::machine_file_optimizers) {
         const std::string key = std::string(detail::host_optimizer_key) + "." + std::string(name);
         if (optimizers.find(name) == optimizers.end())
@@ -186,6 +202,11 @@ inline nlohmann::ordered_json machine_to_json(const machine_rates& m, const std:
     nlohmann::ordered_json optimizers = nlohmann::ordered_json::object();
     for (const auto& [name, rate] : m.host_optimizer) optimizers[name] = rate / 1e9;
     j[std::string(detail::host_optimizer_key)] = optimizers;
+    if (!m.device_optimizer.empty()) {
+        nlohmann::ordered_json device = nlohmann::ordered_json::object();
+        for (const auto& [name, rate] : m.device_optimizer) device[name] = rate / 1e9;
+        j[std::string(detail::device_optimizer_key)] = device;
+    }
     return j;
 }
 

@@ -23,7 +23,6 @@
 
 #include <strata/backend/backend.hpp>       // Backend
 #include <strata/core/error.hpp>            // strata::error
-#include <strata/nn/ops.hpp>                // ops
 #include <strata/stream/group_binder.hpp>   // group_use
 #include <strata/tensor/tiered_tensor.hpp>  // tiered_tensor
 
@@ -49,7 +48,6 @@ class pipeline_engine {
 public:
     using stream = typename B::stream;
     using event = typename B::event;
-    using op = ops<B>;
 
     // slots: device slots (2 at least when a block streams); block_numel: elements of the
     // largest streamed block (0: none streams, no slots); grad_numel: of the largest trainable
@@ -183,7 +181,7 @@ private:
             m_h2d.wait(m_grad_free[k]);  // the slot's previous gradients have reached the host
             R* slot = m_grad_slots[k].device_data().get();
             if (m_pass.first_micro || !m_pass.grads_home) {
-                op::zero(m_h2d, slot, m_grad_slots[k].numel());
+                m_backend.zero(slot, tier_id::device, m_grad_slots[k].bytes(), m_h2d);
             } else {
                 m_h2d.wait((*m_pass.last_d2h)[g]);  // the previous micro-batch's gradients are home
                 m_backend.copy(slot, tier_id::device, m_pass.host_grads[g], tier_id::host, m_pass.grad_bytes[g], m_h2d);

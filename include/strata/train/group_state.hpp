@@ -30,7 +30,7 @@
 #include <strata/backend/backend.hpp>           // Backend
 #include <strata/backend/cpu/stream.hpp>        // cpu::event (the host updates)
 #include <strata/core/error.hpp>                // strata::error
-#include <strata/nn/ops.hpp>                    // ops (zero, scale_inplace)
+#include <strata/nn/ops.hpp>                    // ops (scale_inplace)
 #include <strata/optim/device_update.hpp>       // device_update
 #include <strata/optim/optimizer.hpp>           // optimizer_state
 #include <strata/optim/state_layout.hpp>        // optimizer_state_layout
@@ -151,7 +151,7 @@ public:
     // evaluation's); a pinned group's weights go up again at first use (upload).
     void begin_pass(stream& compute, bool zero_grads) {
         m_uploaded = false;
-        if (zero_grads && m_dev_grads) op::zero(compute, m_dev_grads->device_data().get(), m_dev_grads->numel());
+        if (zero_grads && m_dev_grads) zero_device(*m_dev_grads, compute);
     }
 
     // Named host wait: the previous step's update of the host side has finished, so its host
@@ -238,8 +238,8 @@ public:
     // Device gradients and the optimizer state (device and host tier) start at zero; storage
     // state is zeroed through `staging` (copy). Host weights and gradients are zero-filled when made.
     void zero(stream& compute, stream& io, std::span<tiered_tensor<R, host_tier, B>> staging) {
-        if (m_dev_grads) op::zero(compute, m_dev_grads->device_data().get(), m_dev_grads->numel());
-        for (auto& t : m_dev_state) op::zero(compute, t.device_data().get(), t.numel());
+        if (m_dev_grads) zero_device(*m_dev_grads, compute);
+        for (auto& t : m_dev_state) zero_device(t, compute);
         if (!owns_host()) return;
         for (auto& t : m_host->state) std::fill(t.span().begin(), t.span().end(), R(0));
         for (std::size_t i = 0; i < m_host->stored_state.size(); ++i) {
@@ -292,6 +292,11 @@ public:
     }
 
 private:
+    // A device tensor to zero on `s` (the backend's zero, in stream order).
+    void zero_device(tiered_tensor<R, device_tier, B>& t, stream& s) {
+        m_backend.zero(t.device_data().get(), tier_id::device, t.bytes(), s);
+    }
+
     // The optimizer's state tensors (state_names() order) in the group's home, each laid out by
     // the optimizer's state shapes (m_state_layout: AdamW's as long as the trainable prefix):
     // "adamw.m.g3" (the optimizer's name, the state's, the group's: storage files are named so).

@@ -290,6 +290,31 @@ __device__ void row_dots(float* Dsum,      // (64)
     }
 }
 
+// A key tile's dK and dV, accumulated in registers (thread (ty, tx): key rows ty + 16 i, columns
+// column(n, tx)), added to dqkv: key row t's dK at dk_head + t * ld, its dV dv_offset further on.
+// Rows at or past T are not written. Both backwards (the two kernels' dkdv, the key-tile kernel) end so.
+template <int D>
+__device__ inline void add_dk_dv(float* dk_head, std::size_t ld, std::size_t dv_offset, int k0, int T,
+                                 int HS, const float (&dk)[rows_per_thread][head_tile<D>::out_cols],
+                                 const float (&dv)[rows_per_thread][head_tile<D>::out_cols], int ty, int tx) {
+    using shape = head_tile<D>;
+#pragma unroll
+    for (int i = 0; i < rows_per_thread; ++i) {
+        const int t = k0 + ty + 16 * i;
+        if (t >= T) continue;
+        float* dk_row = dk_head + t * ld;  // (HS)
+        float* dv_row = dk_row + dv_offset;  // (HS)
+#pragma unroll
+        for (int n = 0; n < shape::out_cols; ++n) {
+            const int d = shape::column(n, tx);
+            if (d < HS) {
+                dk_row[d] += dk[i][n];
+                dv_row[d] += dv[i][n];
+            }
+        }
+    }
+}
+
 }  // namespace attention_detail
 
 // One block per (64-query tile, b*NH + h); heaviest tiles (most keys) first.
@@ -517,21 +542,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         }
     }
 
-#pragma unroll
-    for (int i = 0; i < rows_per_thread; ++i) {
-        const int t = k0 + ty + 16 * i;
-        if (t >= T) continue;
-        float* dk_row = dqkv + (row0 + t) * ld + C + h * HS;  // (HS)
-        float* dv_row = dk_row + C;                           // (HS)
-#pragma unroll
-        for (int n = 0; n < shape::out_cols; ++n) {
-            const int d = shape::column(n, tx);
-            if (d < HS) {
-                dk_row[d] += dk[i][n];
-                dv_row[d] += dv[i][n];
-            }
-        }
-    }
+    add_dk_dv<D>(dqkv + row0 * ld + C + h * HS, ld, C, k0, T, HS, dk, dv, ty, tx);
 }
 
 // dq: one block per (64-query tile, b*NH + h), looping over the key tiles it sees; heaviest first.

@@ -425,21 +425,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
         }
     }
 
-#pragma unroll
-    for (int i = 0; i < rows_per_thread; ++i) {
-        const int t = k0 + ty + 16 * i;
-        if (t >= T) continue;
-        float* dk_row = dqkv + (row0 + t) * ld + A + g * HS;  // (HS)
-        float* dv_row = dk_row + KV;                          // (HS)
-#pragma unroll
-        for (int n = 0; n < shape::out_cols; ++n) {
-            const int d = shape::column(n, tx);
-            if (d < HS) {
-                dk_row[d] += dk[i][n];
-                dv_row[d] += dv[i][n];
-            }
-        }
-    }
+    add_dk_dv<D>(dqkv + row0 * ld + A + g * HS, ld, KV, k0, T, HS, dk, dv, ty, tx);
 }
 
 // partials: dq[b, t, h] += c(qt, qt) + c(qt-1, qt) + ... + c(0, qt), one thread per element, in
