@@ -3,7 +3,7 @@
 // Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
 #include <strata/kernels/cuda/cross_entropy.cuh>  // cross_entropy_forward, cross_entropy_backward
 #include <strata/kernels/cuda/embedding.cuh>      // embedding_forward, embedding_backward
-#include <strata/kernels/cuda/layernorm.cuh>      // layernorm_forward, layernorm_backward
+#include <strata/kernels/cuda/layernorm.cuh>      // layernorm_*, residual_layernorm_forward
 #include <strata/nn/cuda_ops.hpp>                 // ops<cuda_backend>
 
 namespace strata {
@@ -30,6 +30,12 @@ void ops<cuda_backend>::layernorm_forward(stream& s, float* out, float* mean, fl
                                           const float* w, const float* b, size B, size T, size C) {
     cuda::trace_span span(s, "layernorm_forward");
     kernels::cuda::layernorm_forward(out, mean, rstd, inp, w, b, B, T, C, s.native());
+}
+void ops<cuda_backend>::residual_layernorm_forward(stream& s, float* res, float* out, float* mean, float* rstd,
+                                                   const float* a, const float* b, const float* w, const float* bias,
+                                                   size B, size T, size C) {
+    cuda::trace_span span(s, "residual_layernorm_forward");
+    kernels::cuda::residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, B, T, C, s.native());
 }
 void ops<cuda_backend>::layernorm_backward(stream& s, float* dinp, float* dw, float* db, const float* mean,
                                            const float* rstd, const float* dout, const float* inp, const float* w,

@@ -57,6 +57,14 @@ struct ops<cpu_backend> {
                                   size T, size C) {
         s.enqueue([=] { kernels::cpu::layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, "layernorm_forward");
     }
+    // res = a + b, out = layernorm(res): the block's residual add and the LayerNorm after it as one
+    // op (one kernel on the GPU). res must not overlap a or b.
+    template <class R>
+    static void residual_layernorm_forward(stream& s, R* res, R* out, R* mean, R* rstd, const R* a, const R* b,
+                                           const R* w, const R* bias, size B, size T, size C) {
+        s.enqueue([=] { kernels::cpu::residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, B, T, C); },
+                  "residual_layernorm_forward");
+    }
     template <class R>
     static void layernorm_backward(stream& s, R* dinp, R* dw, R* db, const R* mean, const R* rstd, const R* dout,
                                    const R* inp, const R* w, size B, size T, size C) {

@@ -49,6 +49,10 @@ struct ops<cuda_backend> {
 
     static void layernorm_forward(stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
                                   const float* b, size B, size T, size C);
+    // res = a + b, out = layernorm(res) in one pass (the bits of residual_forward then
+    // layernorm_forward). res must not overlap a or b.
+    static void residual_layernorm_forward(stream& s, float* res, float* out, float* mean, float* rstd, const float* a,
+                                           const float* b, const float* w, const float* bias, size B, size T, size C);
     static void layernorm_backward(stream& s, float* dinp, float* dw, float* db, const float* mean, const float* rstd,
                                    const float* dout, const float* inp, const float* w, size B, size T, size C);
 
