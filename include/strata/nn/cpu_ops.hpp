@@ -76,6 +76,17 @@ struct ops<cpu_backend> {
                                size T, size C, size OC) {
         s.enqueue([=] { kernels::cpu::matmul_forward(out, inp, w, bias, B, T, C, OC); }, "matmul_forward");
     }
+    // pre = inp @ w + bias, out = gelu(pre): the MLP's first linear layer and its GELU as one op
+    // (the GPU fuses the bias and the GELU into one pass after the GEMM); here the composition.
+    // bias may be null; out must not overlap pre.
+    template <class R>
+    static void matmul_gelu_forward(stream& s, R* pre, R* out, const R* inp, const R* w,
+                                    const std::type_identity_t<R>* bias, size B, size T, size C, size OC) {
+        s.enqueue([=] {
+            kernels::cpu::matmul_forward(pre, inp, w, bias, B, T, C, OC);
+            kernels::cpu::gelu_forward(out, static_cast<const R*>(pre), B * T * OC);
+        }, "matmul_gelu_forward");
+    }
     // dinp, dw and dbias may be null (no input gradient wanted; a frozen weight; a layer without
     // bias or with a frozen one).
     template <class R>

@@ -58,6 +58,11 @@ struct ops<cuda_backend> {
 
     static void matmul_forward(stream& s, float* out, const float* inp, const float* w, const float* bias, size B,
                                size T, size C, size OC);
+    // pre = inp @ w + bias, out = gelu(pre): the MLP's first linear layer and its GELU, the bias and
+    // the GELU in one pass after the GEMM (the bits of matmul_forward then gelu_forward). bias may
+    // be null; out must not overlap pre.
+    static void matmul_gelu_forward(stream& s, float* pre, float* out, const float* inp, const float* w,
+                                    const float* bias, size B, size T, size C, size OC);
     // dinp, dw and dbias may be null (no input gradient wanted; a frozen weight; no or a frozen bias).
     static void matmul_backward(stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                 const float* w, size B, size T, size C, size OC);

@@ -91,8 +91,7 @@ public:
         op::matmul_forward(s, a.attproj, a.atty, P(4), P(5), B, T, C, C);
         op::residual_layernorm_forward(s, a.res2, a.ln2, a.ln2_stats, a.ln2_stats + BT, x, a.attproj, P(6), P(7), B,
                                        T, C);  // res2 = x + attproj; ln2 = layernorm(res2)
-        op::matmul_forward(s, a.fch, a.ln2, P(8), P(9), B, T, C, 4 * C);
-        op::gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
+        op::matmul_gelu_forward(s, a.fch, a.fch_gelu, a.ln2, P(8), P(9), B, T, C, 4 * C);  // fch_gelu = gelu(fch)
         op::matmul_forward(s, a.fcproj, a.fch_gelu, P(10), P(11), B, T, 4 * C, C);
         op::residual_forward(s, out, a.res2, a.fcproj, BT * C);
     }
@@ -132,8 +131,7 @@ public:
         op::attention_decode(s, atty, qkv, 3 * C, static_cast<const R*>(cache), pos, n, NH, NH, C / NH);
         op::matmul_forward(s, attproj, atty, P(4), P(5), 1, n, C, C);
         op::residual_layernorm_forward(s, res2, ln2, ln2_stats, ln2_stats + n, x, attproj, P(6), P(7), 1, n, C);
-        op::matmul_forward(s, fch, ln2, P(8), P(9), 1, n, C, 4 * C);
-        op::gelu_forward(s, fch_gelu, fch, n * 4 * C);
+        op::matmul_gelu_forward(s, fch, fch_gelu, ln2, P(8), P(9), 1, n, C, 4 * C);
         op::matmul_forward(s, fcproj, fch_gelu, P(10), P(11), 1, n, 4 * C, C);
         op::residual_forward(s, out, res2, fcproj, n * C);
     }

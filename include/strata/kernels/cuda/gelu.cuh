@@ -69,6 +69,29 @@ __global__ void gelu_backward_kernel(Real* dinp,        // (N)
         dinp[i] += detail::gelu_grad(inp[i]) * dout[i];
 }
 
+// pre += bias (when bias is not null), out = gelu(pre): the bias of the GEMM before the GELU and
+// the GELU in one pass; grid detail::row_grid(rows, OC / Width).
+template <class Real, int Width>
+__global__ void bias_gelu_forward_kernel(Real* pre,         // (rows, OC)
+                                         Real* out,         // (rows, OC)
+                                         const Real* bias,  // (OC) or null
+                                         std::size_t rows, std::size_t OC) {
+    const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= OC / Width) return;
+    detail::pack<Width> b{};
+    if (bias) b = detail::load_pack<Width>(bias + i * Width);
+    for (std::size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        const std::size_t at = r * OC + i * Width;
+        auto p = detail::load_pack<Width>(pre + at);
+        if (bias) {
+            for (int j = 0; j < Width; ++j) p.v[j] += b.v[j];
+            detail::store_pack<Width>(pre + at, p);
+        }
+        for (int j = 0; j < Width; ++j) p.v[j] = detail::gelu(p.v[j]);
+        detail::store_pack<Width>(out + at, p);
+    }
+}
+
 template <class Real>
 void gelu_forward(Real* out,        // (N)
                   const Real* inp,  // (N)
@@ -80,6 +103,26 @@ void gelu_forward(Real* out,        // (N)
     else
         gelu_forward_kernel<Real, 1><<<detail::flat_blocks(N), detail::flat_threads, 0, stream>>>(out, inp, N);
     check_launch("gelu_forward");
+}
+
+// pre (rows, OC) += bias (OC) on every row, then out = gelu(pre): the bits of add_bias then
+// gelu_forward (the same float add, the same gelu of the stored sum), in one pass instead of two
+// (pre is read once, not twice). bias may be null (out = gelu(pre), pre unchanged). out must not
+// overlap pre.
+template <class Real>
+void bias_gelu_forward(Real* pre,         // (rows, OC)
+                       Real* out,         // (rows, OC)
+                       const Real* bias,  // (OC) or null
+                       std::size_t rows, std::size_t OC, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    if (rows == 0 || OC == 0) return;
+    if (OC % 4 == 0 && detail::aligned16(pre, out, bias))
+        bias_gelu_forward_kernel<Real, 4>
+            <<<detail::row_grid(rows, OC / 4), detail::flat_threads, 0, stream>>>(pre, out, bias, rows, OC);
+    else
+        bias_gelu_forward_kernel<Real, 1>
+            <<<detail::row_grid(rows, OC), detail::flat_threads, 0, stream>>>(pre, out, bias, rows, OC);
+    check_launch("bias_gelu_forward");
 }
 
 // dinp += gelu'(inp) * dout.
@@ -103,6 +146,7 @@ void gelu_backward(Real* dinp,        // (N)
 // again.
 #define STRATA_CUDA_GELU_INSTANCES(prefix) \
     prefix void gelu_forward<float>(float*, const float*, std::size_t, cudaStream_t); \
+    prefix void bias_gelu_forward<float>(float*, float*, const float*, std::size_t, std::size_t, cudaStream_t); \
     prefix void gelu_backward<float>(float*, const float*, const float*, std::size_t, cudaStream_t);
 STRATA_CUDA_GELU_INSTANCES(extern template)
 
