@@ -145,6 +145,18 @@ struct ops<cpu_backend> {
     static void gelu_backward(stream& s, R* dinp, const R* dout, const R* inp, size N) {
         s.enqueue([=] { kernels::cpu::gelu_backward(dinp, dout, inp, N); }, "gelu_backward");
     }
+    // dinp = gelu'(inp) * dout, written (dinp need not be zeroed), and dbias += the column sums of
+    // that dinp: the GELU backward and the bias gradient of the linear layer before it as one op
+    // (one pass on the GPU); here zero, gelu_backward and matmul_backward's dbias, so the bits are
+    // those of the three.
+    template <class R>
+    static void gelu_backward_bias(stream& s, R* dinp, R* dbias, const R* dout, const R* inp, size rows, size OC) {
+        s.enqueue([=] {
+            std::memset(dinp, 0, rows * OC * sizeof(R));
+            kernels::cpu::gelu_backward(dinp, dout, inp, rows * OC);
+            kernels::cpu::matmul_backward<R>(nullptr, nullptr, dbias, dinp, nullptr, nullptr, 1, rows, 0, OC);
+        }, "gelu_backward_bias");
+    }
     template <class R>
     static void residual_forward(stream& s, R* out, const R* a, const R* b, size N) {
         s.enqueue([=] { kernels::cpu::residual_forward(out, a, b, N); }, "residual_forward");

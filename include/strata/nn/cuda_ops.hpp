@@ -99,6 +99,11 @@ struct ops<cuda_backend> {
 
     static void gelu_forward(stream& s, float* out, const float* inp, size N);
     static void gelu_backward(stream& s, float* dinp, const float* dout, const float* inp, size N);
+    // dinp = gelu'(inp) * dout, written (no zero-fill needed), and dbias += its column sums: the
+    // GELU backward and the bias gradient of the linear layer before it in one pass (the bits of
+    // zero, gelu_backward, then matmul_backward's dbias).
+    static void gelu_backward_bias(stream& s, float* dinp, float* dbias, const float* dout, const float* inp,
+                                   size rows, size OC);
     static void residual_forward(stream& s, float* out, const float* a, const float* b, size N);
 
     static void cross_entropy_forward(stream& s, float* losses, float* lse, const float* logits,

@@ -154,10 +154,9 @@ public:
 
         op::zero(s, dfch_gelu, BT * 4 * C);
         op::matmul_backward(s, dfch_gelu, G(10), G(11), dout, a.fch_gelu, P(10), B, T, 4 * C, C);
-        op::zero(s, dfch, BT * 4 * C);
-        op::gelu_backward(s, dfch, dfch_gelu, a.fch, BT * 4 * C);
+        op::gelu_backward_bias(s, dfch, G(9), dfch_gelu, a.fch, BT, 4 * C);  // dfch written; c_fc's bias gradient
         op::zero(s, dln, BT * C);
-        op::matmul_backward(s, dln, G(8), G(9), dfch, a.ln2, P(8), B, T, C, 4 * C);
+        op::matmul_backward(s, dln, G(8), nullptr, dfch, a.ln2, P(8), B, T, C, 4 * C);
         // out = res2 + fcproj: dres2 = dout + layernorm_2's input gradient
         op::copy(s, dres, dout, BT * C);
         op::layernorm_backward(s, dres, G(6), G(7), a.ln2_stats, a.ln2_stats + BT, dln, a.res2, P(6), B, T, C);

@@ -92,6 +92,33 @@ __global__ void bias_gelu_forward_kernel(Real* pre,         // (rows, OC)
     }
 }
 
+// dinp = gelu'(inp) * dout (written), dbias += the column sums of that dinp: the GELU's backward
+// and the bias gradient of the linear layer before it in one pass; one block per column tile
+// (grid.x = ceil(OC / column_tile_width)), rows in column_sum_accumulate's order and tree.
+template <class Real>
+__global__ void __launch_bounds__(detail::column_tile_width* detail::column_tile_rows)
+    gelu_backward_bias_kernel(Real* dinp,        // (rows, OC)
+                              Real* dbias,       // (OC)
+                              const Real* dout,  // (rows, OC)
+                              const Real* inp,   // (rows, OC)
+                              std::size_t rows, std::size_t OC) {
+    __shared__ float partials[detail::column_tile_rows * detail::column_tile_width];
+    const std::size_t c = static_cast<std::size_t>(blockIdx.x) * detail::column_tile_width + threadIdx.x;
+    float sum = 0.0f;
+    if (c < OC) {
+#pragma unroll 4
+        for (std::size_t r = threadIdx.y; r < rows; r += detail::column_tile_rows) {
+            const std::size_t at = r * OC + c;
+            // + 0.0f: the bits of gelu_backward adding into a zeroed buffer, -0 included.
+            const float d = detail::gelu_grad(inp[at]) * dout[at] + 0.0f;
+            dinp[at] = d;
+            sum += d;
+        }
+    }
+    sum = detail::column_tile_sum(sum, partials);
+    if (threadIdx.y == 0 && c < OC) dbias[c] += sum;
+}
+
 template <class Real>
 void gelu_forward(Real* out,        // (N)
                   const Real* inp,  // (N)
@@ -141,13 +168,33 @@ void gelu_backward(Real* dinp,        // (N)
     check_launch("gelu_backward");
 }
 
+// dinp = gelu'(inp) * dout, overwriting dinp (no zero-fill first), and dbias += the column sums of
+// that dinp: the MLP's GELU backward and its first linear layer's bias gradient in one pass, the
+// bits of zero, gelu_backward and column_sum_accumulate one after the other (matmul_backward's
+// dbias), without reading dinp back.
+template <class Real>
+void gelu_backward_bias(Real* dinp,        // (rows, OC)
+                        Real* dbias,       // (OC)
+                        const Real* dout,  // (rows, OC)
+                        const Real* inp,   // (rows, OC)
+                        std::size_t rows, std::size_t OC, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    if (OC == 0) return;
+    const dim3 block(detail::column_tile_width, detail::column_tile_rows);
+    gelu_backward_bias_kernel<Real>
+        <<<ceil_div(OC, detail::column_tile_width), block, 0, stream>>>(dinp, dbias, dout, inp, rows, OC);
+    check_launch("gelu_backward_bias");
+}
+
 // The float instances are compiled once, in strata's src/cuda/elementwise.cu (strata::cuda,
 // strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
 // again.
 #define STRATA_CUDA_GELU_INSTANCES(prefix) \
     prefix void gelu_forward<float>(float*, const float*, std::size_t, cudaStream_t); \
     prefix void bias_gelu_forward<float>(float*, float*, const float*, std::size_t, std::size_t, cudaStream_t); \
-    prefix void gelu_backward<float>(float*, const float*, const float*, std::size_t, cudaStream_t);
+    prefix void gelu_backward<float>(float*, const float*, const float*, std::size_t, cudaStream_t); \
+    prefix void gelu_backward_bias<float>(float*, float*, const float*, const float*, std::size_t, std::size_t, \
+                                          cudaStream_t);
 STRATA_CUDA_GELU_INSTANCES(extern template)
 
 }  // namespace strata::kernels::cuda
