@@ -1,7 +1,7 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), the row-wise family: kernels that work one (B, T) row at a
 // time: the embeddings, layernorm and the cross-entropy loss, each forward and backward.
 // Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
-#include <strata/kernels/cuda/cross_entropy.cuh>  // cross_entropy_forward, cross_entropy_backward
+#include <strata/kernels/cuda/cross_entropy.cuh>  // cross_entropy_forward, _backward, _forward_backward
 #include <strata/kernels/cuda/embedding.cuh>      // embedding_forward, embedding_backward
 #include <strata/kernels/cuda/layernorm.cuh>      // layernorm_*, residual_layernorm_forward
 #include <strata/nn/cuda_ops.hpp>                 // ops<cuda_backend>
@@ -48,6 +48,13 @@ void ops<cuda_backend>::cross_entropy_forward(stream& s, float* losses, float* l
                                               const std::int32_t* targets, size B, size T, size V) {
     cuda::trace_span span(s, "cross_entropy_forward");
     kernels::cuda::cross_entropy_forward(losses, lse, logits, targets, B, T, V, s.native());
+}
+void ops<cuda_backend>::cross_entropy_forward_backward(stream& s, float* losses, float* lse, float* dlogits,
+                                                       const float* logits, const std::int32_t* targets,
+                                                       double scale, size B, size T, size V) {
+    cuda::trace_span span(s, "cross_entropy_forward_backward");
+    kernels::cuda::cross_entropy_forward_backward(losses, lse, dlogits, logits, targets, static_cast<float>(scale), B,
+                                                  T, V, s.native());
 }
 void ops<cuda_backend>::cross_entropy_backward(stream& s, float* dlogits, const float* lse, const float* logits,
                                                const std::int32_t* targets, double scale, size B, size T, size V) {

@@ -167,6 +167,20 @@ struct ops<cpu_backend> {
                                       size B, size T, size V) {
         s.enqueue([=] { kernels::cpu::cross_entropy_forward(losses, lse, logits, targets, B, T, V); }, "cross_entropy_forward");
     }
+    // The training step's loss and its gradient in one op: losses and lse as cross_entropy_forward,
+    // dlogits = scale (softmax - onehot) written (no zero fill needed; 0 on ignored rows), as zero
+    // then cross_entropy_backward (one pass over the rows on the GPU). dlogits must not overlap
+    // logits.
+    template <class R>
+    static void cross_entropy_forward_backward(stream& s, R* losses, R* lse, R* dlogits, const R* logits,
+                                               const std::int32_t* targets, double scale, size B, size T, size V) {
+        s.enqueue([=] {
+            kernels::cpu::cross_entropy_forward(losses, lse, logits, targets, B, T, V);
+            std::memset(dlogits, 0, B * T * V * sizeof(R));
+            kernels::cpu::cross_entropy_backward(dlogits, static_cast<const R*>(lse), logits, targets,
+                                                 static_cast<R>(scale), B, T, V);
+        }, "cross_entropy_forward_backward");
+    }
     template <class R>
     static void cross_entropy_backward(stream& s, R* dlogits, const R* lse, const R* logits,
                                        const std::int32_t* targets, double scale, size B, size T, size V) {

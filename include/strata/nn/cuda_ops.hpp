@@ -108,6 +108,12 @@ struct ops<cuda_backend> {
 
     static void cross_entropy_forward(stream& s, float* losses, float* lse, const float* logits,
                                       const std::int32_t* targets, size B, size T, size V);
+    // losses, lse and dlogits = scale (softmax - onehot) written (0 on ignored rows) in one pass over
+    // the rows: the bits of cross_entropy_forward, zero and cross_entropy_backward. dlogits must not
+    // overlap logits.
+    static void cross_entropy_forward_backward(stream& s, float* losses, float* lse, float* dlogits,
+                                               const float* logits, const std::int32_t* targets, double scale, size B,
+                                               size T, size V);
     static void cross_entropy_backward(stream& s, float* dlogits, const float* lse, const float* logits,
                                        const std::int32_t* targets, double scale, size B, size T, size V);
 };
