@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (sm_90, CUDA 13): build and run what checks the fused neighbours
 # of issue 29 item 2 (residual_layernorm_forward, matmul_gelu_forward's bias + GELU pass, the
-# vectorized bias add), in one call of under 10 minutes on the H200 machine:
-#   tests      strata_test_cuda's cases of the fused and touched kernels: residual_layernorm_forward
-#              and bias_gelu_forward bitwise against the unfused CUDA kernels and within FP32
-#              tolerance of the CPU, add_bias bitwise the CPU's, layernorm, gelu, the cuBLAS GEMMs;
-#              with their speed lines (fused vs apart, GB/s)
+# vectorized bias add, gelu_backward_bias, cross_entropy_forward_backward), in one call of under
+# 10 minutes on the H200 machine:
+#   tests      strata_test_cuda's cases of the fused and touched kernels: each fused kernel bitwise
+#              against the unfused CUDA kernels and within FP32 tolerance of the CPU, add_bias
+#              bitwise the CPU's, layernorm, gelu, cross-entropy, the cuBLAS GEMMs; with their speed
+#              lines (fused vs apart, GB/s)
 #   sanitize   compute-sanitizer memcheck on those cases (the correctness ones, not the speed ones)
 #   model      strata_test_model's CUDA cases (every activation policy bitwise alike, the trajectory
 #              against the CPU, resume bitwise) and strata_test_layers' GPT-2 block on CUDA
@@ -33,8 +34,9 @@ has() { local s; for s in "${stages[@]}"; do [[ $s == "$1" ]] && return 0; done;
 log() { echo "=== $* ($(date +%T), ${SECONDS}s)" | tee -a "$OUT/summary.txt"; }
 status=0
 # The cases of strata_test_cuda this change touches (doctest filters, comma = or).
-cases='*residual_layernorm*,*add_bias*,*bias_gelu*,*layernorm*,*gelu*,*matmul*,*GEMMs*'
-correctness_cases='*residual_layernorm_forward: the bits*,*add_bias and bias_gelu_forward*'
+cases='*residual_layernorm*,*add_bias*,*bias_gelu*,*layernorm*,*gelu*,*matmul*,*GEMMs*,*cross_entropy*'
+correctness_cases='*residual_layernorm_forward: the bits*,*add_bias and bias_gelu_forward*,*gelu_backward_bias: the bits*'
+correctness_cases+=',*cross_entropy_forward_backward: the bits*'
 
 log "GPU"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$OUT/summary.txt"
@@ -123,7 +125,7 @@ if has bench; then
   done
   for which in "${builds[@]}"; do
     echo "--- ops of $which (activations keep, round 1): layernorm, residual, gelu, matmul" >> "$OUT/summary.txt"
-    grep -hE "layernorm|residual|gelu|matmul|bias" "$OUT/step_ops_keep_${which}_1.txt" | grep -v "^{" \
+    grep -hE "layernorm|residual|gelu|matmul|bias|cross_entropy|zero" "$OUT/step_ops_keep_${which}_1.txt" | grep -v "^{" \
       >> "$OUT/summary.txt"
   done
 fi
