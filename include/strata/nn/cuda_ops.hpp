@@ -11,7 +11,8 @@
 // Precision: R = float only (a double model on the GPU does not compile: no overload). GEMMs run
 // in strict FP32 unless TF32 is switched on with set_tf32(true) (strata-gpt --tf32); nothing
 // else changes precision. Every op is deterministic: the same inputs give the same bits.
-// Backward ops accumulate (+=) into their d-buffers, as on the CPU.
+// Backward ops accumulate (+=) into their d-buffers, as on the CPU (the fused ones that write one
+// say so).
 #pragma once
 
 #include <strata/backend/cuda/stream.hpp>  // cuda::stream, cuda::trace_span
