@@ -19,7 +19,7 @@
 //     strata::kernels::cuda::<launcher><float>"): add its instances here, never drop the extern.
 #include <strata/backend/cuda/check.hpp>        // cuda::check
 #include <strata/kernels/cuda/elementwise.cuh>  // add_inplace, scale_inplace, residual_forward, sum_of_squares
-#include <strata/kernels/cuda/gelu.cuh>         // gelu_forward, gelu_backward
+#include <strata/kernels/cuda/gelu.cuh>         // gelu_forward, gelu_backward, gelu_backward_bias
 #include <strata/nn/cuda_ops.hpp>               // ops<cuda_backend>
 
 namespace strata {
@@ -75,6 +75,11 @@ void ops<cuda_backend>::gelu_forward(stream& s, float* out, const float* inp, si
 void ops<cuda_backend>::gelu_backward(stream& s, float* dinp, const float* dout, const float* inp, size N) {
     cuda::trace_span span(s, "gelu_backward");
     kernels::cuda::gelu_backward(dinp, dout, inp, N, s.native());
+}
+void ops<cuda_backend>::gelu_backward_bias(stream& s, float* dinp, float* dbias, const float* dout, const float* inp,
+                                           size rows, size OC) {
+    cuda::trace_span span(s, "gelu_backward_bias");
+    kernels::cuda::gelu_backward_bias(dinp, dbias, dout, inp, rows, OC, s.native());
 }
 
 

@@ -1,8 +1,10 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), the GEMM family: matmul and lm_head forward and backward
-// through cuBLAS, the bias kernels around them, and the process-wide TF32 switch.
+// through cuBLAS, the bias kernels around them (the MLP's GELU fused into its bias pass), and the
+// process-wide TF32 switch.
 // Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
 #include <strata/backend/cuda/check.hpp>          // cuda::check
-#include <strata/kernels/cuda/elementwise.cuh>    // column_sum_accumulate
+#include <strata/kernels/cuda/elementwise.cuh>    // add_bias, column_sum_accumulate
+#include <strata/kernels/cuda/gelu.cuh>           // bias_gelu_forward
 #include <strata/kernels/cuda/launch.cuh>         // check_launch, ceil_div
 #include <strata/nn/cuda_ops.hpp>                 // ops<cuda_backend>
 
@@ -58,12 +60,6 @@ void sgemm(cudaStream_t stream, bool trans_a, bool trans_b, std::size_t m, std::
                  "cublasSgemm");
 }
 
-// out (rows, OC) += bias (OC), broadcast over rows.
-__global__ void add_bias_kernel(float* out, const float* bias, std::size_t rows, std::size_t OC) {
-    const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < rows * OC) out[i] += bias[i % OC];
-}
-
 }  // namespace
 }  // namespace detail::cuda_ops
 
@@ -76,11 +72,17 @@ void ops<cuda_backend>::matmul_forward(stream& s, float* out, const float* inp, 
     cuda::trace_span span(s, "matmul_forward");
     const size BT = B * T;
     detail::cuda_ops::sgemm(s.native(), false, false, OC, BT, C, w, OC, inp, C, 0.0f, out, OC);
-    if (bias) {
-        const size n = BT * OC;
-        detail::cuda_ops::add_bias_kernel<<<kernels::cuda::ceil_div(n, 256), 256, 0, s.native()>>>(out, bias, BT, OC);
-        kernels::cuda::check_launch("add_bias");
-    }
+    if (bias) kernels::cuda::add_bias(out, bias, BT, OC, s.native());
+}
+// pre = inp @ w + bias as matmul_forward, then out = gelu(pre): the bias and the GELU in one pass
+// after the GEMM (kernels/cuda/gelu.cuh: bias_gelu_forward), the bits of matmul_forward then
+// gelu_forward.
+void ops<cuda_backend>::matmul_gelu_forward(stream& s, float* pre, float* out, const float* inp, const float* w,
+                                            const float* bias, size B, size T, size C, size OC) {
+    cuda::trace_span span(s, "matmul_gelu_forward");
+    const size BT = B * T;
+    detail::cuda_ops::sgemm(s.native(), false, false, OC, BT, C, w, OC, inp, C, 0.0f, pre, OC);
+    kernels::cuda::bias_gelu_forward(pre, out, bias, BT, OC, s.native());
 }
 // dinp (BT, C) += dout (BT, OC) @ w^T; dw (C, OC) += inp^T @ dout; dbias += column sums of dout.
 // Each of dinp, dw (a frozen weight) and dbias may be null: its work is skipped.

@@ -183,3 +183,84 @@ TEST_CASE("cuda cross_entropy speed at the GPT-2 124M shape (B*T = 8192, V = 502
 }
 
 }  // namespace
+
+namespace {
+
+TEST_CASE("cuda cross_entropy_forward_backward: the bits of forward, zero and backward, and the CPU's") {
+    if (skip_without_gpu()) return;
+    // The fused kernel against the unfused CUDA kernels, bit for bit: losses, lse, and dlogits
+    // written over garbage (the unfused path zero-fills first); ignored rows (every seventh) get
+    // zeros, and an out-of-range target a NaN loss and zeros. Then against the CPU composition
+    // within the unfused tests' thresholds: losses and lse 1e-6 normalized, dlogits 1e-6
+    // normalized (scale 1/counted).
+    test_stream stream;
+    for (const auto [B, T, V] : shapes) {
+        CAPTURE(B);
+        CAPTURE(T);
+        CAPTURE(V);
+        const std::size_t rows = B * T;
+        const auto logits = random_floats(rows * V, 101, -4.0, 4.0);
+        auto targets = random_targets(rows, V, 102);
+        if (rows > 5) targets[5] = static_cast<std::int32_t>(V);  // invalid: NaN loss, no gradient
+        const auto garbage = random_floats(rows * V, 103);
+        const float scale = 1.0f / static_cast<float>(rows);
+
+        device_buffer<float> d_logits(logits), f_losses(rows), f_lse(rows), f_dlogits(garbage), u_losses(rows),
+            u_lse(rows), u_dlogits(rows * V);
+        device_buffer<std::int32_t> d_targets(targets);
+        gpu::cross_entropy_forward_backward(f_losses.get(), f_lse.get(), f_dlogits.get(), d_logits.get(),
+                                            d_targets.get(), scale, B, T, V, stream);
+        gpu::cross_entropy_forward(u_losses.get(), u_lse.get(), d_logits.get(), d_targets.get(), B, T, V, stream);
+        cudaMemsetAsync(u_dlogits.get(), 0, rows * V * sizeof(float), stream);
+        gpu::cross_entropy_backward(u_dlogits.get(), u_lse.get(), d_logits.get(), d_targets.get(), scale, B, T, V,
+                                    stream);
+        const auto g_losses = f_losses.download(), g_lse = f_lse.download(), g_dlogits = f_dlogits.download();
+        CHECK(first_difference(g_losses, u_losses.download(), "losses").empty());
+        CHECK(first_difference(g_lse, u_lse.download(), "lse").empty());
+        CHECK(first_difference(g_dlogits, u_dlogits.download(), "dlogits").empty());
+
+        // The CPU with the invalid row as ignored (the CPU throws on it); that row's loss is NaN here.
+        auto as_ignored = targets;
+        if (rows > 5) as_ignored[5] = cpu::ignore_index;
+        std::vector<float> losses(rows), lse(rows), dlogits(rows * V, 0.0f);
+        cpu::cross_entropy_forward(losses.data(), lse.data(), logits.data(), as_ignored.data(), B, T, V);
+        cpu::cross_entropy_backward(dlogits.data(), lse.data(), logits.data(), as_ignored.data(), scale, B, T, V);
+        auto got_losses = g_losses;
+        if (rows > 5) {
+            CHECK(std::isnan(got_losses[5]));
+            got_losses[5] = 0.0f;
+        }
+        const auto e_losses = normalized_error(got_losses, losses);
+        const auto e_lse = normalized_error(g_lse, lse);
+        const auto e_dlogits = normalized_error(g_dlogits, dlogits);
+        CHECK_MESSAGE(e_losses.error < 1e-6, e_losses.describe("losses"));
+        CHECK_MESSAGE(e_lse.error < 1e-6, e_lse.describe("lse"));
+        CHECK_MESSAGE(e_dlogits.error < 1e-6, e_dlogits.describe("dlogits"));
+    }
+}
+
+TEST_CASE("cuda cross_entropy_forward_backward speed against forward + zero + backward (B*T = 8192, V = 50257)") {
+    if (skip_without_gpu()) return;
+    test_stream stream;
+    const std::size_t rows = 8192, V = 50257, N = rows * V;
+    device_buffer<float> logits(N), dlogits(N), losses(rows), lse(rows);
+    fill_pattern(logits.get(), N, 1);
+    device_buffer<std::int32_t> targets(random_targets(rows, V, 111));
+    const float scale = 1.0f / static_cast<float>(rows);
+    const double fused = time_ms(stream, 5, [&] {
+        gpu::cross_entropy_forward_backward(losses.get(), lse.get(), dlogits.get(), logits.get(), targets.get(), scale,
+                                            1, rows, V, stream);
+    });
+    const double apart = time_ms(stream, 5, [&] {
+        gpu::cross_entropy_forward(losses.get(), lse.get(), logits.get(), targets.get(), 1, rows, V, stream);
+        cudaMemsetAsync(dlogits.get(), 0, N * sizeof(float), stream);
+        gpu::cross_entropy_backward(dlogits.get(), lse.get(), logits.get(), targets.get(), scale, 1, rows, V, stream);
+    });
+    // Bytes from DRAM at least: fused reads the logits and writes dlogits (its second read may hit L2).
+    MESSAGE("cross entropy forward + backward 8192 x 50257: fused " << fused << " ms ("
+                                                                    << gigabytes_per_second(8.0 * static_cast<double>(N), fused)
+                                                                    << " GB/s counting one read), apart " << apart
+                                                                    << " ms");
+}
+
+}  // namespace

@@ -1,7 +1,7 @@
 // kernels/cuda/layernorm.cuh against kernels/cpu/layernorm.hpp.
 #include "cuda/cuda_test_util.cuh"  // skip_without_gpu, device_buffer, test_stream, comparisons
 
-#include <strata/kernels/cpu/layernorm.hpp>   // layernorm_forward, layernorm_backward (the oracle)
+#include <strata/kernels/cpu/layernorm.hpp>   // layernorm_*, residual_layernorm_forward (the oracle)
 #include <strata/kernels/cuda/layernorm.cuh>  // the kernels under test
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE, CAPTURE
@@ -125,6 +125,83 @@ TEST_CASE("cuda layernorm speed at GPT-2 shapes; forward repeats its bits") {
         MESSAGE("layernorm B*T=8192 C=" << C << ": forward " << fwd << " ms (" << gigabytes_per_second(8 * n, fwd)
                                         << " GB/s), backward " << bwd << " ms (" << gigabytes_per_second(24 * n, bwd)
                                         << " GB/s)");
+    }
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("cuda residual_layernorm_forward: the bits of residual_forward then layernorm_forward, and the CPU's") {
+    if (skip_without_gpu()) return;
+    // The fused kernel against the two CUDA kernels it replaces, bit for bit (the same float adds,
+    // the same double sums in the same lane order), and against the CPU composition within the
+    // layernorm forward's thresholds above (1e-6; res itself is one float add on both sides: equal).
+    // Same shapes as above: the float4 path, the scalar path (C = 37), and a full GPT-2 batch.
+    test_stream stream;
+    for (const auto [B, T, C] : shapes) {
+        CAPTURE(B);
+        CAPTURE(T);
+        CAPTURE(C);
+        const std::size_t rows = B * T;
+        const auto a = random_floats(rows * C, 21, 1.0, 3.0);
+        const auto b = random_floats(rows * C, 22);
+        const auto weight = random_floats(C, 23, 0.5, 1.5);
+        const auto bias = random_floats(C, 24);
+
+        std::vector<float> res(rows * C), out(rows * C), mean(rows), rstd(rows);
+        cpu::residual_layernorm_forward(res.data(), out.data(), mean.data(), rstd.data(), a.data(), b.data(),
+                                        weight.data(), bias.data(), B, T, C);
+
+        device_buffer<float> d_a(a), d_b(b), d_weight(weight), d_bias(bias), d_res(rows * C), d_out(rows * C),
+            d_mean(rows), d_rstd(rows), u_res(rows * C), u_out(rows * C), u_mean(rows), u_rstd(rows);
+        gpu::residual_layernorm_forward(d_res.get(), d_out.get(), d_mean.get(), d_rstd.get(), d_a.get(), d_b.get(),
+                                        d_weight.get(), d_bias.get(), B, T, C, stream);
+        gpu::residual_forward(u_res.get(), d_a.get(), d_b.get(), rows * C, stream);
+        gpu::layernorm_forward(u_out.get(), u_mean.get(), u_rstd.get(), u_res.get(), d_weight.get(), d_bias.get(), B, T,
+                               C, stream);
+        const auto g_res = d_res.download(), g_out = d_out.download(), g_mean = d_mean.download(),
+                   g_rstd = d_rstd.download();
+        CHECK(first_difference(g_res, u_res.download(), "res").empty());
+        CHECK(first_difference(g_out, u_out.download(), "out").empty());
+        CHECK(first_difference(g_mean, u_mean.download(), "mean").empty());
+        CHECK(first_difference(g_rstd, u_rstd.download(), "rstd").empty());
+
+        CHECK(first_difference(g_res, res, "res").empty());
+        const auto e_out = normalized_error(g_out, out);
+        const auto e_mean = normalized_error(g_mean, mean);
+        const auto e_rstd = normalized_error(g_rstd, rstd);
+        CHECK_MESSAGE(e_out.error < 1e-6, e_out.describe("out"));
+        CHECK_MESSAGE(e_mean.error < 1e-6, e_mean.describe("mean"));
+        CHECK_MESSAGE(e_rstd.error < 1e-6, e_rstd.describe("rstd"));
+    }
+}
+
+TEST_CASE("cuda residual_layernorm_forward speed against residual_forward + layernorm_forward") {
+    if (skip_without_gpu()) return;
+    test_stream stream;
+    for (const std::size_t C : {std::size_t{768}, std::size_t{1600}}) {
+        const std::size_t B = 8, T = 1024, rows = B * T;
+        device_buffer<float> a(rows * C), b(rows * C), weight(C), bias(C), res(rows * C), out(rows * C), mean(rows),
+            rstd(rows);
+        fill_pattern(a.get(), rows * C, 1);
+        fill_pattern(b.get(), rows * C, 2);
+        fill_pattern(weight.get(), C, 3);
+        fill_pattern(bias.get(), C, 4);
+        const double fused = time_ms(stream, 20, [&] {
+            gpu::residual_layernorm_forward(res.get(), out.get(), mean.get(), rstd.get(), a.get(), b.get(),
+                                            weight.get(), bias.get(), B, T, C, stream);
+        });
+        const double apart = time_ms(stream, 20, [&] {
+            gpu::residual_forward(res.get(), a.get(), b.get(), rows * C, stream);
+            gpu::layernorm_forward(out.get(), mean.get(), rstd.get(), res.get(), weight.get(), bias.get(), B, T, C,
+                                   stream);
+        });
+        // Bytes from DRAM: fused reads a, b and writes res, out; apart also reads res once more.
+        const double n = static_cast<double>(rows * C);
+        MESSAGE("residual + layernorm B*T=8192 C=" << C << ": fused " << fused << " ms ("
+                                                   << gigabytes_per_second(16 * n, fused) << " GB/s), apart " << apart
+                                                   << " ms");
     }
 }
 

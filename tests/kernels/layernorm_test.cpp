@@ -7,7 +7,7 @@
 #include <vector>                                 // std::vector
 #include <doctest/doctest.h>                      // TEST_CASE, TEST_CASE_TEMPLATE, CHECK, INFO
 #include <strata/kernels/cpu/gradient_check.hpp>  // gradient_error, compare, random_vector, ...
-#include <strata/kernels/cpu/layernorm.hpp>       // layernorm_forward, layernorm_backward
+#include <strata/kernels/cpu/layernorm.hpp>       // layernorm_*, residual_layernorm_forward
 
 namespace layernorm_test {  // this file's names: an area's files compile as one unit (unity build)
 
@@ -93,6 +93,28 @@ TEST_CASE("layernorm in float agrees with double on the same inputs") {
     CHECK_MESSAGE(dweight.error < tolerance, dweight.describe("dweight"));
     const auto dbias = compare(f.dbias, d.dbias, 1.0);
     CHECK_MESSAGE(dbias.error < tolerance, dbias.describe("dbias"));
+}
+
+TEST_CASE_TEMPLATE("residual_layernorm_forward writes x + y and the layernorm of it, bit for bit", Real, float,
+                   double) {
+    // The fused op against its composition spelled out here: res = x + y element by element, then
+    // layernorm_forward of res. Bitwise: the reference is that composition, so any other input
+    // order, a dropped add or stats from x alone differ.
+    const auto x = random_vector<Real>(B * T * C, 11, 1.0, 3.0);
+    const auto y = random_vector<Real>(B * T * C, 12);
+    const auto weight = random_vector<Real>(C, 13, 0.5, 1.5);
+    const auto bias = random_vector<Real>(C, 14);
+    std::vector<Real> res(B * T * C), out(B * T * C), mean(B * T), rstd(B * T);
+    residual_layernorm_forward(res.data(), out.data(), mean.data(), rstd.data(), x.data(), y.data(), weight.data(),
+                               bias.data(), B, T, C);
+    std::vector<Real> want_res(B * T * C), want_out(B * T * C), want_mean(B * T), want_rstd(B * T);
+    for (std::size_t i = 0; i < B * T * C; ++i) want_res[i] = x[i] + y[i];
+    layernorm_forward(want_out.data(), want_mean.data(), want_rstd.data(), want_res.data(), weight.data(), bias.data(),
+                      B, T, C);
+    CHECK(res == want_res);
+    CHECK(out == want_out);
+    CHECK(mean == want_mean);
+    CHECK(rstd == want_rstd);
 }
 
 }  // namespace

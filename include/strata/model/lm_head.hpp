@@ -7,11 +7,10 @@
 // training used to keep them twice (logits and dlogits). From the final norm's output on, rows are
 // independent, so the head runs over chunks of at most `chunk_rows` rows through two buffers of
 // (chunk, V). Training runs, for each chunk in turn,
-//   logits = inp @ wte^T  ->  losses, lse  ->  dlogits = scale (softmax - onehot)
+//   logits = inp @ wte^T  ->  losses, lse and dlogits = scale (softmax - onehot), one op
 //   ->  dinp += dlogits @ wte, dwte += dlogits^T @ inp,
 // so each chunk's logits are computed once and are dead when the next chunk starts. dlogits has a
-// buffer of its own: cross_entropy_backward accumulates (+=) and leaves ignored rows alone, so it
-// cannot overwrite the logits in place. Evaluation runs the first two steps only.
+// buffer of its own (ops' cross_entropy_forward_backward writes it beside the logits it reads). Evaluation runs the first two steps only.
 //
 // Bits: a micro-batch of at most chunk_rows rows is one chunk, which makes the same calls on the
 // same (batch, seq) as the head did before chunking: today's benchmark shapes (B x T = 8192 and
@@ -139,9 +138,10 @@ void lm_head_loss_backward(typename B::stream& s,
     using op = ops<B>;
     for_each_row_chunk(batch, seq, chunk_rows, [&](row_chunk c) {
         const std::size_t r = c.first;
-        detail::lm_head_chunk_loss<B>(s, c, losses, lse, logits, inp, wte, targets, C, V);
-        op::zero(s, dlogits, c.rows() * V);
-        op::cross_entropy_backward(s, dlogits, lse + r, logits, targets + r, scale, c.batch, c.seq, V);
+        op::lm_head_forward(s, logits, inp + r * C, wte, c.batch, c.seq, C, V);
+        // losses, lse and dlogits in one pass over the logits (the bits of forward, zero, backward)
+        op::cross_entropy_forward_backward(s, losses + r, lse + r, dlogits, logits, targets + r, scale, c.batch,
+                                           c.seq, V);
         op::lm_head_backward(s, dinp + r * C, dwte, dlogits, inp + r * C, wte, c.batch, c.seq, C, V);
     });
 }

@@ -57,6 +57,14 @@ struct ops<cpu_backend> {
                                   size T, size C) {
         s.enqueue([=] { kernels::cpu::layernorm_forward(out, mean, rstd, inp, w, b, B, T, C); }, "layernorm_forward");
     }
+    // res = a + b, out = layernorm(res): the block's residual add and the LayerNorm after it as one
+    // op (one kernel on the GPU). res must not overlap a or b.
+    template <class R>
+    static void residual_layernorm_forward(stream& s, R* res, R* out, R* mean, R* rstd, const R* a, const R* b,
+                                           const R* w, const R* bias, size B, size T, size C) {
+        s.enqueue([=] { kernels::cpu::residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, B, T, C); },
+                  "residual_layernorm_forward");
+    }
     template <class R>
     static void layernorm_backward(stream& s, R* dinp, R* dw, R* db, const R* mean, const R* rstd, const R* dout,
                                    const R* inp, const R* w, size B, size T, size C) {
@@ -67,6 +75,17 @@ struct ops<cpu_backend> {
     static void matmul_forward(stream& s, R* out, const R* inp, const R* w, const std::type_identity_t<R>* bias, size B,
                                size T, size C, size OC) {
         s.enqueue([=] { kernels::cpu::matmul_forward(out, inp, w, bias, B, T, C, OC); }, "matmul_forward");
+    }
+    // pre = inp @ w + bias, out = gelu(pre): the MLP's first linear layer and its GELU as one op
+    // (the GPU fuses the bias and the GELU into one pass after the GEMM); here the composition.
+    // bias may be null; out must not overlap pre.
+    template <class R>
+    static void matmul_gelu_forward(stream& s, R* pre, R* out, const R* inp, const R* w,
+                                    const std::type_identity_t<R>* bias, size B, size T, size C, size OC) {
+        s.enqueue([=] {
+            kernels::cpu::matmul_forward(pre, inp, w, bias, B, T, C, OC);
+            kernels::cpu::gelu_forward(out, static_cast<const R*>(pre), B * T * OC);
+        }, "matmul_gelu_forward");
     }
     // dinp, dw and dbias may be null (no input gradient wanted; a frozen weight; a layer without
     // bias or with a frozen one).
@@ -126,6 +145,18 @@ struct ops<cpu_backend> {
     static void gelu_backward(stream& s, R* dinp, const R* dout, const R* inp, size N) {
         s.enqueue([=] { kernels::cpu::gelu_backward(dinp, dout, inp, N); }, "gelu_backward");
     }
+    // dinp = gelu'(inp) * dout, written (dinp need not be zeroed), and dbias += the column sums of
+    // that dinp: the GELU backward and the bias gradient of the linear layer before it as one op
+    // (one pass on the GPU); here zero, gelu_backward and matmul_backward's dbias, so the bits are
+    // those of the three.
+    template <class R>
+    static void gelu_backward_bias(stream& s, R* dinp, R* dbias, const R* dout, const R* inp, size rows, size OC) {
+        s.enqueue([=] {
+            std::memset(dinp, 0, rows * OC * sizeof(R));
+            kernels::cpu::gelu_backward(dinp, dout, inp, rows * OC);
+            kernels::cpu::matmul_backward<R>(nullptr, nullptr, dbias, dinp, nullptr, nullptr, 1, rows, 0, OC);
+        }, "gelu_backward_bias");
+    }
     template <class R>
     static void residual_forward(stream& s, R* out, const R* a, const R* b, size N) {
         s.enqueue([=] { kernels::cpu::residual_forward(out, a, b, N); }, "residual_forward");
@@ -135,6 +166,20 @@ struct ops<cpu_backend> {
     static void cross_entropy_forward(stream& s, R* losses, R* lse, const R* logits, const std::int32_t* targets,
                                       size B, size T, size V) {
         s.enqueue([=] { kernels::cpu::cross_entropy_forward(losses, lse, logits, targets, B, T, V); }, "cross_entropy_forward");
+    }
+    // The training step's loss and its gradient in one op: losses and lse as cross_entropy_forward,
+    // dlogits = scale (softmax - onehot) written (no zero fill needed; 0 on ignored rows), as zero
+    // then cross_entropy_backward (one pass over the rows on the GPU). dlogits must not overlap
+    // logits.
+    template <class R>
+    static void cross_entropy_forward_backward(stream& s, R* losses, R* lse, R* dlogits, const R* logits,
+                                               const std::int32_t* targets, double scale, size B, size T, size V) {
+        s.enqueue([=] {
+            kernels::cpu::cross_entropy_forward(losses, lse, logits, targets, B, T, V);
+            std::memset(dlogits, 0, B * T * V * sizeof(R));
+            kernels::cpu::cross_entropy_backward(dlogits, static_cast<const R*>(lse), logits, targets,
+                                                 static_cast<R>(scale), B, T, V);
+        }, "cross_entropy_forward_backward");
     }
     template <class R>
     static void cross_entropy_backward(stream& s, R* dlogits, const R* lse, const R* logits,

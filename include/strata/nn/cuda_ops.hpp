@@ -11,7 +11,8 @@
 // Precision: R = float only (a double model on the GPU does not compile: no overload). GEMMs run
 // in strict FP32 unless TF32 is switched on with set_tf32(true) (strata-gpt --tf32); nothing
 // else changes precision. Every op is deterministic: the same inputs give the same bits.
-// Backward ops accumulate (+=) into their d-buffers, as on the CPU.
+// Backward ops accumulate (+=) into their d-buffers, as on the CPU (the fused ones that write one
+// say so).
 #pragma once
 
 #include <strata/backend/cuda/stream.hpp>  // cuda::stream, cuda::trace_span
@@ -49,11 +50,20 @@ struct ops<cuda_backend> {
 
     static void layernorm_forward(stream& s, float* out, float* mean, float* rstd, const float* inp, const float* w,
                                   const float* b, size B, size T, size C);
+    // res = a + b, out = layernorm(res) in one pass (the bits of residual_forward then
+    // layernorm_forward). res must not overlap a or b.
+    static void residual_layernorm_forward(stream& s, float* res, float* out, float* mean, float* rstd, const float* a,
+                                           const float* b, const float* w, const float* bias, size B, size T, size C);
     static void layernorm_backward(stream& s, float* dinp, float* dw, float* db, const float* mean, const float* rstd,
                                    const float* dout, const float* inp, const float* w, size B, size T, size C);
 
     static void matmul_forward(stream& s, float* out, const float* inp, const float* w, const float* bias, size B,
                                size T, size C, size OC);
+    // pre = inp @ w + bias, out = gelu(pre): the MLP's first linear layer and its GELU, the bias and
+    // the GELU in one pass after the GEMM (the bits of matmul_forward then gelu_forward). bias may
+    // be null; out must not overlap pre.
+    static void matmul_gelu_forward(stream& s, float* pre, float* out, const float* inp, const float* w,
+                                    const float* bias, size B, size T, size C, size OC);
     // dinp, dw and dbias may be null (no input gradient wanted; a frozen weight; no or a frozen bias).
     static void matmul_backward(stream& s, float* dinp, float* dw, float* dbias, const float* dout, const float* inp,
                                 const float* w, size B, size T, size C, size OC);
@@ -91,10 +101,21 @@ struct ops<cuda_backend> {
 
     static void gelu_forward(stream& s, float* out, const float* inp, size N);
     static void gelu_backward(stream& s, float* dinp, const float* dout, const float* inp, size N);
+    // dinp = gelu'(inp) * dout, written (no zero-fill needed), and dbias += its column sums: the
+    // GELU backward and the bias gradient of the linear layer before it in one pass (the bits of
+    // zero, gelu_backward, then matmul_backward's dbias).
+    static void gelu_backward_bias(stream& s, float* dinp, float* dbias, const float* dout, const float* inp,
+                                   size rows, size OC);
     static void residual_forward(stream& s, float* out, const float* a, const float* b, size N);
 
     static void cross_entropy_forward(stream& s, float* losses, float* lse, const float* logits,
                                       const std::int32_t* targets, size B, size T, size V);
+    // losses, lse and dlogits = scale (softmax - onehot) written (0 on ignored rows) in one pass over
+    // the rows: the bits of cross_entropy_forward, zero and cross_entropy_backward. dlogits must not
+    // overlap logits.
+    static void cross_entropy_forward_backward(stream& s, float* losses, float* lse, float* dlogits,
+                                               const float* logits, const std::int32_t* targets, double scale, size B,
+                                               size T, size V);
     static void cross_entropy_backward(stream& s, float* dlogits, const float* lse, const float* logits,
                                        const std::int32_t* targets, double scale, size B, size T, size V);
 };

@@ -89,10 +89,9 @@ public:
         op::matmul_forward(s, a.qkv, a.ln1, P(2), P(3), B, T, C, 3 * C);
         op::attention_forward(s, a.atty, a.att_saved, a.qkv, B, T, C, NH);
         op::matmul_forward(s, a.attproj, a.atty, P(4), P(5), B, T, C, C);
-        op::residual_forward(s, a.res2, x, a.attproj, BT * C);
-        op::layernorm_forward(s, a.ln2, a.ln2_stats, a.ln2_stats + BT, a.res2, P(6), P(7), B, T, C);
-        op::matmul_forward(s, a.fch, a.ln2, P(8), P(9), B, T, C, 4 * C);
-        op::gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
+        op::residual_layernorm_forward(s, a.res2, a.ln2, a.ln2_stats, a.ln2_stats + BT, x, a.attproj, P(6), P(7), B,
+                                       T, C);  // res2 = x + attproj; ln2 = layernorm(res2)
+        op::matmul_gelu_forward(s, a.fch, a.fch_gelu, a.ln2, P(8), P(9), B, T, C, 4 * C);  // fch_gelu = gelu(fch)
         op::matmul_forward(s, a.fcproj, a.fch_gelu, P(10), P(11), B, T, 4 * C, C);
         op::residual_forward(s, out, a.res2, a.fcproj, BT * C);
     }
@@ -131,10 +130,8 @@ public:
         op::copy_rows(s, cache + pos * 2 * C, 2 * C, qkv + C, 3 * C, n, 2 * C);  // k | v of the new rows
         op::attention_decode(s, atty, qkv, 3 * C, static_cast<const R*>(cache), pos, n, NH, NH, C / NH);
         op::matmul_forward(s, attproj, atty, P(4), P(5), 1, n, C, C);
-        op::residual_forward(s, res2, x, attproj, n * C);
-        op::layernorm_forward(s, ln2, ln2_stats, ln2_stats + n, res2, P(6), P(7), 1, n, C);
-        op::matmul_forward(s, fch, ln2, P(8), P(9), 1, n, C, 4 * C);
-        op::gelu_forward(s, fch_gelu, fch, n * 4 * C);
+        op::residual_layernorm_forward(s, res2, ln2, ln2_stats, ln2_stats + n, x, attproj, P(6), P(7), 1, n, C);
+        op::matmul_gelu_forward(s, fch, fch_gelu, ln2, P(8), P(9), 1, n, C, 4 * C);
         op::matmul_forward(s, fcproj, fch_gelu, P(10), P(11), 1, n, 4 * C, C);
         op::residual_forward(s, out, res2, fcproj, n * C);
     }
@@ -157,10 +154,9 @@ public:
 
         op::zero(s, dfch_gelu, BT * 4 * C);
         op::matmul_backward(s, dfch_gelu, G(10), G(11), dout, a.fch_gelu, P(10), B, T, 4 * C, C);
-        op::zero(s, dfch, BT * 4 * C);
-        op::gelu_backward(s, dfch, dfch_gelu, a.fch, BT * 4 * C);
+        op::gelu_backward_bias(s, dfch, G(9), dfch_gelu, a.fch, BT, 4 * C);  // dfch written; c_fc's bias gradient
         op::zero(s, dln, BT * C);
-        op::matmul_backward(s, dln, G(8), G(9), dfch, a.ln2, P(8), B, T, C, 4 * C);
+        op::matmul_backward(s, dln, G(8), nullptr, dfch, a.ln2, P(8), B, T, C, 4 * C);
         // out = res2 + fcproj: dres2 = dout + layernorm_2's input gradient
         op::copy(s, dres, dout, BT * C);
         op::layernorm_backward(s, dres, G(6), G(7), a.ln2_stats, a.ln2_stats + BT, dln, a.res2, P(6), B, T, C);

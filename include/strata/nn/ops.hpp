@@ -3,7 +3,9 @@
 // Layers and models are written once against this interface; a backend supplies a
 // specialization. Pointers are device-tier addresses (device_ptr::get()); sizes follow the
 // kernels' glossary: B batch, T time, C channels, V vocab, NH heads, OC output channels.
-// Backward ops accumulate (+=) into their d-buffers, as the CPU reference kernels do.
+// Backward ops accumulate (+=) into their d-buffers, as the CPU reference kernels do, except the
+// fused ones that say they write one (gelu_backward_bias's dinp, cross_entropy_forward_backward's
+// dlogits: no zero fill before them).
 #pragma once
 
 #include <algorithm>  // std::max

@@ -10,6 +10,6 @@
 #include <strata/kernels/cpu/embedding.hpp>       // embedding_forward, embedding_backward
 #include <strata/kernels/cpu/gelu.hpp>            // gelu_forward, gelu_backward
 #include <strata/kernels/cpu/gradient_check.hpp>  // numeric_gradient, compare, random_vector
-#include <strata/kernels/cpu/layernorm.hpp>       // layernorm_forward, layernorm_backward
+#include <strata/kernels/cpu/layernorm.hpp>       // layernorm_*, residual_layernorm_forward
 #include <strata/kernels/cpu/matmul.hpp>          // matmul_*, lm_head_*
 #include <strata/kernels/cpu/residual.hpp>        // residual_forward, residual_backward

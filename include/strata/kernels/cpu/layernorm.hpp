@@ -6,6 +6,8 @@
 // summed in double whatever Real is, so the float kernel is a tight oracle for the CUDA one.
 #pragma once
 
+#include <strata/kernels/cpu/residual.hpp>  // residual_forward
+
 #include <cmath>     // std::sqrt
 #include <concepts>  // std::floating_point
 #include <cstddef>   // std::size_t
@@ -42,6 +44,23 @@ void layernorm_forward(Real* out,           // (B, T, C)
             y[c] = (x[c] - mean[row]) * rstd[row] * weight[c] + bias[c];
         }
     }
+}
+
+// res = a + b, then out = layernorm(res): the residual add and the LayerNorm after it in a
+// pre-LayerNorm block, one op (the CUDA kernel fuses them into one pass over the rows; here the
+// reference is the composition itself). res must not overlap a or b.
+template <std::floating_point Real>
+void residual_layernorm_forward(Real* res,           // (B, T, C)
+                                Real* out,           // (B, T, C)
+                                Real* mean,          // (B, T)
+                                Real* rstd,          // (B, T)
+                                const Real* a,       // (B, T, C)
+                                const Real* b,       // (B, T, C)
+                                const Real* weight,  // (C)
+                                const Real* bias,    // (C)
+                                std::size_t B, std::size_t T, std::size_t C) {
+    residual_forward(res, a, b, B * T * C);
+    layernorm_forward(out, mean, rstd, res, weight, bias, B, T, C);
 }
 
 // dinp += the full Jacobian term through mean and rstd; dweight += norm * dout; dbias += dout.

@@ -139,6 +139,78 @@ __global__ void cross_entropy_backward_kernel(Real* dlogits,                // (
     }
 }
 
+// forward and backward of one row in one block: losses and lse as cross_entropy_forward_kernel
+// (the same code), then dlogits = scale * (softmax - onehot(target)) written over the whole row
+// (0 on ignored and invalid rows), the bits of a zero-filled dlogits and
+// cross_entropy_backward_kernel. The second pass re-reads the row, from L2 where it still is,
+// instead of a forward pass, a zero fill and a backward pass that reads dlogits back.
+template <class Real>
+__global__ void cross_entropy_forward_backward_kernel(Real* losses,                 // (B, T)
+                                                      Real* lse,                    // (B, T)
+                                                      Real* dlogits,                // (B, T, V)
+                                                      const Real* logits,           // (B, T, V)
+                                                      const std::int32_t* targets,  // (B, T)
+                                                      Real scale, std::size_t V) {
+    __shared__ float shared_max[32];
+    __shared__ double shared_sum[32];
+    __shared__ float shared_lse;
+    const std::size_t row = blockIdx.x;
+    const Real* z = logits + row * V;
+    constexpr unsigned unroll = detail::cross_entropy_unroll;
+    float max_logit = -INFINITY;
+    double sum = 0.0;
+    for (std::size_t base = threadIdx.x; base < V; base += unroll * blockDim.x) {
+        float x[unroll];
+#pragma unroll
+        for (unsigned u = 0; u < unroll; ++u) {
+            const std::size_t i = base + u * blockDim.x;
+            x[u] = i < V ? z[i] : 0.0f;
+        }
+#pragma unroll
+        for (unsigned u = 0; u < unroll; ++u) {
+            if (base + u * blockDim.x >= V) break;
+            if (x[u] > max_logit) {
+                sum *= exp(static_cast<double>(max_logit) - x[u]);
+                max_logit = x[u];
+            }
+            sum += expf(x[u] - max_logit);
+        }
+    }
+    detail::block_max_and_sum(max_logit, sum, shared_max, shared_sum);
+    const std::int32_t target = targets[row];
+    if (threadIdx.x == 0) {
+        const float row_lse = static_cast<float>(static_cast<double>(max_logit) + log(sum));
+        lse[row] = row_lse;
+        shared_lse = row_lse;
+        losses[row] = target == cpu::ignore_index         ? 0.0f
+                      : detail::counted_target(target, V) ? row_lse - z[target]
+                                                          : NAN;
+    }
+    __syncthreads();
+    const float row_lse = shared_lse;
+    const bool counted = detail::counted_target(target, V);
+    Real* dz = dlogits + row * V;
+    for (std::size_t base = threadIdx.x; base < V; base += unroll * blockDim.x) {
+        float logit[unroll];
+#pragma unroll
+        for (unsigned u = 0; u < unroll; ++u) {
+            const std::size_t i = base + u * blockDim.x;
+            logit[u] = i < V && counted ? z[i] : 0.0f;
+        }
+#pragma unroll
+        for (unsigned u = 0; u < unroll; ++u) {
+            const std::size_t i = base + u * blockDim.x;
+            if (i >= V) break;
+            float d = 0.0f;
+            if (counted) {
+                d = __fadd_rn(0.0f, __fmul_rn(scale, expf(logit[u] - row_lse)));
+                if (i == static_cast<std::size_t>(target)) d = __fsub_rn(d, scale);
+            }
+            dz[i] = d;
+        }
+    }
+}
+
 // losses and lse of every row; unlike the CPU kernel it returns nothing (the host counts targets).
 template <class Real>
 void cross_entropy_forward(Real* losses,                 // (B, T)
@@ -170,6 +242,27 @@ void cross_entropy_backward(Real* dlogits,                // (B, T, V)
     check_launch("cross_entropy_backward");
 }
 
+// losses and lse of every row, and dlogits = scale * (softmax(logits) - onehot(target)) written
+// (not accumulated: dlogits needs no zero fill; 0 on ignored and invalid rows): the training step's
+// cross_entropy_forward, zero and cross_entropy_backward in one pass over the rows, their bits.
+// dlogits must not overlap logits.
+template <class Real>
+void cross_entropy_forward_backward(Real* losses,                 // (B, T)
+                                    Real* lse,                    // (B, T)
+                                    Real* dlogits,                // (B, T, V)
+                                    const Real* logits,           // (B, T, V)
+                                    const std::int32_t* targets,  // (B, T)
+                                    std::type_identity_t<Real> scale, std::size_t B, std::size_t T, std::size_t V,
+                                    cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    if (B * T == 0) return;
+    if (V == 0) throw error("cross_entropy_forward_backward: V = 0", "the vocabulary needs at least one token");
+    cross_entropy_forward_backward_kernel<Real>
+        <<<static_cast<unsigned>(B * T), detail::cross_entropy_threads, 0, stream>>>(losses, lse, dlogits, logits,
+                                                                                      targets, scale, V);
+    check_launch("cross_entropy_forward_backward");
+}
+
 // The float instances are compiled once, in strata's src/cuda/rowwise.cu (strata::cuda,
 // strata_cuda_ops): a unit that includes this header links them instead of compiling the kernels
 // again.
@@ -177,7 +270,9 @@ void cross_entropy_backward(Real* dlogits,                // (B, T, V)
     prefix void cross_entropy_forward<float>(float*, float*, const float*, const std::int32_t*, std::size_t, \
                                              std::size_t, std::size_t, cudaStream_t); \
     prefix void cross_entropy_backward<float>(float*, const float*, const float*, const std::int32_t*, float, \
-                                              std::size_t, std::size_t, std::size_t, cudaStream_t);
+                                              std::size_t, std::size_t, std::size_t, cudaStream_t); \
+    prefix void cross_entropy_forward_backward<float>(float*, float*, float*, const float*, const std::int32_t*, \
+                                                      float, std::size_t, std::size_t, std::size_t, cudaStream_t);
 STRATA_CUDA_CROSS_ENTROPY_INSTANCES(extern template)
 
 }  // namespace strata::kernels::cuda

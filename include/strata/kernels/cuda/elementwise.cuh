@@ -1,5 +1,5 @@
 // Flat-buffer kernels of the trainer on the GPU: gradient accumulation, scaling, the residual add,
-// the bias gradient of a linear layer, and the sum of squares behind the global gradient norm.
+// the bias of a linear layer and its gradient, and the sum of squares behind the global gradient norm.
 // CUDA ports of kernels/cpu/elementwise.hpp and residual.hpp (the oracle).
 //
 // Glossary: N number of elements, rows the B*T rows of a linear layer, OC its output channels.
@@ -35,6 +35,16 @@ inline constexpr unsigned flat_max_blocks = 4096;
 
 inline unsigned flat_blocks(std::size_t work) {
     return std::max(1u, std::min(ceil_div(work, flat_threads), flat_max_blocks));
+}
+
+// Grids of the row-broadcast kernels (a bias over the rows of a (rows, OC) matrix): x covers the
+// packs of one row, y the rows, each block walking rows gridDim.y apart (gridDim.y is at most
+// 65535), so no thread divides by OC and each loads its bias pack once.
+inline constexpr unsigned row_grid_max_y = 65535;
+
+inline dim3 row_grid(std::size_t rows, std::size_t packs_per_row) {
+    return dim3(std::max(1u, ceil_div(packs_per_row, flat_threads)),
+                static_cast<unsigned>(std::max<std::size_t>(1, std::min<std::size_t>(rows, row_grid_max_y))));
 }
 
 __device__ inline std::size_t thread_index() { return static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -210,6 +220,39 @@ void residual_forward(Real* out,      // (N)
     check_launch("residual_forward");
 }
 
+// ---- out += bias, broadcast over rows ----
+
+// grid: detail::row_grid(rows, OC / Width).
+template <class Real, int Width>
+__global__ void add_bias_kernel(Real* out,         // (rows, OC)
+                                const Real* bias,  // (OC)
+                                std::size_t rows, std::size_t OC) {
+    const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= OC / Width) return;
+    const auto b = detail::load_pack<Width>(bias + i * Width);
+    for (std::size_t r = blockIdx.y; r < rows; r += gridDim.y) {
+        Real* o = out + r * OC + i * Width;
+        auto p = detail::load_pack<Width>(o);
+        for (int j = 0; j < Width; ++j) p.v[j] += b.v[j];
+        detail::store_pack<Width>(o, p);
+    }
+}
+
+// out (rows, OC) += bias (OC) on every row: the bias of a linear layer after its GEMM. Float4
+// accesses when OC % 4 == 0 and both pointers are 16-byte aligned; the same float adds either way.
+template <class Real>
+void add_bias(Real* out,         // (rows, OC)
+              const Real* bias,  // (OC)
+              std::size_t rows, std::size_t OC, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    if (rows == 0 || OC == 0) return;
+    if (OC % 4 == 0 && detail::aligned16(out, bias))
+        add_bias_kernel<Real, 4><<<detail::row_grid(rows, OC / 4), detail::flat_threads, 0, stream>>>(out, bias, rows, OC);
+    else
+        add_bias_kernel<Real, 1><<<detail::row_grid(rows, OC), detail::flat_threads, 0, stream>>>(out, bias, rows, OC);
+    check_launch("add_bias");
+}
+
 // ---- dbias += column sums of dout ----
 
 // One block per column tile (see detail::column_tile_sum); grid.x = ceil(OC / column_tile_width).
@@ -353,6 +396,7 @@ void sum_of_squares(double* out,        // (1)
     prefix void add_inplace<float>(float*, const float*, std::size_t, cudaStream_t); \
     prefix void scale_inplace<float>(float*, float, std::size_t, cudaStream_t); \
     prefix void residual_forward<float>(float*, const float*, const float*, std::size_t, cudaStream_t); \
+    prefix void add_bias<float>(float*, const float*, std::size_t, std::size_t, cudaStream_t); \
     prefix void column_sum_accumulate<float>(float*, const float*, std::size_t, std::size_t, cudaStream_t); \
     prefix void sum_of_squares<float>(double*, double*, const float*, std::size_t, cudaStream_t);
 STRATA_CUDA_ELEMENTWISE_INSTANCES(extern template)

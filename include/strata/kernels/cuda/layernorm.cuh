@@ -1,5 +1,6 @@
 // Layer normalization over channels on the GPU (torch.nn.LayerNorm of GPT-2: eps = 1e-5, biased
-// variance); a CUDA port of kernels/cpu/layernorm.hpp (the oracle).
+// variance); a CUDA port of kernels/cpu/layernorm.hpp (the oracle), with the residual add that
+// precedes it in a pre-LayerNorm block fused in front (residual_layernorm_forward).
 //
 // Glossary: B batch, T time, C channels.
 //
@@ -32,12 +33,18 @@ inline constexpr unsigned layernorm_rows_per_block = 8;
 
 }  // namespace detail
 
-// One warp per row; Width 4 reads a row as float4s.
-template <class Real, int Width>
+// One warp per row; Width 4 reads a row as float4s. Residual: the row is first formed as
+// res = inp + inp_b and stored (the residual add fused in front: residual_layernorm_forward); the
+// passes then read it back from res, which this warp alone wrote (L1/L2, not another HBM pass
+// over two inputs). The sums run in the same order either way, so the fused kernel gives the bits
+// of residual_forward followed by layernorm_forward.
+template <class Real, int Width, bool Residual>
 __global__ void layernorm_forward_kernel(Real* out,           // (B, T, C)
                                          Real* mean,          // (B, T)
                                          Real* rstd,          // (B, T)
+                                         Real* res,           // (B, T, C) when Residual, else unused
                                          const Real* inp,     // (B, T, C)
+                                         const Real* inp_b,   // (B, T, C) when Residual, else unused
                                          const Real* weight,  // (C)
                                          const Real* bias,    // (C)
                                          std::size_t rows, std::size_t C) {
@@ -45,11 +52,16 @@ __global__ void layernorm_forward_kernel(Real* out,           // (B, T, C)
     if (row >= rows) return;  // the whole warp leaves together
     const unsigned lane = threadIdx.x % 32;
     const std::size_t packs = C / Width;
-    const Real* x = inp + row * C;
+    const Real* x = Residual ? res + row * C : inp + row * C;
 
     double sum = 0.0;
     for (std::size_t i = lane; i < packs; i += 32) {
-        const auto p = detail::load_pack<Width>(x + i * Width);
+        auto p = detail::load_pack<Width>(inp + row * C + i * Width);
+        if constexpr (Residual) {
+            const auto q = detail::load_pack<Width>(inp_b + row * C + i * Width);
+            for (int j = 0; j < Width; ++j) p.v[j] += q.v[j];
+            detail::store_pack<Width>(res + row * C + i * Width, p);
+        }
         for (int j = 0; j < Width; ++j) sum += p.v[j];
     }
     const double m = detail::warp_sum(sum) / static_cast<double>(C);
@@ -172,10 +184,40 @@ void layernorm_forward(Real* out,           // (B, T, C)
     const unsigned blocks = ceil_div(rows, detail::layernorm_rows_per_block);
     constexpr unsigned threads = 32 * detail::layernorm_rows_per_block;
     if (C % 4 == 0 && detail::aligned16(out, inp, weight, bias))
-        layernorm_forward_kernel<Real, 4><<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, weight, bias, rows, C);
+        layernorm_forward_kernel<Real, 4, false>
+            <<<blocks, threads, 0, stream>>>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, rows, C);
     else
-        layernorm_forward_kernel<Real, 1><<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, weight, bias, rows, C);
+        layernorm_forward_kernel<Real, 1, false>
+            <<<blocks, threads, 0, stream>>>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, rows, C);
     check_launch("layernorm_forward");
+}
+
+// res = a + b, then out = layernorm(res) with its statistics: residual_forward and
+// layernorm_forward in one pass over the rows, the same bits as the two kernels one after the
+// other. res must not overlap a or b (another warp's row would be overwritten under it: the
+// two-kernel composition allows out == a, this one does not).
+template <class Real>
+void residual_layernorm_forward(Real* res,           // (B, T, C)
+                                Real* out,           // (B, T, C)
+                                Real* mean,          // (B, T)
+                                Real* rstd,          // (B, T)
+                                const Real* a,       // (B, T, C)
+                                const Real* b,       // (B, T, C)
+                                const Real* weight,  // (C)
+                                const Real* bias,    // (C)
+                                std::size_t B, std::size_t T, std::size_t C, cudaStream_t stream) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    const std::size_t rows = B * T;
+    if (rows == 0 || C == 0) return;
+    const unsigned blocks = ceil_div(rows, detail::layernorm_rows_per_block);
+    constexpr unsigned threads = 32 * detail::layernorm_rows_per_block;
+    if (C % 4 == 0 && detail::aligned16(res, out, a, b, weight, bias))
+        layernorm_forward_kernel<Real, 4, true>
+            <<<blocks, threads, 0, stream>>>(out, mean, rstd, res, a, b, weight, bias, rows, C);
+    else
+        layernorm_forward_kernel<Real, 1, true>
+            <<<blocks, threads, 0, stream>>>(out, mean, rstd, res, a, b, weight, bias, rows, C);
+    check_launch("residual_layernorm_forward");
 }
 
 // dinp += the full Jacobian term through mean and rstd; dweight += norm * dout; dbias += dout.
@@ -213,6 +255,9 @@ void layernorm_backward(Real* dinp,          // (B, T, C)
 #define STRATA_CUDA_LAYERNORM_INSTANCES(prefix) \
     prefix void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*, \
                                          std::size_t, std::size_t, std::size_t, cudaStream_t); \
+    prefix void residual_layernorm_forward<float>(float*, float*, float*, float*, const float*, const float*, \
+                                                  const float*, const float*, std::size_t, std::size_t, std::size_t, \
+                                                  cudaStream_t); \
     prefix void layernorm_backward<float>(float*, float*, float*, const float*, const float*, const float*, \
                                           const float*, const float*, std::size_t, std::size_t, std::size_t, \
                                           cudaStream_t);
