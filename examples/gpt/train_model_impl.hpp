@@ -8,6 +8,7 @@
 #include "train_model.hpp"            // run_context, train_model
 
 #include <strata/model/model_files.hpp>  // model_files, is_gpt_model
+#include <strata/nn/cpu_ops.hpp>         // ops<cpu_backend>
 
 #include <nlohmann/json.hpp>  // nlohmann::json
 
