@@ -1,5 +1,7 @@
-// strata-gpt train (train.hpp): from the flags to strata::run_training.
+// strata-gpt train (train.hpp): from the flags to the plan; the training itself (train_model, one
+// unit per backend and model: train_model.hpp) is compiled apart.
 #include "train.hpp"
+#include "train_model.hpp"  // run_context, train_model
 
 #include <strata/data/records.hpp>            // data::read_records, parse_record_format
 #include <strata/data/tokenize.hpp>           // data::prepare_data, prepared_data
@@ -9,18 +11,16 @@
 #include <strata/plan/planner.hpp>            // plan, plan_request, footprint_of, placement_from_string
 #include <strata/report/progress.hpp>         // format_loss
 #include <strata/strata.hpp>                  // cpu_backend, tier_options
-#include <strata/train/run.hpp>               // run_hooks, run_result
-#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>: the CUDA trainers
 #endif
 
 #include "../common/backends.hpp"       // with_backend, make_backends, default_device_bytes, set_gemm_math
-#include "../common/example_cli.hpp"    // make_tokenizer, use_cuda, with_planned_trainer
+#include "../common/example_cli.hpp"    // make_tokenizer, use_cuda
 #include "../common/machine_cli.hpp"    // check_machine_flags, machine_for_plan, budgets_for, predicted_step
 #include "../common/run_checks.hpp"     // check_resumed_options
 #include "../common/run_directory.hpp"  // prepare_run_directory, check_outputs, inputs_of
-#include "../common/train_run.hpp"      // check_run_flags, train_options_of, run_inputs, build_and_train, finish_run
+#include "../common/train_run.hpp"      // check_run_flags, train_options_of
 #include "../lora/lora_model.hpp"       // LoRA: gpt2_lora_model, adapters
 
 #include <Eigen/Core>  // Eigen::setNbThreads
@@ -29,7 +29,7 @@
 #include <filesystem>   // std::filesystem
 #include <iostream>     // std::cout
 #include <memory>       // std::unique_ptr
-#include <type_traits>  // std::is_same_v, std::remove_reference_t
+#include <type_traits>  // std::is_same_v
 #include <optional>     // std::optional
 #include <string>       // std::string
 #include <string_view>  // std::string_view
@@ -70,63 +70,6 @@ std::string model_line(const gpt_config& c, const train_args& a) {
     return fmt::format("model: GPT-2 architecture, {} layers, {} heads, {} channels, vocab {}, context {}: {} parameters; {}",
                        c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.max_seq, c.parameter_count(),
                        examples::batch_and_backend<B>(a));
-}
-
-// Everything train_planned needs besides the trainer.
-struct run_context {
-    const train_args& a;
-    data::prepared_data& prepared;
-    token_id eot;
-    bool streamed = false;                // a streamed plan: every step traced (transfer time hidden under compute)
-    host_blocks<float> init_blocks;       // --init-from: weights to start from (empty: random init)
-    gpt_config init_config;               // --init-from: its shape
-    std::string tokenizer;                // "byte", "gpt2:DIR" or "hf:PATH", as used
-    double predicted_step_seconds = 0;    // the cost model's, for the run's summary (0: none)
-};
-
-// strata-gpt trains two models, both decoder_models: the GPT (gpt_model: of gpt2_blocks) and,
-// with --lora-rank, its LoRA model (of gpt2_lora_blocks).
-template <class Model>
-constexpr bool is_lora = !is_gpt_model<Model>::value;
-
-// The plan's trainer (Trainer) for the model, from --init-from's weights or the seed's, trained by
-// strata::run_training with the model's checkpoint files (examples/common/train_run.hpp).
-// --gpus N > 1: a data_parallel_trainer of Trainer, one rank per backend.
-template <class Trainer, class B, class Model>
-int train_planned(const std::vector<B*>& backends, const Model& model, const train_options& o, run_context& ctx) {
-    const train_args& a = ctx.a;
-    const examples::run_inputs in{"strata-gpt", a.data, ctx.tokenizer, ctx.prepared, ctx.eot, ctx.streamed,
-                                  ctx.predicted_step_seconds};
-    const auto upload = [&](auto& t) {
-        using T = std::remove_reference_t<decltype(t)>;
-        if constexpr (is_lora<Model>)  // the base checkpoint's weights by name; the adapters as initialized
-            lora::upload_base_weights(t, model, ctx.init_config, ctx.init_blocks);
-        else
-            for (std::size_t g = 0; g < ctx.init_blocks.size(); ++g) t.upload(T::state_kind::params, g, ctx.init_blocks[g]);
-    };
-    // The GPT's checkpoints are GPT-2 directories, a LoRA run's hold the adapters alone (the base is
-    // --init-from's, unchanged; export merges them): each model's strata::model_files.
-    const auto model_state = [&](nlohmann::json& state) {
-        if constexpr (is_lora<Model>)
-            state["lora"] = {{"rank", a.lora_rank}, {"base", fs::absolute(a.init_from).string()}, {"adapters", lora::adapters_file}};
-    };
-    const model_files<Model> files{};
-    const run_result r =
-        backends.size() > 1
-            ? examples::build_and_train_parallel<Trainer>(backends, model, o, a, in, upload, model_state, files)
-            : examples::build_and_train<Trainer>(*backends[0], model, o, a, in, upload, model_state, files);
-    if (is_lora<Model> && !r.last_checkpoint.empty())
-        print_line("adapters only; a merged GPT-2 checkpoint: strata-gpt export --adapters " + r.last_checkpoint.string() +
-                   " --out DIR");
-    return examples::finish_run(r, a);
-}
-
-// The trainer the plan asks for, on backend B, for the model (the GPT, or its LoRA model).
-template <class B, class Model>
-int train_model(const std::vector<B*>& backends, const memory_plan& p, const Model& model, const train_options& o,
-                run_context& ctx) {
-    return examples::with_planned_trainer<B, Model>(
-        p, [&]<class Trainer>() { return train_planned<Trainer>(backends, model, o, ctx); });
 }
 
 // One backend per rank (--gpus), the GPT or (LoRA) its LoRA model, the plan's trainer.

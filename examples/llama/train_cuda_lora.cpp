@@ -1,0 +1,11 @@
+// strata-llama train: the Llama model's LoRA model (--lora-rank) on the CUDA backend: its trainer,
+// instantiated in this unit alone (train_model.hpp). Built only with the CUDA backend
+// (examples/CMakeLists.txt).
+#include "train_model_impl.hpp"  // train_on
+
+namespace strata::llama_cli {
+
+template int train_on(const std::vector<cuda_backend*>&, const memory_plan&,
+                      const llama::llama_lora_model<cuda_backend>&, const train_options&, run_context&);
+
+}  // namespace strata::llama_cli
