@@ -81,6 +81,14 @@ void check_ranks(std::size_t ranks) {
     (void)ranks;
 }
 
+// A train command's backend flags on B, first of all: --tf32 sets the GEMM math (the one the
+// calibration then measures; refused on the CPU), --gpus is refused beyond the GPUs there are.
+template <class B>
+void apply_backend_flags(bool tf32, std::size_t gpus) {
+    set_gemm_math<B>(tf32);
+    check_ranks<B>(gpus);
+}
+
 // The end of a run's model line: "batch 8 x 128 x accum 1 x 2 data-parallel ranks, CUDA backend".
 template <class B, class Args>
 std::string batch_and_backend(const Args& a) {

@@ -63,15 +63,7 @@ int main(int argc, char** argv) {
     exporter->add_flag("--overwrite", x.overwrite, "replace an --out that is not a previous export");
 
     sample_args s;
-    auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
-    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata's OUT/step-N, OUT for its latest, or a Hugging Face GPT-2 directory)")->required()->check(CLI::ExistingDirectory);
-    sample->add_option("--prompt", s.prompt, "text to continue")->required();
-    sample->add_option("--max-new-tokens,--tokens", s.max_new_tokens, "tokens to generate")->capture_default_str()->check(count_in(0, 1L << 24));
-    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str()->check(real_in(0, 1e6));
-    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()->check(count_in(0, 1L << 24));
-    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
-    sample->add_option("--device", s.device, "cpu, cuda or auto (auto: CUDA when a GPU is present)")->capture_default_str();
-    sample->add_option("--threads", s.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
+    examples::add_sample_command(app, s, "checkpoint directory (strata's OUT/step-N, OUT for its latest, or a Hugging Face GPT-2 directory)");
 
     if (const auto code = examples::parse_command_line(app, argc, argv)) return *code;
     try {

@@ -15,7 +15,7 @@
 #include <strata/cuda.hpp>  // cuda_backend, ops<cuda_backend>: the CUDA trainers
 #endif
 
-#include "../common/backends.hpp"       // with_backend, make_backends, default_device_bytes, set_gemm_math
+#include "../common/backends.hpp"       // with_backend, make_backends, default_device_bytes, apply_backend_flags
 #include "../common/example_cli.hpp"    // make_tokenizer, use_cuda
 #include "../common/machine_cli.hpp"    // check_machine_flags, machine_for_plan, budgets_for, predicted_step
 #include "../common/run_checks.hpp"     // check_resumed_options
@@ -114,8 +114,7 @@ void check_consistency(const train_args& a) {
 template <class B>
 int train_with(const train_args& a) {
     constexpr bool cuda = !std::is_same_v<B, cpu_backend>;
-    examples::set_gemm_math<B>(a.tf32);  // --tf32 refused on the CPU; the GEMM math calibrated is the run's
-    examples::check_ranks<B>(a.gpus);
+    examples::apply_backend_flags<B>(a.tf32, a.gpus);
     check_consistency(a);
     // --out: writable, no file of the user's where the run writes, locked for the run's life, no
     // checkpoint the run would replace (unless --overwrite, at its first save); the outputs destroy

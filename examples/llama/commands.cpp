@@ -79,7 +79,7 @@ int run_sample(const sample_args& a) {
     const auto tok = make_tokenizer(tokenizer_of_checkpoint(checkpoint));
     // the prompt begins a document as in training (an hf tokenizer's BOS first, as tokenizer(text))
     const std::vector<token_id> prompt = std::visit([&](const auto& t) { return data::encode_document(t, a.prompt); }, tok);
-    const sample_options so{.max_new_tokens = a.tokens, .temperature = a.temperature, .top_k = a.top_k,
+    const sample_options so{.max_new_tokens = a.max_new_tokens, .temperature = a.temperature, .top_k = a.top_k,
                             .seed = a.seed, .bos = std::visit([](const auto& t) { return t.eot_id(); }, tok)};
     // The weights and the KV cache live in the device tier (the tiers' default budgets).
     return on_backend(examples::use_cuda(a.device, "strata-llama"), tier_options{}, [&]<class B>(B& backend) {

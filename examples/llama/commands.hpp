@@ -4,19 +4,15 @@
 // strata::error (printed by main) when it cannot run.
 #pragma once
 
+#include "../common/sample_flags.hpp"  // examples::sample_args
+
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::uint64_t
 #include <string>   // std::string
 
 namespace strata::llama_cli {
 
-struct sample_args {
-    std::string checkpoint, prompt, device = "auto";
-    std::size_t tokens = 200, top_k = 40;
-    double temperature = 0.8;
-    std::uint64_t seed = 42;
-    int threads = 0;  // CPU threads for matrix products (0: all)
-};
+using sample_args = examples::sample_args;
 
 int run_sample(const sample_args& a);
 

@@ -63,15 +63,7 @@ int main(int argc, char** argv) {
     train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (qkv_proj: q|k|v fused, o_proj, gate_proj, up_proj, down_proj); without --init-from the base is randomly initialized in the shape of the flags")->capture_default_str();
 
     sample_args s;
-    auto* sample = app.add_subcommand("sample", "generate text from a checkpoint");
-    sample->add_option("--checkpoint", s.checkpoint, "checkpoint directory (strata-llama's OUT/step-N, OUT for its latest, or a Hugging Face Llama directory)")->required()->check(CLI::ExistingDirectory);
-    sample->add_option("--prompt", s.prompt, "text to continue")->required();
-    sample->add_option("--max-new-tokens,--tokens", s.tokens, "tokens to generate")->capture_default_str()->check(count_in(0, 1L << 24));
-    sample->add_option("--temperature", s.temperature, "softmax temperature (0: greedy)")->capture_default_str()->check(real_in(0, 1e6));
-    sample->add_option("--top-k", s.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str()->check(count_in(0, 1L << 24));
-    sample->add_option("--seed", s.seed, "sampling seed")->capture_default_str()->check(unsigned_number);
-    sample->add_option("--device", s.device, "cpu, cuda or auto")->capture_default_str();
-    sample->add_option("--threads", s.threads, "CPU threads for matrix products (0: all)")->check(count_in(0, 1 << 20));
+    examples::add_sample_command(app, s, "checkpoint directory (strata-llama's OUT/step-N, OUT for its latest, or a Hugging Face Llama directory)");
 
     export_args e;
     auto* exporter = app.add_subcommand("export", "write a checkpoint as a Hugging Face directory (weights, config, tokenizer) that transformers loads");

@@ -142,8 +142,7 @@ void check_consistency(const train_args& a) {
 template <class B>
 int train_with(const train_args& a) {
     constexpr bool cuda = !std::is_same_v<B, cpu_backend>;
-    examples::set_gemm_math<B>(a.tf32);  // --tf32 refused on the CPU; the GEMM math calibrated is the run's
-    examples::check_ranks<B>(a.gpus);
+    examples::apply_backend_flags<B>(a.tf32, a.gpus);
     check_consistency(a);
     examples::check_outputs(a);
     // --out: writable, no file of the user's where the run writes, locked for the run's life, no
