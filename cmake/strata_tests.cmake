@@ -57,7 +57,8 @@ function(strata_add_doctest_cases target)
   endif()
   set(every_area "")
   foreach(area IN LISTS arg_AREAS)
-    list(APPEND every_area "*/tests/${area}/*")
+    strata_area_source_filter(${area} filter)
+    list(APPEND every_area "${filter}")
   endforeach()
   list(JOIN every_area "," every_area)
   add_custom_command(TARGET ${target} POST_BUILD  # no case outside the areas' folders (it would never run)
@@ -65,12 +66,23 @@ function(strata_add_doctest_cases target)
             -P ${CMAKE_CURRENT_FUNCTION_LIST_DIR}/strata_discover_cases.cmake
     VERBATIM)
   foreach(area IN LISTS arg_AREAS)
-    set(filter "*/tests/${area}/*")
+    strata_area_source_filter(${area} filter)
     strata_register_doctest_cases(${target} strata_test_${area} ${area} "${filter}")
     file(GENERATE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/strata_test_${area}
          CONTENT "#!/bin/sh\n# tests/${area}'s cases, in $<TARGET_FILE_NAME:${target}> (STRATA_TEST_MERGED_AREAS)\nexec \"$<TARGET_FILE:${target}>\" '--source-file=${filter}' \"$@\"\n"
          FILE_PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
   endforeach()
+endfunction()
+
+# The files whose test cases are tests/<area>'s (doctest's --source-file filter): the area's folder,
+# and for layers docs/layers.md, whose tutorial code tests/layers/tutorial_test.cpp compiles with
+# #line directives naming the document.
+function(strata_area_source_filter area out)
+  set(filter "*/tests/${area}/*")
+  if(area STREQUAL "layers")
+    string(APPEND filter ",*/docs/layers.md")
+  endif()
+  set(${out} "${filter}" PARENT_SCOPE)
 endfunction()
 
 # The CTest tests of `target`'s cases, named "<prefix>: <case>"; with a source filter, only the
