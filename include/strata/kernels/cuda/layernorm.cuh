@@ -170,6 +170,27 @@ __global__ void __launch_bounds__(detail::column_tile_width* detail::column_tile
     }
 }
 
+namespace detail {
+// layernorm_forward_kernel on the rows of (rows, C): float4 where C and every pointer allow it.
+// with_residual: the input is a + b, also stored to res (residual_layernorm_forward).
+template <bool with_residual, class Real>
+void launch_layernorm_forward(Real* out, Real* mean, Real* rstd, Real* res, const Real* a, const Real* b,
+                              const Real* weight, const Real* bias, std::size_t rows, std::size_t C,
+                              cudaStream_t stream, const char* name) {
+    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
+    if (rows == 0 || C == 0) return;
+    const unsigned blocks = ceil_div(rows, layernorm_rows_per_block);
+    constexpr unsigned threads = 32 * layernorm_rows_per_block;
+    if (C % 4 == 0 && aligned16(res, out, a, b, weight, bias))
+        layernorm_forward_kernel<Real, 4, with_residual>
+            <<<blocks, threads, 0, stream>>>(out, mean, rstd, res, a, b, weight, bias, rows, C);
+    else
+        layernorm_forward_kernel<Real, 1, with_residual>
+            <<<blocks, threads, 0, stream>>>(out, mean, rstd, res, a, b, weight, bias, rows, C);
+    check_launch(name);
+}
+}  // namespace detail
+
 template <class Real>
 void layernorm_forward(Real* out,           // (B, T, C)
                        Real* mean,          // (B, T)
@@ -178,18 +199,9 @@ void layernorm_forward(Real* out,           // (B, T, C)
                        const Real* weight,  // (C)
                        const Real* bias,    // (C)
                        std::size_t B, std::size_t T, std::size_t C, cudaStream_t stream) {
-    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
-    const std::size_t rows = B * T;
-    if (rows == 0 || C == 0) return;
-    const unsigned blocks = ceil_div(rows, detail::layernorm_rows_per_block);
-    constexpr unsigned threads = 32 * detail::layernorm_rows_per_block;
-    if (C % 4 == 0 && detail::aligned16(out, inp, weight, bias))
-        layernorm_forward_kernel<Real, 4, false>
-            <<<blocks, threads, 0, stream>>>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, rows, C);
-    else
-        layernorm_forward_kernel<Real, 1, false>
-            <<<blocks, threads, 0, stream>>>(out, mean, rstd, nullptr, inp, nullptr, weight, bias, rows, C);
-    check_launch("layernorm_forward");
+    detail::launch_layernorm_forward<false>(out, mean, rstd, static_cast<Real*>(nullptr), inp,
+                                            static_cast<const Real*>(nullptr), weight, bias, B * T, C, stream,
+                                            "layernorm_forward");
 }
 
 // res = a + b, then out = layernorm(res) with its statistics: residual_forward and
@@ -206,18 +218,8 @@ void residual_layernorm_forward(Real* res,           // (B, T, C)
                                 const Real* weight,  // (C)
                                 const Real* bias,    // (C)
                                 std::size_t B, std::size_t T, std::size_t C, cudaStream_t stream) {
-    static_assert(std::is_same_v<Real, float>, "the CUDA kernels are instantiated for float only");
-    const std::size_t rows = B * T;
-    if (rows == 0 || C == 0) return;
-    const unsigned blocks = ceil_div(rows, detail::layernorm_rows_per_block);
-    constexpr unsigned threads = 32 * detail::layernorm_rows_per_block;
-    if (C % 4 == 0 && detail::aligned16(res, out, a, b, weight, bias))
-        layernorm_forward_kernel<Real, 4, true>
-            <<<blocks, threads, 0, stream>>>(out, mean, rstd, res, a, b, weight, bias, rows, C);
-    else
-        layernorm_forward_kernel<Real, 1, true>
-            <<<blocks, threads, 0, stream>>>(out, mean, rstd, res, a, b, weight, bias, rows, C);
-    check_launch("residual_layernorm_forward");
+    detail::launch_layernorm_forward<true>(out, mean, rstd, res, a, b, weight, bias, B * T, C, stream,
+                                           "residual_layernorm_forward");
 }
 
 // dinp += the full Jacobian term through mean and rstd; dweight += norm * dout; dbias += dout.
