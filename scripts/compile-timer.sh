@@ -6,7 +6,7 @@
 #
 #   cmake --preset release -B build/timed -DCMAKE_CXX_COMPILER_LAUNCHER=$PWD/scripts/compile-timer.sh \
 #         -DCMAKE_CUDA_COMPILER_LAUNCHER=$PWD/scripts/compile-timer.sh
-#   STRATA_COMPILE_LOG=$PWD/build/timed/compile-times.log nice make -C build/timed -j2
+#   STRATA_COMPILE_LOG=$PWD/build/timed/compile-times.log nice cmake --build build/timed -j2
 #   sort -rn build/timed/compile-times.log | head -20
 #
 # Bash alone (its `times` builtin and $EPOCHREALTIME, bash 5): no /usr/bin/time needed.

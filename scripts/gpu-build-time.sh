@@ -3,8 +3,9 @@
 # with the cuda-release preset, on every core of the GPU machine (target: <= 150 s on 16 cores).
 #
 #   OUT=/some/dir bash scripts/gpu-build-time.sh        # JOBS=16 by default; TARGETS to change the set
+#   BUILD_DIR=build/timed bash scripts/gpu-build-time.sh  # keep the build there (must not exist yet)
 #
-# Configures into a fresh temporary directory (removed at the end), times the configure and the
+# Configures into a fresh temporary directory (removed at the end; BUILD_DIR: a new one kept), times the configure and the
 # build, and logs every translation unit's CPU and wall time (scripts/compile-timer.sh as the
 # compiler launcher), so that the report names the longest units: with -jN the build cannot be
 # shorter than its longest unit plus the link. Writes $OUT/build-time.txt (the summary) and
@@ -16,8 +17,14 @@ JOBS=${JOBS:-16}
 TARGETS=${TARGETS:-strata-gpt strata-llama}
 mkdir -p "$OUT"
 [[ -x /usr/local/cuda/bin/nvcc ]] && export PATH="/usr/local/cuda/bin:$PATH"
-build=$(mktemp -d "${TMPDIR:-/tmp}/strata-build-time.XXXXXX")
-trap 'rm -rf "$build"' EXIT
+if [[ -n ${BUILD_DIR:-} ]]; then
+  [[ ! -e $BUILD_DIR ]] || { echo "BUILD_DIR $BUILD_DIR exists: a fresh build needs a new directory" >&2; exit 1; }
+  mkdir -p "$BUILD_DIR"
+  build=$(cd "$BUILD_DIR" && pwd)
+else
+  build=$(mktemp -d "${TMPDIR:-/tmp}/strata-build-time.XXXXXX")
+  trap 'rm -rf "$build"' EXIT
+fi
 units=$build/compile-times.log
 summary=$OUT/build-time.txt
 
@@ -35,6 +42,7 @@ cmake --preset cuda-release -B "$build" -DCMAKE_CXX_COMPILER_LAUNCHER="$launcher
       -DCMAKE_CUDA_COMPILER_LAUNCHER="$launcher" > "$OUT/configure.log" 2>&1 ||
   { tail -30 "$OUT/configure.log"; echo "configure failed (see $OUT/configure.log)" | tee -a "$summary"; exit 1; }
 configured=$(date +%s.%N)
+echo "generator: $(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$build/CMakeCache.txt")" >> "$summary"
 export STRATA_COMPILE_LOG=$units
 TIMEFORMAT='%R s wall, %U s user, %S s system'
 # shellcheck disable=SC2086  # TARGETS is a list of names

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages strata builds with, if any are missing (needs root or sudo).
 set -euo pipefail
-packages=(cmake make g++ pkg-config libeigen3-dev libfmt-dev doctest-dev libbenchmark-dev
+packages=(cmake make ninja-build g++ pkg-config libeigen3-dev libfmt-dev doctest-dev libbenchmark-dev
           nlohmann-json3-dev libcli11-dev liburing-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -62,7 +62,7 @@ lora::gpt2_lora_config lora_config_of(const train_args& a) {
             .targets = split_list(a.lora_targets)};
 }
 
-void print_line(const std::string& s) { std::cout << s << std::endl; }
+using examples::print_line;
 
 // "model: GPT-2 architecture, 4 layers, ...; batch 8 x 128 x accum 1, CPU backend"
 template <class B>

@@ -40,7 +40,7 @@ using examples::make_tokenizer;
 using examples::on_backend;
 using examples::tokenizer_of_checkpoint;
 
-void print_line(const std::string& s) { std::cout << s << std::endl; }
+using examples::print_line;
 
 
 // Token ids written as integers separated by white space or commas (a JSON list too).

@@ -56,7 +56,7 @@ namespace {
 using examples::make_tokenizer;
 using examples::tokenizer_of_checkpoint;
 
-void print_line(const std::string& s) { std::cout << s << std::endl; }
+using examples::print_line;
 
 // The licence texts of /usr/share/common-licenses (every regular file, sorted by name, as
 // scripts/train-demo.sh builds its corpus) into OUT/corpus.txt, written atomically; an existing

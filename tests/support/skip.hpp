@@ -15,4 +15,18 @@ inline constexpr int skip_exit_code = 77;
 // Marks the running test case as skipped and prints the reason (defined in doctest_main.cpp).
 void skip(const std::string& reason);
 
+// True in a build under AddressSanitizer (GCC's macro, Clang's feature): there a case that compares
+// measured times means nothing (-O0, every access checked), so such a case skips, saying so.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool address_sanitizer_build = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool address_sanitizer_build = true;
+#else
+inline constexpr bool address_sanitizer_build = false;
+#endif
+#else
+inline constexpr bool address_sanitizer_build = false;
+#endif
+
 }  // namespace strata::test

@@ -122,12 +122,22 @@ TEST_CASE("schedule names parse, and an unknown name lists the valid ones") {
     }
 }
 
+TEST_CASE("the constant schedule never uses min_lr, so a min_lr above lr is no error there") {
+    // the programs' default --min-lr (1e-4) with --schedule constant --lr 3e-7 trained nothing before
+    lr_schedule s = make(lr_kind::constant, 0, 10);
+    s.lr = 3e-7;
+    s.min_lr = 1e-4;
+    for (long step : {0L, 5L, 9L, 10L}) CHECK(strata::lr_at(s, step) == 3e-7);
+    s.kind = lr_kind::step;  // the step schedule floors at min_lr: there it is refused
+    CHECK(message_of(s, 0).find("min_lr (0.0001) is larger than lr (3e-07)") != std::string::npos);
+}
+
 TEST_CASE("inconsistent schedules are refused with the offending field") {
     lr_schedule s = make(lr_kind::cosine, 0, 100);
     s.min_lr = 2.0;
     CHECK(message_of(s, 0).find("min_lr") != std::string::npos);
 
-    s = make(lr_kind::constant, 0, 100);  // small rates are printed as they were given, not 0.000000
+    s = make(lr_kind::linear, 0, 100);  // small rates are printed as they were given, not 0.000000
     s.lr = 3e-8;
     s.min_lr = 1e-4;
     CHECK(message_of(s, 0).find("min_lr (0.0001) is larger than lr (3e-08)") != std::string::npos);

@@ -76,7 +76,7 @@ inline void validate(const lr_schedule& s) {
         bad("lr must be a positive finite number, got " + rate(s.lr), "e.g. lr 6e-4", {"lr"});
     if (!(std::isfinite(s.min_lr) && s.min_lr >= 0))
         bad("min_lr must be a finite number >= 0, got " + rate(s.min_lr), "e.g. min_lr 6e-5", {"min_lr"});
-    if (s.min_lr > s.lr)
+    if (s.kind != lr_kind::constant && s.min_lr > s.lr)  // constant never reaches min_lr
         bad("min_lr (" + rate(s.min_lr) + ") is larger than lr (" + rate(s.lr) + ")",
             "the schedule decays from lr down to min_lr; lower min_lr", {"min_lr"});
     if (s.total_steps < 1)
