@@ -60,27 +60,19 @@ __device__ inline void block_max_and_sum(float& max_value, double& sum, float* s
     max_value = block_max;
 }
 
-}  // namespace detail
-
-// losses[row] = lse[row] - logits[row, target], 0 for ignore_index, NaN for an out-of-range target.
+// The row's log-sum-exp, the same in every thread: one online-softmax pass over z[0, V) (a thread's
+// elements are i = threadIdx.x + k blockDim.x in increasing k; its sum of exp(z - max) in double as
+// on the CPU, rescaled when its maximum grows), then block_max_and_sum. The forward and the fused
+// forward-backward both run it, so their lse are the same bits.
 template <class Real>
-__global__ void cross_entropy_forward_kernel(Real* losses,                 // (B, T)
-                                             Real* lse,                    // (B, T)
-                                             const Real* logits,           // (B, T, V)
-                                             const std::int32_t* targets,  // (B, T)
-                                             std::size_t V) {
-    __shared__ float shared_max[32];
-    __shared__ double shared_sum[32];
-    const std::size_t row = blockIdx.x;
-    const Real* z = logits + row * V;
-    constexpr unsigned unroll = detail::cross_entropy_unroll;
+__device__ inline float row_log_sum_exp(const Real* z, std::size_t V, float* shared_max, double* shared_sum) {
+    constexpr unsigned unroll = cross_entropy_unroll;
     float max_logit = -INFINITY;
-    double sum = 0.0;  // of exp(z - max_logit), in double as on the CPU
-    // The thread's elements are i = threadIdx.x + k * blockDim.x, taken in increasing k.
+    double sum = 0.0;
     for (std::size_t base = threadIdx.x; base < V; base += unroll * blockDim.x) {
         float x[unroll];
 #pragma unroll
-        for (unsigned u = 0; u < unroll; ++u) {
+        for (unsigned u = 0; u < unroll; ++u) {  // every load of the group before the first use
             const std::size_t i = base + u * blockDim.x;
             x[u] = i < V ? z[i] : 0.0f;
         }
@@ -94,14 +86,33 @@ __global__ void cross_entropy_forward_kernel(Real* losses,                 // (B
             sum += expf(x[u] - max_logit);
         }
     }
-    detail::block_max_and_sum(max_logit, sum, shared_max, shared_sum);
+    block_max_and_sum(max_logit, sum, shared_max, shared_sum);
+    return static_cast<float>(static_cast<double>(max_logit) + log(sum));
+}
+
+// A row's loss: lse - z[target], 0 for ignore_index, NaN for a target outside [0, V).
+template <class Real>
+__device__ inline float row_loss(float row_lse, const Real* z, std::int32_t target, std::size_t V) {
+    return target == cpu::ignore_index ? 0.0f : counted_target(target, V) ? row_lse - z[target] : NAN;
+}
+
+}  // namespace detail
+
+// losses[row] = lse[row] - logits[row, target], 0 for ignore_index, NaN for an out-of-range target.
+template <class Real>
+__global__ void cross_entropy_forward_kernel(Real* losses,                 // (B, T)
+                                             Real* lse,                    // (B, T)
+                                             const Real* logits,           // (B, T, V)
+                                             const std::int32_t* targets,  // (B, T)
+                                             std::size_t V) {
+    __shared__ float shared_max[32];
+    __shared__ double shared_sum[32];
+    const std::size_t row = blockIdx.x;
+    const Real* z = logits + row * V;
+    const float row_lse = detail::row_log_sum_exp(z, V, shared_max, shared_sum);
     if (threadIdx.x == 0) {
-        const float row_lse = static_cast<float>(static_cast<double>(max_logit) + log(sum));
         lse[row] = row_lse;
-        const std::int32_t target = targets[row];
-        losses[row] = target == cpu::ignore_index         ? 0.0f
-                      : detail::counted_target(target, V) ? row_lse - z[target]
-                                                          : NAN;
+        losses[row] = detail::row_loss(row_lse, z, targets[row], V);
     }
 }
 
@@ -153,41 +164,15 @@ __global__ void cross_entropy_forward_backward_kernel(Real* losses,             
                                                       Real scale, std::size_t V) {
     __shared__ float shared_max[32];
     __shared__ double shared_sum[32];
-    __shared__ float shared_lse;
     const std::size_t row = blockIdx.x;
     const Real* z = logits + row * V;
-    constexpr unsigned unroll = detail::cross_entropy_unroll;
-    float max_logit = -INFINITY;
-    double sum = 0.0;
-    for (std::size_t base = threadIdx.x; base < V; base += unroll * blockDim.x) {
-        float x[unroll];
-#pragma unroll
-        for (unsigned u = 0; u < unroll; ++u) {
-            const std::size_t i = base + u * blockDim.x;
-            x[u] = i < V ? z[i] : 0.0f;
-        }
-#pragma unroll
-        for (unsigned u = 0; u < unroll; ++u) {
-            if (base + u * blockDim.x >= V) break;
-            if (x[u] > max_logit) {
-                sum *= exp(static_cast<double>(max_logit) - x[u]);
-                max_logit = x[u];
-            }
-            sum += expf(x[u] - max_logit);
-        }
-    }
-    detail::block_max_and_sum(max_logit, sum, shared_max, shared_sum);
+    const float row_lse = detail::row_log_sum_exp(z, V, shared_max, shared_sum);  // every thread's
     const std::int32_t target = targets[row];
     if (threadIdx.x == 0) {
-        const float row_lse = static_cast<float>(static_cast<double>(max_logit) + log(sum));
         lse[row] = row_lse;
-        shared_lse = row_lse;
-        losses[row] = target == cpu::ignore_index         ? 0.0f
-                      : detail::counted_target(target, V) ? row_lse - z[target]
-                                                          : NAN;
+        losses[row] = detail::row_loss(row_lse, z, target, V);
     }
-    __syncthreads();
-    const float row_lse = shared_lse;
+    constexpr unsigned unroll = detail::cross_entropy_unroll;
     const bool counted = detail::counted_target(target, V);
     Real* dz = dlogits + row * V;
     for (std::size_t base = threadIdx.x; base < V; base += unroll * blockDim.x) {
