@@ -26,6 +26,7 @@
 #include <strata/report/trace.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>
 #endif
@@ -117,7 +118,7 @@ int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_ho
     o.schedule = {.kind = lr_kind::constant, .lr = 3e-4, .min_lr = 3e-4, .warmup_steps = 0, .total_steps = a.warmup + a.steps + 1};
     set_activations(o, a.activations);
     const auto init_start = std::chrono::steady_clock::now();
-    tiered_trainer<float, B> t(backend, model, o);
+    gpt_trainer<float, B> t(backend, model, o);
     t.initialize(1);
     const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count();
     trace_recorder trace;

@@ -23,3 +23,11 @@
 #include <strata/train/run.hpp>                 // run_training, run_options, run_hooks
 #include <strata/train/schedule.hpp>            // lr_schedule
 #include <strata/train/tiered_trainer.hpp>      // tiered_trainer, train_options (every plan)
+
+namespace strata {
+
+// The trainer of GPT-2 (gpt_model): tiered_trainer names no model, so a program says which.
+template <class R, Backend B, Optimizer Opt = any_optimizer>
+using gpt_trainer = tiered_trainer<R, B, gpt_model<R, B>, Opt>;
+
+}  // namespace strata

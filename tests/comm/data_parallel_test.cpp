@@ -51,9 +51,9 @@ train_options rank_options() {
 }
 
 // The placements every case runs: one trainer type each, and the homes of mixed plans.
-using resident = tiered_trainer<float, cpu_backend>;
-using streamed_host = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier>;
-using streamed_storage = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, storage_tier>;
+using resident = gpt_trainer<float, cpu_backend>;
+using streamed_host = test::streamed_trainer<gpt_trainer<float, cpu_backend>, 3, host_tier>;
+using streamed_storage = test::streamed_trainer<gpt_trainer<float, cpu_backend>, 2, storage_tier>;
 
 std::vector<group_home> mixed_homes() {  // tiny_gpt: embeddings, 3 blocks, final norm
     return {group_home::device(), group_home::host(), group_home::storage(), group_home::device(), group_home::host()};

@@ -17,6 +17,7 @@
 #include <strata/strata.hpp>            // cpu_backend, tiered_tensor, copy_async
 #include <strata/train/checkpoint.hpp>  // load_model_files, write_model_files, download_blocks
 #include <strata/train/tiered_trainer.hpp>     // trainer, train_options
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE, MESSAGE
 
@@ -140,7 +141,7 @@ TEST_CASE("HF parity: the comparison catches a misplaced tensor") {
 }
 
 TEST_CASE_TEMPLATE("HF parity: loss and every parameter's gradient after one backward", B, STRATA_TEST_BACKENDS) {
-    using resident_trainer = tiered_trainer<float, B>;
+    using resident_trainer = gpt_trainer<float, B>;
     for (const std::string name : shapes) {
         CAPTURE(name);
         const fixture f(name);
@@ -180,7 +181,7 @@ TEST_CASE_TEMPLATE("HF parity: loss and every parameter's gradient after one bac
 }
 
 TEST_CASE_TEMPLATE("HF parity: a 10-step AdamW trajectory with clipping on one batch", B, STRATA_TEST_BACKENDS) {
-    using resident_trainer = tiered_trainer<float, B>;
+    using resident_trainer = gpt_trainer<float, B>;
     for (const std::string name : shapes) {
         CAPTURE(name);
         const fixture f(name);

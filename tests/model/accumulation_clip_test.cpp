@@ -3,6 +3,7 @@
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>  // host_blocks
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -39,11 +40,11 @@ data::batch concat(const std::vector<data::batch>& parts) {
     return all;
 }
 
-host_blocks<float> grads_of(tiered_trainer<float, cpu_backend>& t) {
+host_blocks<float> grads_of(gpt_trainer<float, cpu_backend>& t) {
     host_blocks<float> out;
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         out.emplace_back(t.model().groups()[g].numel());
-        t.download(tiered_trainer<float, cpu_backend>::state_kind::grads, g, out.back());
+        t.download(gpt_trainer<float, cpu_backend>::state_kind::grads, g, out.back());
     }
     return out;
 }
@@ -57,8 +58,8 @@ TEST_CASE("4 micro-batches x 1 equals 1 batch x 4 up to FP32 summation order") {
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
     const auto parts = rows(4);
-    tiered_trainer<float, cpu_backend> micro(backend, model, {.batch = 1, .seq = 8, .accum = 4, .clip = 0});
-    tiered_trainer<float, cpu_backend> whole(backend, model, {.batch = 4, .seq = 8, .accum = 1, .clip = 0});
+    gpt_trainer<float, cpu_backend> micro(backend, model, {.batch = 1, .seq = 8, .accum = 4, .clip = 0});
+    gpt_trainer<float, cpu_backend> whole(backend, model, {.batch = 4, .seq = 8, .accum = 1, .clip = 0});
     micro.initialize(3);
     whole.initialize(3);
     const auto rm = micro.step(parts);
@@ -83,7 +84,7 @@ TEST_CASE("clipping scales the gradients to the max norm, and only when the norm
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
     const std::vector<data::batch> batch{rows(1)[0]};
-    tiered_trainer<float, cpu_backend> probe(backend, model, {.batch = 1, .seq = 8, .accum = 1, .clip = 0});
+    gpt_trainer<float, cpu_backend> probe(backend, model, {.batch = 1, .seq = 8, .accum = 1, .clip = 0});
     probe.initialize(5);
     const double norm = probe.step(batch).grad_norm;
     REQUIRE(norm > 0.1);
@@ -94,14 +95,14 @@ TEST_CASE("clipping scales the gradients to the max norm, and only when the norm
         return std::sqrt(s);
     };
     {
-        tiered_trainer<float, cpu_backend> t(backend, model, {.batch = 1, .seq = 8, .accum = 1, .clip = norm / 4});
+        gpt_trainer<float, cpu_backend> t(backend, model, {.batch = 1, .seq = 8, .accum = 1, .clip = norm / 4});
         t.initialize(5);
         const auto r = t.step(batch);
         CHECK(r.grad_norm == doctest::Approx(norm).epsilon(1e-12));  // reported before clipping
         CHECK(norm_of(grads_of(t)) == doctest::Approx(norm / 4).epsilon(1e-5));  // applied: scaled to max_norm
     }
     {
-        tiered_trainer<float, cpu_backend> t(backend, model, {.batch = 1, .seq = 8, .accum = 1, .clip = norm * 4});
+        gpt_trainer<float, cpu_backend> t(backend, model, {.batch = 1, .seq = 8, .accum = 1, .clip = norm * 4});
         t.initialize(5);
         t.step(batch);
         CHECK(norm_of(grads_of(t)) == doctest::Approx(norm).epsilon(1e-6));  // untouched below max_norm

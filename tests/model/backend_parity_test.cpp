@@ -13,6 +13,7 @@
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>  // download_blocks
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -42,7 +43,7 @@ struct trajectory {
 template <class B>
 trajectory train(B& backend, const train_options& o, int steps) {
     gpt_model<float, B> model(config);
-    tiered_trainer<float, B> t(backend, model, o);
+    gpt_trainer<float, B> t(backend, model, o);
     t.initialize(3);
     trajectory r;
     for (int s = 0; s < steps; ++s) {
@@ -50,7 +51,7 @@ trajectory train(B& backend, const train_options& o, int steps) {
         r.losses.push_back(res.loss);
         r.norms.push_back(res.grad_norm);
     }
-    r.params = download_blocks(t, tiered_trainer<float, B>::state_kind::params);
+    r.params = download_blocks(t, gpt_trainer<float, B>::state_kind::params);
     return r;
 }
 

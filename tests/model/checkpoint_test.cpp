@@ -3,6 +3,7 @@
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
 
 #include <strata/data/loader.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
@@ -56,14 +57,14 @@ TEST_CASE_TEMPLATE("resuming from a checkpoint gives bitwise the same losses as 
     B& backend = *made;
     gpt_model<float, B> model(config);
 
-    tiered_trainer<float, B> straight(backend, model, options);
+    gpt_trainer<float, B> straight(backend, model, options);
     straight.initialize(5);
     auto loader = data::make_train_loader(toy_data(8), 2, 11);
     const auto expected = run_steps(straight, loader, 8);
 
     fs::path saved;
     {
-        tiered_trainer<float, B> first(backend, model, options);
+        gpt_trainer<float, B> first(backend, model, options);
         first.initialize(5);
         auto l1 = data::make_train_loader(toy_data(8), 2, 11);
         const auto head = run_steps(first, l1, 3);
@@ -75,7 +76,7 @@ TEST_CASE_TEMPLATE("resuming from a checkpoint gives bitwise the same losses as 
     CHECK(fs::exists(saved / "config.json"));
     CHECK(fs::exists(saved / "optimizer.safetensors"));
 
-    tiered_trainer<float, B> resumed(backend, model, options);
+    gpt_trainer<float, B> resumed(backend, model, options);
     resumed.initialize(999);  // different weights: the checkpoint must overwrite everything
     auto state = load_checkpoint(resumed, saved);
     CHECK(resumed.step_count() == 3);
@@ -98,7 +99,7 @@ TEST_CASE_TEMPLATE("checkpoint_bytes is what a save writes, computed before it, 
          {any_optimizer(adamw_optimizer()), any_optimizer(sgd_optimizer()), any_optimizer(adafactor_optimizer())}) {
         train_options o = options;
         o.optimizer = optimizer;
-        tiered_trainer<float, B> t(*made, model, o);
+        gpt_trainer<float, B> t(*made, model, o);
         t.initialize(3);
         const std::string name(t.optimizer().name());
         CAPTURE(name);
@@ -136,14 +137,14 @@ TEST_CASE_TEMPLATE("a weights-only checkpoint resumes with the weights and step,
     auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     if (!made) return;
     gpt_model<float, B> model(config);
-    using kind = typename tiered_trainer<float, B>::state_kind;
-    tiered_trainer<float, B> first(*made, model, options);
+    using kind = typename gpt_trainer<float, B>::state_kind;
+    gpt_trainer<float, B> first(*made, model, options);
     first.initialize(5);
     auto loader = data::make_train_loader(toy_data(8), 2, 11);
     run_steps(first, loader, 3);
     const fs::path saved = save_checkpoint(first, s.dir, {{"data_cursor", loader.cursor()}}, {}, checkpoint_contents::weights);
 
-    tiered_trainer<float, B> resumed(*made, model, options);
+    gpt_trainer<float, B> resumed(*made, model, options);
     resumed.initialize(999);
     run_steps(resumed, loader, 1);  // moments that are not zero, which the resume must clear
     const auto state = load_checkpoint(resumed, saved);
@@ -170,9 +171,9 @@ TEST_CASE_TEMPLATE("a weights-only checkpoint resumes with the weights and step,
 TEST_CASE("a save hands the trainer's state to the files group by group through one buffer") {
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
-    tiered_trainer<float, cpu_backend> t(backend, model, options);
+    gpt_trainer<float, cpu_backend> t(backend, model, options);
     t.initialize(2);
-    using kind = tiered_trainer<float, cpu_backend>::state_kind;
+    using kind = gpt_trainer<float, cpu_backend>::state_kind;
     for (const auto k : {kind::params, kind::adam_m}) {
         const auto whole = download_blocks(t, k);
         std::vector<std::size_t> seen;
@@ -210,7 +211,7 @@ TEST_CASE("model.safetensors uses Hugging Face GPT-2 names and Conv1D layouts") 
     scratch s;
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
-    tiered_trainer<float, cpu_backend> t(backend, model, options);
+    gpt_trainer<float, cpu_backend> t(backend, model, options);
     t.initialize(2);
     const auto dir = save_checkpoint(t, s.dir, {});
     const auto f = safetensors_file::open(dir / "model.safetensors");
@@ -227,7 +228,7 @@ TEST_CASE("model.safetensors uses Hugging Face GPT-2 names and Conv1D layouts") 
 
     // the weights load back exactly, and a missing tensor is named
     auto loaded = load_model_files<float>(dir);
-    const auto blocks = download_blocks(t, tiered_trainer<float, cpu_backend>::state_kind::params);
+    const auto blocks = download_blocks(t, gpt_trainer<float, cpu_backend>::state_kind::params);
     CHECK(loaded.blocks == blocks);
 }
 
@@ -238,7 +239,7 @@ TEST_CASE("a corrupt or mismatched checkpoint is refused with its name") {
                          strata::error);
     cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     gpt_model<float, cpu_backend> model(config);
-    tiered_trainer<float, cpu_backend> t(backend, model, options);
+    gpt_trainer<float, cpu_backend> t(backend, model, options);
     t.initialize(2);
     const auto dir = save_checkpoint(t, s.dir, {});
     gpt_config other = config;

@@ -18,6 +18,7 @@
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -171,7 +172,7 @@ TEST_CASE_TEMPLATE("GPT-2 assembled from its three configs trains bit for bit li
         for (std::size_t i = 0; i < gpt.groups()[g].entries().size(); ++i)
             CHECK(layers.hf_name(g, layers.groups()[g].entries()[i]) == gpt.hf_name(g, gpt.groups()[g].entries()[i]));
     }
-    const auto reference = run<tiered_trainer<float, B>>(backend, gpt, o, 6);
+    const auto reference = run<gpt_trainer<float, B>>(backend, gpt, o, 6);
     CHECK(reference.losses.back() < reference.losses.front());
     const auto resident = run<tiered_trainer<float, B, gpt2_from_layers<B>>>(
         backend, layers, o, 6);

@@ -8,6 +8,7 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -30,7 +31,7 @@ data::batch make_batch(std::size_t B, std::size_t T, std::size_t V, std::uint64_
 }
 
 template <class R, class Backend>
-std::vector<std::vector<R>> all_blocks(tiered_trainer<R, Backend>& t, typename tiered_trainer<R, Backend>::state_kind k) {
+std::vector<std::vector<R>> all_blocks(gpt_trainer<R, Backend>& t, typename gpt_trainer<R, Backend>::state_kind k) {
     std::vector<std::vector<R>> out;
     for (std::size_t g = 0; g < t.model().group_count(); ++g) {
         out.emplace_back(t.model().groups()[g].numel());
@@ -46,10 +47,10 @@ TEST_CASE("a tiny GPT's gradients match central finite differences in double") {
     const gpt_config c = tiny();
     gpt_model<double, cpu_backend> model(c);
     const std::size_t B = 2, T = 5;
-    tiered_trainer<double, cpu_backend> t(backend, model, {.batch = B, .seq = T, .accum = 1, .clip = 0});
+    gpt_trainer<double, cpu_backend> t(backend, model, {.batch = B, .seq = T, .accum = 1, .clip = 0});
     t.initialize(3);
     // make the weights larger than GPT-2's init so every path carries signal
-    using kind = tiered_trainer<double, cpu_backend>::state_kind;
+    using kind = gpt_trainer<double, cpu_backend>::state_kind;
     auto params = all_blocks(t, kind::params);
     rng gen(9);
     for (auto& block : params)
@@ -105,9 +106,9 @@ TEST_CASE_TEMPLATE("every activation policy (0, some or all blocks kept; recompu
     gpt_model<float, B_> model(c);
     const std::size_t B = 2, T = 8;
     std::vector<data::batch> micro{make_batch(B, T, c.vocab_size, 1, false), make_batch(B, T, c.vocab_size, 2, true)};
-    using kind = typename tiered_trainer<float, B_>::state_kind;
+    using kind = typename gpt_trainer<float, B_>::state_kind;
     auto run = [&](kept_activations kept) {
-        tiered_trainer<float, B_> t(backend, model, {.batch = B, .seq = T, .accum = 2, .activations = kept});
+        gpt_trainer<float, B_> t(backend, model, {.batch = B, .seq = T, .accum = 2, .activations = kept});
         t.initialize(17);
         std::vector<double> losses;
         for (int i = 0; i < 3; ++i) losses.push_back(t.step(micro).loss);
@@ -135,7 +136,7 @@ TEST_CASE_TEMPLATE("training a tiny GPT on a repeating pattern lowers the loss",
     train_options o{.batch = 4, .seq = 16, .accum = 1};
     o.schedule.lr = 1e-2;
     o.schedule.min_lr = 1e-2;
-    tiered_trainer<float, B_> t(backend, model, o);
+    gpt_trainer<float, B_> t(backend, model, o);
     t.initialize(1);
     data::batch b;
     for (std::size_t i = 0; i < 4 * 16; ++i) {

@@ -7,6 +7,7 @@
 #include <strata/plan/planner.hpp>            // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                  // cpu_backend, tier_options, tier_id
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
@@ -64,8 +65,8 @@ void check_exact(const memory_plan& p) {
 
 TEST_CASE("an Adafactor plan is what the trainer allocates, resident and streamed") {
     const tier_bytes roomy{.device = generous, .host = generous, .storage = generous};
-    check_exact<tiered_trainer<float, cpu_backend>>(plan(request(adafactor_optimizer(), placement::resident, roomy)));
-    check_exact<tiered_trainer<float, cpu_backend>>(plan(request(adafactor_optimizer(), placement::streamed, roomy)));
+    check_exact<gpt_trainer<float, cpu_backend>>(plan(request(adafactor_optimizer(), placement::resident, roomy)));
+    check_exact<gpt_trainer<float, cpu_backend>>(plan(request(adafactor_optimizer(), placement::streamed, roomy)));
 }
 
 // The cost model runs a resident Adafactor step's device updates at the optimizer's own device

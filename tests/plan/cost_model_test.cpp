@@ -11,6 +11,7 @@
 #include <strata/plan/planner.hpp>            // plan, plan_request, detail::streamed_plan
 #include <strata/strata.hpp>                  // cpu_backend, gpt_model, tiered_tensor
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -343,11 +344,11 @@ double measured_step(cpu_backend& backend, const gpt_config& c, const plan_reque
         return best;
     };
     if (p.where == placement::resident) {
-        tiered_trainer<float, cpu_backend> t(backend, model, o);
+        gpt_trainer<float, cpu_backend> t(backend, model, o);
         return time_steps(t);
     }
     REQUIRE(p.slots == 2);
-    test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, storage_tier> t(backend, model, o);
+    test::streamed_trainer<gpt_trainer<float, cpu_backend>, 2, storage_tier> t(backend, model, o);
     return time_steps(t);
 }
 

@@ -5,6 +5,7 @@
 #include <strata/plan/planner.hpp>     // plan, memory_plan, plan_request, default_budgets
 #include <strata/strata.hpp>           // cpu_backend, tier_options, tier_id
 #include <strata/train/tiered_trainer.hpp>    // trainer (the resident footprint, allocated for real)
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
@@ -259,7 +260,7 @@ TEST_CASE("offload: the recomputing blocks' inputs go to the host; auto offloads
     const memory_plan p = plan(r);
     gpt_model<float, cpu_backend> model(c);
     cpu_backend backend({.device_bytes = p.total(tier_id::device), .host_bytes = big});
-    tiered_trainer<float, cpu_backend> t(backend, model,
+    gpt_trainer<float, cpu_backend> t(backend, model,
                                   {.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .activations = p.kept()});
     CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
     CHECK(backend.budget(tier_id::host).used() == p.total(tier_id::host));
@@ -275,7 +276,7 @@ TEST_CASE("auto keeps what fits, and the resident trainer allocates exactly that
     REQUIRE(p.kept_blocks == 3);
     gpt_model<float, cpu_backend> model(c);
     cpu_backend backend({.device_bytes = p.total(tier_id::device), .host_bytes = big});
-    tiered_trainer<float, cpu_backend> t(backend, model,
+    gpt_trainer<float, cpu_backend> t(backend, model,
                                   {.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .activations = p.kept()});
     CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
 }
@@ -299,7 +300,7 @@ TEST_CASE("a resident plan is what the resident trainer really allocates, on the
 
     cpu_backend backend({.device_bytes = r.budgets.device, .host_bytes = r.budgets.host});
     gpt_model<float, cpu_backend> model(c);
-    tiered_trainer<float, cpu_backend> t(backend, model, {.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum});
+    gpt_trainer<float, cpu_backend> t(backend, model, {.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum});
     CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
     t.initialize(1);
     backend.budget(tier_id::host).reset_peak();

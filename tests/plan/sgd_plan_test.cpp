@@ -8,6 +8,7 @@
 #include <strata/plan/planner.hpp>            // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                  // cpu_backend, tier_options, tier_id
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE, SUBCASE
 
@@ -119,20 +120,20 @@ TEST_CASE("the planner counts one state tensor for SGD: half of AdamW's moment b
 TEST_CASE("an SGD plan is what the trainer running SGD allocates: resident, streamed on the host and on storage") {
     SUBCASE("resident") {
         const plan_request r = request(sgd_optimizer(), placement::resident, false);
-        check_exact<tiered_trainer<float, cpu_backend>>(plan(r), r);
+        check_exact<gpt_trainer<float, cpu_backend>>(plan(r), r);
     }
     SUBCASE("streamed, momentum on the host") {
         const plan_request r = request(sgd_optimizer(), placement::streamed, false);
         const memory_plan p = plan(r);
         REQUIRE(p.slots == 3);
-        check_exact<test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier>>(p, r);
+        check_exact<test::streamed_trainer<gpt_trainer<float, cpu_backend>, 3, host_tier>>(p, r);
     }
     SUBCASE("streamed, momentum on storage") {
         const plan_request r = request(sgd_optimizer(), placement::streamed, true);
         const memory_plan p = plan(r);
         REQUIRE(p.slots == 3);
         REQUIRE(p.state_home == tier_id::storage);
-        check_exact<test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, storage_tier>>(p, r);
+        check_exact<test::streamed_trainer<gpt_trainer<float, cpu_backend>, 3, storage_tier>>(p, r);
     }
 }
 

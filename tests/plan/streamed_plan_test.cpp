@@ -8,6 +8,7 @@
 #include <strata/strata.hpp>                   // cpu_backend, tier_options, tier_id
 #include <strata/train/checkpoint.hpp>         // download_blocks
 #include <strata/train/tiered_trainer.hpp>   // tiered_trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
@@ -81,7 +82,7 @@ void check_streamed_plan(const gpt_config& c, double clip) {
     const train_options o{.batch = r.model.batch, .seq = r.model.seq, .accum = r.accum, .clip = clip, .activations = p.kept()};
     {
         cpu_backend backend(exact);
-        test::streamed_trainer<tiered_trainer<float, cpu_backend>, Depth + 1, Moments> t(backend, model, o);
+        test::streamed_trainer<gpt_trainer<float, cpu_backend>, Depth + 1, Moments> t(backend, model, o);
         // every device and host byte and every storage file is allocated up front
         CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
         CHECK(backend.budget(tier_id::host).used() == p.total(tier_id::host));
@@ -105,7 +106,7 @@ void check_streamed_plan(const gpt_config& c, double clip) {
     tier_options short_device = exact;
     short_device.device_bytes = p.total(tier_id::device) - 1;
     cpu_backend backend(short_device);
-    using streamed_t = test::streamed_trainer<tiered_trainer<float, cpu_backend>, Depth + 1, Moments>;
+    using streamed_t = test::streamed_trainer<gpt_trainer<float, cpu_backend>, Depth + 1, Moments>;
     CHECK_THROWS_AS(streamed_t(backend, model, o), error);
 }
 
@@ -170,7 +171,7 @@ TEST_CASE("the planner's own choice builds: its slots and moments' home name a t
                           .homes = p.trainer_homes(),
                           .slots = p.slots};
     {
-        tiered_trainer<float, cpu_backend> t(backend, model, o);
+        gpt_trainer<float, cpu_backend> t(backend, model, o);
         t.initialize(2);
         (void)t.step(micro_batches(c, r.accum, r.model.batch * r.model.seq));
     }
@@ -187,7 +188,7 @@ TEST_CASE("train_options::slots below 2 is refused when a block streams, unused 
     gpt_model<float, cpu_backend> model(c);
     train_options o{.batch = 2, .seq = 8};
     o.slots = 1;
-    using trainer = tiered_trainer<float, cpu_backend>;
+    using trainer = gpt_trainer<float, cpu_backend>;
     CHECK_NOTHROW(trainer(backend, model, o));  // resident: no slots
     o.homes = every_group(model.groups().size(), group_home::host());
     CHECK_THROWS_WITH_AS(trainer(backend, model, o),
@@ -248,7 +249,7 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
     host_blocks<float> params, m, v;
     {
         cpu_backend backend(exact);
-        using tiered_t = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier>;
+        using tiered_t = test::streamed_trainer<gpt_trainer<float, cpu_backend>, 3, host_tier>;
         REQUIRE(p.slots == 3);
         tiered_t t(backend, model, o);
         CHECK(backend.budget(tier_id::device).used() == p.total(tier_id::device));
@@ -279,7 +280,7 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
     cpu_backend backend({.device_bytes = generous, .host_bytes = generous, .storage_bytes = 0});
     train_options resident_options = o;
     resident_options.homes.clear();
-    tiered_trainer<float, cpu_backend> t(backend, model, resident_options);
+    gpt_trainer<float, cpu_backend> t(backend, model, resident_options);
     t.initialize(4);
     bool clipped = false;
     for (int s = 0; s < steps; ++s) {
@@ -289,7 +290,7 @@ TEST_CASE("a plan across all three tiers is what the trainer allocates, and it t
         clipped |= res.grad_norm > o.clip;
     }
     CHECK(clipped);
-    using kind = tiered_trainer<float, cpu_backend>::state_kind;
+    using kind = gpt_trainer<float, cpu_backend>::state_kind;
     CHECK(download_blocks(t, kind::params) == params);
     CHECK(download_blocks(t, kind::adam_m) == m);
     CHECK(download_blocks(t, kind::adam_v) == v);

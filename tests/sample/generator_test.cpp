@@ -12,6 +12,7 @@
 #include <strata/model/sampler.hpp>        // sample_options, sample_token
 #include <strata/nn/cpu_ops.hpp>           // ops<cpu_backend>
 #include <strata/train/tiered_trainer.hpp>        // trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, SUBCASE, CHECK, REQUIRE, INFO, MESSAGE
 
@@ -134,8 +135,8 @@ TEST_CASE("the generator computes the trainer's model: per-position losses agree
     const gpt_config c = small();
     const gpt_model<double, cpu_backend> trained(c);
     const std::size_t T = 6;
-    tiered_trainer<double, cpu_backend> t(backend, trained, {.batch = 1, .seq = T, .accum = 1});
-    using kind = tiered_trainer<double, cpu_backend>::state_kind;
+    gpt_trainer<double, cpu_backend> t(backend, trained, {.batch = 1, .seq = T, .accum = 1});
+    using kind = gpt_trainer<double, cpu_backend>::state_kind;
     const auto model = make_gpt2<double, cpu_backend>(c);
     const auto uploaded = random_blocks<double>(model, 5);
     std::vector<std::vector<double>> blocks;

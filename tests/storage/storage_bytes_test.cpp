@@ -8,6 +8,7 @@
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -54,7 +55,7 @@ void check_step_bytes(double clip, std::size_t accum, std::size_t expected_per_s
     cpu_backend backend(tiers());
     gpt_model<float, cpu_backend> model(config);
     train_options o{.batch = 2, .seq = 8, .accum = accum, .clip = clip};
-    test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, Moments> t(backend, model, o);
+    test::streamed_trainer<gpt_trainer<float, cpu_backend>, 2, Moments> t(backend, model, o);
     t.initialize(3);
     CHECK(t.counters().storage_read_bytes == 0);  // zeroing the moments at construction is not a step
     CHECK(t.counters().storage_write_bytes == 0);

@@ -10,6 +10,7 @@
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, download_blocks
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 #include "support/placements.hpp"  // test::streamed_trainer
 
 #include <doctest/doctest.h>
@@ -132,18 +133,18 @@ TEST_CASE_TEMPLATE("Adafactor trains bitwise alike resident, streamed with its s
     auto made = test::make_backend<B>(tiers.options());
     if (!made) return;
     const train_options o = options_of(adafactor_optimizer({.weight_decay = 0.01}));
-    const a_run resident = run<tiered_trainer<float, B>>(*made, o, 8);
+    const a_run resident = run<gpt_trainer<float, B>>(*made, o, 8);
     CHECK(resident.losses.back() < resident.losses.front());
     REQUIRE(resident.state.size() == 3);
     // row_var + col_var + variance of a block: far fewer elements than its gradients
     CHECK(resident.state[0][1].size() + resident.state[1][1].size() + resident.state[2][1].size() <
           resident.params[1].size());
-    check_equal(resident, run<test::streamed_trainer<tiered_trainer<float, B>, 2, host_tier>>(*made, o, 8));
-    check_equal(resident, run<test::streamed_trainer<tiered_trainer<float, B>, 3, storage_tier>>(*made, o, 8));
+    check_equal(resident, run<test::streamed_trainer<gpt_trainer<float, B>, 2, host_tier>>(*made, o, 8));
+    check_equal(resident, run<test::streamed_trainer<gpt_trainer<float, B>, 3, storage_tier>>(*made, o, 8));
     train_options mixed = o;
     mixed.homes = {group_home::storage(), group_home::device(), group_home::host(), group_home::storage(),
                    group_home::device()};
-    check_equal(resident, run<test::streamed_trainer<tiered_trainer<float, B>, 2, host_tier>>(*made, mixed, 8));
+    check_equal(resident, run<test::streamed_trainer<gpt_trainer<float, B>, 2, host_tier>>(*made, mixed, 8));
 }
 
 TEST_CASE_TEMPLATE("an Adafactor checkpoint holds its factored state by name and shape, and resumes bitwise", B,
@@ -153,7 +154,7 @@ TEST_CASE_TEMPLATE("an Adafactor checkpoint holds its factored state by name and
     if (!made) return;
     const train_options o = options_of(adafactor_optimizer());
     gpt_model<float, B> model(test::tiny_gpt);
-    tiered_trainer<float, B> t(*made, model, o);
+    gpt_trainer<float, B> t(*made, model, o);
     t.initialize(21);
     for (int s = 0; s < 3; ++s) t.step(test::micro_batches(s, o.accum, o.batch, o.seq));
     const auto dir = save_checkpoint(t, tiers.dir / "out", nlohmann::json::object());
@@ -162,7 +163,7 @@ TEST_CASE_TEMPLATE("an Adafactor checkpoint holds its factored state by name and
     CHECK(file.contains("variance.transformer.h.0.attn.c_attn.bias"));
     CHECK_FALSE(file.contains("variance.transformer.h.0.attn.c_attn.weight"));
     CHECK(std::filesystem::file_size(dir / "optimizer.safetensors") == optimizer_file_bytes(model, t.optimizer()));
-    test::streamed_trainer<tiered_trainer<float, B>, 2, host_tier> resumed(*made, model, o);
+    test::streamed_trainer<gpt_trainer<float, B>, 2, host_tier> resumed(*made, model, o);
     load_checkpoint(resumed, dir);
     a_run a, b;
     for (int s = 3; s < 6; ++s) {

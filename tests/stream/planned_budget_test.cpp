@@ -5,6 +5,7 @@
 #include <strata/plan/planner.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -47,7 +48,7 @@ TEST_CASE("a device budget of a third of the resident footprint trains through t
     train_options o{.batch = 1, .seq = 8, .accum = 1};
     o.schedule = {.kind = lr_kind::constant, .lr = 3e-3, .min_lr = 3e-3, .warmup_steps = 0, .total_steps = 30};
     REQUIRE(p.slots == 3);
-    test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, host_tier> t(backend, model, o);
+    test::streamed_trainer<gpt_trainer<float, cpu_backend>, 3, host_tier> t(backend, model, o);
     t.initialize(4);
     const auto micro = batch_of_pattern();
     const double first = t.step(micro).loss;
@@ -58,7 +59,7 @@ TEST_CASE("a device budget of a third of the resident footprint trains through t
 
     // and resident training with that budget is refused by the allocator, naming the tier
     cpu_backend small({.device_bytes = request.budgets.device, .host_bytes = request.budgets.host, .storage_bytes = 0});
-    CHECK_THROWS_WITH_AS((tiered_trainer<float, cpu_backend>(small, model, o)), doctest::Contains("device tier over budget"),
+    CHECK_THROWS_WITH_AS((gpt_trainer<float, cpu_backend>(small, model, o)), doctest::Contains("device tier over budget"),
                          strata::error);
 }
 

@@ -11,6 +11,7 @@
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, download_blocks
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -90,7 +91,7 @@ TEST_CASE_TEMPLATE("SGD with momentum trains bitwise alike resident, streamed wi
     if (!made) return;
     B& backend = *made;
     const train_options o = sgd_options();
-    const sgd_run resident = run<tiered_trainer<float, B>>(backend, o, 10);
+    const sgd_run resident = run<gpt_trainer<float, B>>(backend, o, 10);
     CHECK(resident.losses.back() < resident.losses.front());
     bool clipped = false;
     for (double n : resident.norms) clipped |= n > o.clip;
@@ -101,22 +102,22 @@ TEST_CASE_TEMPLATE("SGD with momentum trains bitwise alike resident, streamed wi
     CHECK(moving > 0);
 
     SUBCASE("momentum in the host tier") {
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 2, group_home::host()), 10));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(o, 2, group_home::host()), 10));
     }
     SUBCASE("momentum in the storage tier") {
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 3, group_home::storage()), 10));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(o, 3, group_home::storage()), 10));
     }
     SUBCASE("mixed homes: device, host and storage groups interleaved") {
         train_options mixed = o;
         mixed.homes = {group_home::storage(), group_home::device(), group_home::host(), group_home::storage(),
                        group_home::device()};
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(mixed, 2, group_home::host()), 10));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(mixed, 2, group_home::host()), 10));
     }
     SUBCASE("the optimizer is SGD's, not AdamW's") {
         train_options adamw = o;
         adamw.optimizer = adamw_optimizer();
         gpt_model<float, B> model(test::tiny_gpt);
-        tiered_trainer<float, B> t(backend, model, adamw);
+        gpt_trainer<float, B> t(backend, model, adamw);
         t.initialize(21);
         sgd_run r;
         train_steps(t, adamw, 0, 10, r);
@@ -135,14 +136,14 @@ TEST_CASE_TEMPLATE("a checkpoint of an SGD run holds its momentum by name, recor
     B& backend = *made;
     const train_options o = sgd_options();
     gpt_model<float, B> model(test::tiny_gpt);
-    const sgd_run uninterrupted = run<tiered_trainer<float, B>>(backend, o, 6);
+    const sgd_run uninterrupted = run<gpt_trainer<float, B>>(backend, o, 6);
 
     // 3 steps streamed with the momentum on storage, saved; 3 more on the resident trainer
     const std::filesystem::path out = tiers.dir / "checkpoints";
     std::filesystem::path saved;
     sgd_run resumed_run;
     {
-        tiered_trainer<float, B> first(backend, model, placed(o, 3, group_home::storage()));
+        gpt_trainer<float, B> first(backend, model, placed(o, 3, group_home::storage()));
         first.initialize(21);
         train_steps(first, o, 0, 3, resumed_run);
         saved = save_checkpoint(first, out, {{"data_cursor", 3}});
@@ -161,7 +162,7 @@ TEST_CASE_TEMPLATE("a checkpoint of an SGD run holds its momentum by name, recor
     CHECK(state.at("optimizer") ==
           nlohmann::json{{"name", "sgd"}, {"momentum", 0.9}, {"weight_decay", 0.01}, {"nesterov", true}});
 
-    tiered_trainer<float, B> resumed(backend, model, o);
+    gpt_trainer<float, B> resumed(backend, model, o);
     resumed.initialize(999);
     load_checkpoint(resumed, saved);
     CHECK(resumed.step_count() == 3);
@@ -172,7 +173,7 @@ TEST_CASE_TEMPLATE("a checkpoint of an SGD run holds its momentum by name, recor
     // a trainer of another optimizer refuses the checkpoint, and an SGD trainer an AdamW one
     train_options adamw = o;
     adamw.optimizer = adamw_optimizer();
-    tiered_trainer<float, B> other(backend, model, adamw);
+    gpt_trainer<float, B> other(backend, model, adamw);
     CHECK_THROWS_WITH_AS(load_checkpoint(other, saved),
                          doctest::Contains("was trained with the optimizer 'sgd', this trainer runs 'adamw'"), error);
     const std::filesystem::path adamw_saved = save_checkpoint(other, tiers.dir / "adamw", {});

@@ -2,6 +2,7 @@
 // recorded step by step, bitwise comparison of host blocks, and a storage directory per test.
 #pragma once
 
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend>
 #include <strata/strata.hpp>                  // gpt_model, tiered_trainer, rng, tier_options
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks

@@ -32,7 +32,7 @@ void check_equal(const test::run_result<R>& resident, const test::run_result<R>&
 }
 
 template <std::size_t Depth, class M = host_tier>
-using streamed = test::streamed_trainer<tiered_trainer<float, cpu_backend>, Depth + 1, M>;
+using streamed = test::streamed_trainer<gpt_trainer<float, cpu_backend>, Depth + 1, M>;
 
 }  // namespace
 
@@ -45,7 +45,7 @@ TEST_CASE("prefetch depth 3 and 4 stream bitwise as resident, with fewer and wit
         CAPTURE(layers);
         gpt_config c = test::tiny_gpt;
         c.n_layer = layers;
-        const auto resident = test::run<tiered_trainer<float, cpu_backend>>(backend, c, o, steps);
+        const auto resident = test::run<gpt_trainer<float, cpu_backend>>(backend, c, o, steps);
         bool clipped = false;
         for (double n : resident.norms) clipped |= n > o.clip;
         CHECK(clipped);
@@ -61,11 +61,11 @@ TEST_CASE("the streamed trainer in double precision equals the resident trainer 
         CAPTURE(clip);
         train_options o = accumulating_and_clipping();
         o.clip = clip;
-        const auto resident = test::run<tiered_trainer<double, cpu_backend>>(backend, test::tiny_gpt, o, 6);
+        const auto resident = test::run<gpt_trainer<double, cpu_backend>>(backend, test::tiny_gpt, o, 6);
         CHECK(resident.losses.back() < resident.losses.front());
-        check_equal(resident, test::run<test::streamed_trainer<tiered_trainer<double, cpu_backend>, 3, host_tier>>(
+        check_equal(resident, test::run<test::streamed_trainer<gpt_trainer<double, cpu_backend>, 3, host_tier>>(
                                   backend, test::tiny_gpt, o, 6));
-        check_equal(resident, test::run<test::streamed_trainer<tiered_trainer<double, cpu_backend>, 2, storage_tier>>(
+        check_equal(resident, test::run<test::streamed_trainer<gpt_trainer<double, cpu_backend>, 2, storage_tier>>(
                                   backend, test::tiny_gpt, o, 6));
     }
 }

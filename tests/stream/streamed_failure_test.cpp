@@ -31,9 +31,9 @@ using test::tiny_gpt;
 
 namespace {
 
-using resident = tiered_trainer<float, cpu_backend>;
-using streamed_host = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, host_tier>;
-using streamed_storage = test::streamed_trainer<tiered_trainer<float, cpu_backend>, 3, storage_tier>;
+using resident = gpt_trainer<float, cpu_backend>;
+using streamed_host = test::streamed_trainer<gpt_trainer<float, cpu_backend>, 2, host_tier>;
+using streamed_storage = test::streamed_trainer<gpt_trainer<float, cpu_backend>, 3, storage_tier>;
 
 train_options options_with_clip(double clip) {
     train_options o{.batch = 2, .seq = 8, .accum = 2, .clip = clip};

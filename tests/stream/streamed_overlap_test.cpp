@@ -12,6 +12,7 @@
 #include "stream/stream_test_support.hpp"  // micro_batches
 
 #include <strata/report/trace.hpp>  // trace_recorder, trace_track
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -62,7 +63,7 @@ TEST_CASE("a streamed CPU run with slow copies hides most of its transfer time u
     const gpt_config c{.vocab_size = 29, .max_seq = 32, .n_layer = 4, .n_head = 2, .n_embd = 64};
     gpt_model<float, backend_type> model(c);
     const train_options o{.batch = 4, .seq = 32, .accum = 2, .clip = 1.0};
-    test::streamed_trainer<tiered_trainer<float, backend_type>, 3, host_tier> t(backend, model, o);
+    test::streamed_trainer<gpt_trainer<float, backend_type>, 3, host_tier> t(backend, model, o);
     t.initialize(21);
 
     trace_recorder trace;

@@ -8,6 +8,7 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 #include <strata/train/checkpoint.hpp>
 
 #include <doctest/doctest.h>
@@ -104,17 +105,17 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
     B& backend = *made;
     train_options o{.batch = 2, .seq = 8, .accum = 3, .clip = 0.05};  // a small max norm: clipping really happens
     o.schedule = {.kind = lr_kind::cosine, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 3, .total_steps = 20};
-    const auto resident = run<tiered_trainer<float, B>>(backend, o, 20);
+    const auto resident = run<gpt_trainer<float, B>>(backend, o, 20);
     CHECK(resident.losses.back() < resident.losses.front());
     bool clipped = false;
     for (double n : resident.norms) clipped |= n > o.clip;
     CHECK(clipped);
 
     SUBCASE("moments in the host tier") {
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 2, group_home::host()), 20));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(o, 2, group_home::host()), 20));
     }
     SUBCASE("moments in the storage tier") {
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 3, group_home::storage()), 20));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(o, 3, group_home::storage()), 20));
     }
     // Per-group homes (issue 13): any mix of device, host and storage, not only the planner's
     // prefixes: device groups between streamed ones, storage groups apart and side by side.
@@ -122,13 +123,13 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
         train_options mixed = o;
         mixed.homes = {group_home::host(),    group_home::device(), group_home::storage(),
                        group_home::host(),    group_home::device(), group_home::storage()};
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(mixed, 2, group_home::host()), 20));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(mixed, 2, group_home::host()), 20));
     }
     SUBCASE("mixed homes: the planner's shape (device prefix, host, storage suffix)") {
         train_options mixed = o;
         mixed.homes = {group_home::device(), group_home::device(),  group_home::host(),
                        group_home::storage(), group_home::storage(), group_home::device()};
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(mixed, 3, group_home::host()), 20));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(mixed, 3, group_home::host()), 20));
     }
     // What the planner's search (plan/planner.hpp: detail::fastest_plan) may choose beyond the
     // fixed rules: the embeddings on the host beside device-homed blocks, the state of the first
@@ -139,15 +140,15 @@ TEST_CASE_TEMPLATE("streamed training equals resident training bitwise (accumula
         searched.homes = {group_home::host(),    group_home::device(), group_home::storage(),
                           group_home::storage(), group_home::host(),   group_home::device()};
         searched.activations = kept_activations{1, true};
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(searched, 3, group_home::host()), 20));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(searched, 3, group_home::host()), 20));
         searched.activations = kept_activations{2};
         searched.homes[0] = group_home::device();
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(searched, 2, group_home::host()), 20));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(searched, 2, group_home::host()), 20));
     }
     SUBCASE("every group on the device: the resident plan in the streamed trainer") {
         train_options all = o;
         all.homes.assign(6, group_home::device());
-        check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(all, 2, group_home::host()), 20));
+        check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(all, 2, group_home::host()), 20));
     }
 }
 
@@ -156,7 +157,7 @@ TEST_CASE("homes the trainers cannot build are refused with the group named") {
     gpt_model<float, cpu_backend> model(config);
     train_options o{.batch = 2, .seq = 8};
     o.homes = {group_home::host(), group_home::host()};
-    using streamed = tiered_trainer<float, cpu_backend>;
+    using streamed = gpt_trainer<float, cpu_backend>;
     CHECK_THROWS_WITH_AS(streamed(backend, model, o), doctest::Contains("2 entries for a model of 6 layer groups"),
                          error);
     o.homes.assign(6, group_home::host());
@@ -171,8 +172,8 @@ TEST_CASE_TEMPLATE("without clipping, the overlapped AdamW still equals resident
     B& backend = *made;
     train_options o{.batch = 2, .seq = 8, .accum = 1, .clip = 0};
     o.schedule = {.kind = lr_kind::constant, .lr = 2e-3, .min_lr = 2e-3, .warmup_steps = 0, .total_steps = 10};
-    const auto resident = run<tiered_trainer<float, B>>(backend, o, 10);
-    check_equal(resident, run<tiered_trainer<float, B>>(backend, placed(o, 3, group_home::host()), 10));
+    const auto resident = run<gpt_trainer<float, B>>(backend, o, 10);
+    check_equal(resident, run<gpt_trainer<float, B>>(backend, placed(o, 3, group_home::host()), 10));
 }
 
 TEST_CASE_TEMPLATE("streamed device memory is slots + activations, independent of the number of layers", B,
@@ -190,11 +191,11 @@ TEST_CASE_TEMPLATE("streamed device memory is slots + activations, independent o
         std::size_t peak = 0;
         auto micro = micro_batches(0, 1, 2, 8);
         if (streamed) {
-            tiered_trainer<float, B> t(backend, model, test::streamed_options(o, layers + 2, 2));
+            gpt_trainer<float, B> t(backend, model, test::streamed_options(o, layers + 2, 2));
             t.initialize(1);
             t.step(micro);
         } else {
-            tiered_trainer<float, B> t(backend, model, o);
+            gpt_trainer<float, B> t(backend, model, o);
             t.initialize(1);
             t.step(micro);
         }
@@ -229,9 +230,9 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
     train_options o{.batch = 2, .seq = 8, .accum = 2, .clip = 0.05};
     o.schedule = {.kind = lr_kind::cosine, .lr = 3e-3, .min_lr = 3e-4, .warmup_steps = 2, .total_steps = 6};
     const int steps = 6;
-    const auto resident = run<tiered_trainer<float, B>>(backend, o, steps);
+    const auto resident = run<gpt_trainer<float, B>>(backend, o, steps);
     gpt_model<float, B> model(config);
-    using streamed = tiered_trainer<float, B>;  // with placed(options, 2)
+    using streamed = gpt_trainer<float, B>;  // with placed(options, 2)
     for (int stop : {1, 2, 5}) {
         CAPTURE(stop);
         std::filesystem::remove_all(dir);
@@ -267,7 +268,7 @@ TEST_CASE_TEMPLATE("the overlapped optimizer: save and resume at any step, evalu
         train_options all = o;
         all.activations = kept_activations::all();
         CHECK(continue_in.template operator()<streamed>(placed(all, 2)) == resident.losses);
-        CHECK(continue_in.template operator()<tiered_trainer<float, B>>(o) == resident.losses);
+        CHECK(continue_in.template operator()<gpt_trainer<float, B>>(o) == resident.losses);
         train_options mixed = o;  // resumed with the state spread over three tiers
         mixed.homes = {group_home::device(), group_home::host(),   group_home::storage(),
                        group_home::device(), group_home::storage(), group_home::host()};

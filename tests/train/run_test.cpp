@@ -14,6 +14,7 @@
 #include <strata/train/checkpoint.hpp>        // download_blocks, load_checkpoint
 #include <strata/train/run.hpp>               // run_training
 #include <strata/train/tiered_trainer.hpp>  // tiered_trainer
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -49,7 +50,7 @@ data::token_dataset toy_data(int offset) {
     return data::token_dataset::packed(stream, 8);
 }
 
-using resident = tiered_trainer<float, cpu_backend>;
+using resident = gpt_trainer<float, cpu_backend>;
 
 // A resident trainer whose reported losses a test edits: run_training's own refusals without
 // having to make a real run diverge.
@@ -340,7 +341,7 @@ TEST_CASE("a loss past the divergence limit is never saved") {
 
 TEST_CASE("a streamed trainer's records carry the bytes it moved and the transfer overlap; --trace keeps steps 2-3") {
     setup s;
-    test::streamed_trainer<tiered_trainer<float, cpu_backend>, 2, host_tier> t(s.backend, s.model, options_of(4));
+    test::streamed_trainer<gpt_trainer<float, cpu_backend>, 2, host_tier> t(s.backend, s.model, options_of(4));
     t.initialize(5);
     loaders data;
     const run_options o{.out = s.dir / "run", .checkpoints = std::nullopt, .metrics = s.dir / "run.jsonl",

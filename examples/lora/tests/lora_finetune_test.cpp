@@ -16,6 +16,7 @@
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
 #include <strata/train/tiered_trainer.hpp>
+#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
 
@@ -40,10 +41,10 @@ using namespace lora::finetune_support;  // text, options, same, finetune, run
 template <class B>
 host_blocks<float> train_base(B& backend) {
     const gpt_model<float, B> model(base_config);
-    tiered_trainer<float, B> t(backend, model, options(1e-2));
+    gpt_trainer<float, B> t(backend, model, options(1e-2));
     t.initialize(11);
     for (int s = 0; s < 30; ++s) t.step(text(1, s));
-    return download_blocks(t, tiered_trainer<float, B>::state_kind::params);
+    return download_blocks(t, gpt_trainer<float, B>::state_kind::params);
 }
 
 }  // namespace
@@ -98,8 +99,8 @@ TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on
     const host_blocks<float> merged = lora::merged_blocks(base_config, lora::gpt2_lora_config(adapters), base,
                                                           dir.path() / "adapters.safetensors");
     const gpt_model<float, B> plain(base_config);
-    tiered_trainer<float, B> t(backend, plain, options(1e-3));
-    for (std::size_t g = 0; g < merged.size(); ++g) t.upload(tiered_trainer<float, B>::state_kind::params, g, merged[g]);
+    gpt_trainer<float, B> t(backend, plain, options(1e-3));
+    for (std::size_t g = 0; g < merged.size(); ++g) t.upload(gpt_trainer<float, B>::state_kind::params, g, merged[g]);
     const double merged_loss = t.evaluate(text(3, 1000));
     MESSAGE("merged model's loss " << merged_loss << ", LoRA model's " << resident.after);
     CHECK(std::abs(merged_loss - resident.after) < 1e-5 * resident.after);

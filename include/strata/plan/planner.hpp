@@ -13,7 +13,7 @@
 // Placements:
 // - resident: weights, grads, the optimizer's state of every group, the activations and the step's
 //   staging live in the device tier (tiered_trainer with no homes: every group on the device).
-// - streamed: what tiered_trainer<R, B> (train/tiered_trainer.hpp) allocates with
+// - streamed: what tiered_trainer<R, B, Model> (train/tiered_trainer.hpp) allocates with
 //   train_options::homes = memory_plan::trainer_homes() and train_options::slots = slots. Weights and grads of every group live in the host tier (pinned), the
 //   optimizer's state in the host or the storage tier. The transformer blocks stream through the device: `slots`
 //   weight buffers and as many gradient buffers, each the size of the largest transformer block
@@ -623,7 +623,7 @@ inline std::optional<memory_plan> fastest_plan(const plan_request& request, cons
 // fitting plan with the least predicted time per token (detail::fastest_plan; plan/cost_model.hpp),
 // of which the fixed rules' plan is one, so no shape gets a plan predicted slower than theirs.
 // Without rates: the fixed rules (detail::rule_plan).
-// The trainer that allocates exactly a plan is tiered_trainer<R, B> with train_options::homes =
+// The trainer that allocates exactly a plan is tiered_trainer<R, B, Model> with train_options::homes =
 // memory_plan::trainer_homes(), train_options::slots = memory_plan::slots and
 // train_options::activations = memory_plan::kept().
 // state_on_storage only shapes streamed plans: a resident plan keeps everything on the device.

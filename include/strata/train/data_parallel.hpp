@@ -4,7 +4,7 @@
 //   thread_group group(2);                                  // CPU: ranks as threads
 //   std::vector<thread_communicator> comms{{group, 0}, {group, 1}};
 //   options.homes = every_group(model.groups().size(), group_home::host());  // or a plan's
-//   data_parallel_trainer<tiered_trainer<float, cpu_backend>, thread_communicator> dp(
+//   data_parallel_trainer<gpt_trainer<float, cpu_backend>, thread_communicator> dp(
 //       {&b0, &b1}, std::move(comms), model, options);
 //   dp.initialize(seed);
 //   dp.step(micro);   // ranks x options.accum micro-batches: rank r takes [r accum, (r + 1) accum)

@@ -14,7 +14,8 @@
 //   storage  as host, with the optimizer state in files on the storage tier, read before the
 //            group's update and written back after it, double-buffered (the next storage group's
 //            state is read while the current one is updated).
-// Model: gpt_model (default: GPT-2) or another decoder_model of Layers; frozen tensors have no
+// Model: a decoder_model of Layers (gpt_model, Llama's, a LoRA model; strata/train.hpp's
+// gpt_trainer<R, B> names GPT-2's: the train layer names no model); frozen tensors have no
 // gradients and no optimizer state, and a frozen block's weights stream to the device but nothing
 // comes back.
 //
@@ -56,7 +57,7 @@
 #include <strata/backend/backend.hpp>            // Backend
 #include <strata/backend/cpu/stream.hpp>         // cpu::stream (the optimizer's host thread)
 #include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
-#include <strata/model/gpt.hpp>                  // gpt_model
+#include <strata/model/decoder.hpp>              // decoder_model (the form of every model it trains)
 #include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer
 #include <strata/optim/optimizers.hpp>           // any_optimizer
 #include <strata/optim/state_layout.hpp>         // optimizer_state_layout
@@ -80,7 +81,7 @@ namespace strata {
 
 // Opt: the optimizer (any_optimizer, from train_options::optimizer, unless a caller brings its own
 // Optimizer: then the constructor that takes one).
-template <class R, Backend B, class Model = gpt_model<R, B>, Optimizer Opt = any_optimizer>
+template <class R, Backend B, class Model, Optimizer Opt = any_optimizer>
 class tiered_trainer {
 public:
     using model_type = Model;

@@ -19,7 +19,7 @@
 #include <strata/data/loader.hpp>                // data::batch
 #include <strata/kernels/cpu/cross_entropy.hpp>  // kernels::cpu::ignore_index
 #include <strata/model/activations.hpp>          // kept_activations
-#include <strata/model/gpt.hpp>                  // gpt_model, GroupBinder
+#include <strata/model/decoder.hpp>              // decoder_model
 #include <strata/nn/ops.hpp>                     // ops
 #include <strata/optim/optimizers.hpp>           // any_optimizer, make_optimizer
 #include <strata/tensor/tiered_tensor.hpp>       // tiered_tensor
