@@ -16,8 +16,10 @@
 //              micro-batch, its accumulated gradients) go up `slots - 1` uses ahead of compute into
 //              a slot whose previous use has finished; its gradients come down after its backward;
 //              the pinned groups go up once per step and their gradients come down at the end;
-//   storage    the I/O stream: a storage group's state is read one storage group ahead by the
-//              optimizer thread and written back after its update, in one FIFO;
+//   storage    the I/O stream, one FIFO: the first two storage groups' state is read as the step
+//              starts (a task of the optimizer thread, behind the previous step's updates), each
+//              group's written back after its update, and group j + 2's read behind group j's
+//              write-back (two staging sets);
 //   optimizer  the host optimizer's thread (all cores): after the norm, each host group in group
 //              order (embeddings, blocks 0.., final norm), each behind its own last gradient copy.
 // Every operation starts when the stream or thread it runs on is free, the operations it waits for
@@ -278,6 +280,7 @@ public:
     int step() {
         const std::size_t G = m_homes.size(), L = m_request.model.blocks;
         std::vector<bool> uploaded(G, false);
+        read_first_stored();
         double zero = 0;  // begin_pass: the device gradients start from zero
         for (std::size_t g = 0; g < G; ++g)
             if (!streams(g)) zero += m_w.zero_grads[g];
@@ -384,13 +387,29 @@ private:
         ++m_used;
     }
 
+    // The host-homed groups that train with their state on storage, in group order.
+    std::vector<std::size_t> stored_groups() const {
+        std::vector<std::size_t> stored;
+        for (std::size_t g = 0; g < m_homes.size(); ++g)
+            if (!on_device(g) && trains(g) && m_homes[g].moments == tier_id::storage) stored.push_back(g);
+        return stored;
+    }
+
+    // As the step starts, a task of the optimizer thread reads the first two storage groups' state.
+    void read_first_stored() {
+        const std::vector<std::size_t> stored = stored_groups();
+        if (stored.empty()) return;
+        const int task = m_t.run(lane::optimizer, step_resource::host_optimizer, 0.0, m_t.host(), {});
+        m_read[0] = m_t.run(lane::io, step_resource::storage, m_w.state_read[stored[0]], task, {});
+        if (stored.size() > 1) m_read[1] = m_t.run(lane::io, step_resource::storage, m_w.state_read[stored[1]], task, {});
+    }
+
     // The optimizer thread's tasks, in group order, each behind its group's last gradient copy; a
-    // storage group's task reads the next storage group's state and writes its own back.
+    // storage group's task writes its state back and then reads the state of the storage group two
+    // after it into the staging set it used.
     void schedule_host_updates() {
         const std::size_t G = m_homes.size();
-        std::vector<std::size_t> stored;
-        for (std::size_t g = 0; g < G; ++g)
-            if (!on_device(g) && trains(g) && m_homes[g].moments == tier_id::storage) stored.push_back(g);
+        const std::vector<std::size_t> stored = stored_groups();
         std::size_t next_stored = 0;
         for (std::size_t g = 0; g < G; ++g) {
             if (on_device(g) || !trains(g)) continue;
@@ -401,12 +420,11 @@ private:
             }
             const std::size_t j = next_stored++;
             const int task = m_t.run(lane::optimizer, step_resource::host_optimizer, 0.0, m_t.host(), {});
-            if (j == 0) m_read[0] = m_t.run(lane::io, step_resource::storage, m_w.state_read[g], task, {});
-            if (j + 1 < stored.size())
-                m_read[(j + 1) % 2] = m_t.run(lane::io, step_resource::storage, m_w.state_read[stored[j + 1]], task, {});
             m_updated[g] = m_t.run(lane::optimizer, step_resource::host_optimizer, m_w.host_update[g], task,
                                    {m_last_d2h[g], m_read[j % 2]});
             m_t.run(lane::io, step_resource::storage, m_w.state_write[g], m_updated[g], {});
+            if (j + 2 < stored.size())
+                m_read[j % 2] = m_t.run(lane::io, step_resource::storage, m_w.state_read[stored[j + 2]], m_updated[g], {});
         }
     }
 

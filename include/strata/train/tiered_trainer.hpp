@@ -12,8 +12,9 @@
 //            both ends of a pass (embeddings, final layernorm) go to the device once per step
 //            ("pinned groups"); the update runs on the host;
 //   storage  as host, with the optimizer state in files on the storage tier, read before the
-//            group's update and written back after it, double-buffered (the next storage group's
-//            state is read while the current one is updated).
+//            group's update and written back after it, through two staging sets: the first two
+//            storage groups' state is read as the step starts (the disk works through the forward
+//            and backward), each later group's behind the write-back of the group two before it.
 // Model: a decoder_model of Layers (gpt_model, Llama's, a LoRA model; strata/train.hpp's
 // gpt_trainer<R, B> names GPT-2's: the train layer names no model); frozen tensors have no
 // gradients and no optimizer state, and a frozen block's weights stream to the device but nothing
@@ -281,6 +282,7 @@ private:
     step_result step_or_throw(std::span<const data::batch> micro, std::size_t counted) {
         const long update = m_step + 1;
         const std::size_t BT = m_options.batch * m_options.seq;
+        read_first_stored();
         begin_pass(/*zero_grads=*/true);
         for (std::size_t k = 0; k < micro.size(); ++k) {
             stage_tokens(micro[k], k);
@@ -530,14 +532,36 @@ private:
         }
     }
 
+    // The host groups this rank updates whose optimizer state lives on storage, in group order.
+    std::vector<std::size_t> stored_groups() const {
+        std::vector<std::size_t> stored;
+        for (const auto& group : m_groups)
+            if (group.owns_host() && !group.frozen() && group.state_on_storage()) stored.push_back(group.index());
+        return stored;
+    }
+
+    // As the step starts: the first two storage groups' state into the two staging sets, by a task
+    // on the optimizer thread, so behind the previous step's updates and their write-backs on the
+    // I/O stream. The disk reads through the forward and backward instead of idling until the
+    // norm. A step that fails before its updates leaves nothing behind but these reads (drain()).
+    void read_first_stored() {
+        const std::vector<std::size_t> stored = stored_groups();
+        if (stored.empty()) return;
+        m_optimizer_thread.enqueue(
+            [this, stored] {
+                read_stored(stored[0], 0);
+                if (stored.size() > 1) read_stored(stored[1], 1);
+            },
+            "read optimizer state");
+    }
+
     // Once the loss and the norm are known to be finite: the update of every host group on the
     // optimizer thread, each behind its own last gradient copy, in the order the next step uses
     // them, so that its forward waits as little as possible (group order: embeddings, blocks,
-    // final norm). Storage groups' state is read one group ahead (read_stored).
+    // final norm). Storage group j's state is in staging set j % 2 (read_first_stored for the
+    // first two); its task reads group j + 2's into that set after writing its own back.
     void schedule_host_updates(double lr, long update, R grad_scale) {
-        std::vector<std::size_t> stored;
-        for (auto& group : m_groups)
-            if (group.owns_host() && group.state_on_storage()) stored.push_back(group.index());
+        const std::vector<std::size_t> stored = stored_groups();
         const char* task = optimizer().name().data();  // a literal's: null-terminated
         const std::size_t n = m_groups.size();
         std::size_t next_stored = 0;
@@ -547,19 +571,19 @@ private:
             event landed = m_last_d2h[g];
             if (group.state_on_storage()) {
                 const std::size_t j = next_stored++;
-                const std::size_t following = j + 1 < stored.size() ? stored[j + 1] : n;
+                const std::size_t after_next = j + 2 < stored.size() ? stored[j + 2] : n;
                 m_optimizer_thread.enqueue(
-                    [this, landed, g, j, following, n, lr, update, grad_scale] {
-                        if (j == 0) read_stored(g, 0);
-                        if (following < n) read_stored(following, (j + 1) % 2);
+                    [this, landed, g, j, after_next, n, lr, update, grad_scale] {
                         landed.wait();
                         m_read[j % 2].wait();  // named: this group's state is in its staging
                         auto& stored_state = m_groups[g].host().stored_state;
                         std::vector<R*> state;
                         for (std::size_t i = 0; i < stored_state.size(); ++i) state.push_back(staged(j % 2, i, g).data());
                         m_groups[g].update_host(m_optimizer, state, lr, update, grad_scale);
-                        for (std::size_t i = 0; i < state.size(); ++i)  // written back behind the next
-                            copy_async(m_backend, stored_state[i].view(), staged(j % 2, i, g), m_io);  // group's read
+                        for (std::size_t i = 0; i < state.size(); ++i)
+                            copy_async(m_backend, stored_state[i].view(), staged(j % 2, i, g), m_io);
+                        // behind that write-back on the I/O stream, which frees the set
+                        if (after_next < n) read_stored(after_next, j % 2);
                     },
                     task);
                 for (const auto& t : group.host().stored_state) {
