@@ -4,10 +4,13 @@
 // Example code, not library code: both strata-gpt and strata-llama include it.
 #pragma once
 
+#include "run_checks.hpp"  // flag_hint_for
+
 #include <CLI/CLI.hpp>  // CLI::App, CLI::ParseError
 
+#include <exception>   // std::exception
 #include <functional>  // std::function
-#include <iostream>  // std::cout, std::cerr
+#include <iostream>    // std::cout, std::cerr
 #include <optional>  // std::optional
 #include <string>    // std::string
 
@@ -54,6 +57,26 @@ inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** arg
         return usage_error;
     }
     return std::nullopt;
+}
+
+// A program's app: exactly one command, and --version printing "NAME VERSION".
+inline void set_up_program(CLI::App& app, const std::string& version) {
+    app.require_subcommand(1);
+    app.set_version_flag("--version", app.get_name() + " " + version);
+}
+
+// Runs the parsed command and returns its exit code; a failure is one line "NAME: error: WHAT",
+// then "NAME: the flags for that: ..." where flags set what failed (flag_hint_for), and exit 1.
+template <class Command>
+int run_command(const CLI::App& app, Command&& command) {
+    try {
+        return command();
+    } catch (const std::exception& e) {
+        const std::string program = app.get_name();
+        std::cerr << program << ": error: " << e.what() << std::endl;
+        if (const auto hint = flag_hint_for(e); !hint.empty()) std::cerr << program << ": " << hint << std::endl;
+        return 1;
+    }
 }
 
 }  // namespace strata::examples

@@ -8,19 +8,16 @@
 #include <strata/io/json_file.hpp>    // read_json_file
 #include <strata/nn/gpt2_config.hpp>  // gpt_config::from_hf_json
 
-#include "../common/command_line.hpp"   // parse_command_line, usage_error
+#include "../common/command_line.hpp"   // set_up_program, parse_command_line, run_command
 #include "../common/config_file.hpp"    // apply_config_file
-#include "../common/run_checks.hpp"     // count_in, real_in, unsigned_number, flag_hint_for
-#include "../common/train_flags.hpp"    // add_train_options, apply_resume_defaults
+#include "../common/train_flags.hpp"    // add_train_command, apply_resume_defaults
 #include "export.hpp"                   // the export command (export.cpp): export_args, run_export
 #include "sample.hpp"                   // the sample command (sample.cpp): sample_args, run_sample
 #include "train.hpp"                    // the train command (train.cpp): train_args, run_train
 
 #include <CLI/CLI.hpp>  // CLI::App
 
-#include <exception>  // std::exception
-#include <iostream>   // std::cerr
-#include <string>     // std::string
+#include <string>  // std::string
 
 using namespace strata;
 using gpt_cli::export_args, gpt_cli::sample_args, gpt_cli::train_args;
@@ -42,17 +39,15 @@ nlohmann::json recorded_shape(const std::filesystem::path& checkpoint, const nlo
 
 int main(int argc, char** argv) {
     CLI::App app{"strata-gpt: train a GPT-2-architecture model with strata, and sample from it", "strata-gpt"};
-    app.require_subcommand(1);
-    app.set_version_flag("--version", std::string("strata-gpt ") + STRATA_VERSION);
-    using examples::count_in, examples::real_in, examples::unsigned_number;
+    examples::set_up_program(app, STRATA_VERSION);
 
     train_args t;
-    auto* train = app.add_subcommand("train", "train (pre-train or fine-tune) a GPT on a text or JSON file");
     // strata-gpt's own options (its data, its kind of model directory, its projections) around the
     // ones strata-llama shares
-    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"}, instruction records or chat records {\"messages\"} (required)")->check(CLI::ExistingFile);
-    train->add_option("--init-from", t.init_from, "start from the weights of a GPT-2 directory (Hugging Face's or strata's); its config gives the model's shape")->check(CLI::ExistingDirectory);
-    examples::add_train_options(*train, t);
+    auto* train = examples::add_train_command(
+        app, t, "train (pre-train or fine-tune) a GPT on a text or JSON file",
+        "training data: plain text, JSONL/JSON {\"text\"}, instruction records or chat records {\"messages\"} (required)",
+        "start from the weights of a GPT-2 directory (Hugging Face's or strata's); its config gives the model's shape");
     train->add_option("--lora-targets", t.lora_targets, "LoRA: comma-separated projections to adapt (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)")->capture_default_str();
 
     export_args x;
@@ -66,7 +61,7 @@ int main(int argc, char** argv) {
     examples::add_sample_command(app, s, "checkpoint directory (strata's OUT/step-N, OUT for its latest, or a Hugging Face GPT-2 directory)");
 
     if (const auto code = examples::parse_command_line(app, argc, argv)) return *code;
-    try {
+    return examples::run_command(app, [&] {
         if (train->parsed()) {
             if (!t.config.empty()) examples::apply_config_file(*train, t.config);
             if (!t.resume.empty()) examples::apply_resume_defaults(*train, t, recorded_shape);
@@ -76,9 +71,5 @@ int main(int argc, char** argv) {
         }
         if (exporter->parsed()) return run_export(x);
         return run_sample(s);
-    } catch (const std::exception& e) {
-        std::cerr << "strata-gpt: error: " << e.what() << std::endl;
-        if (const auto hint = examples::flag_hint_for(e); !hint.empty()) std::cerr << "strata-gpt: " << hint << std::endl;
-        return 1;
-    }
+    });
 }

@@ -16,10 +16,10 @@
 //
 // main.cpp is the command line; train.cpp and commands.cpp run the commands, and the trainers
 // (most of the compiler's time) are one unit per backend and model (train_model.hpp).
-#include "../common/command_line.hpp"  // parse_command_line, usage_error
+#include "../common/command_line.hpp"  // set_up_program, parse_command_line, run_command
 #include "../common/config_file.hpp"   // apply_config_file
-#include "../common/run_checks.hpp"    // count_in, real_in, unsigned_number, flag_hint_for
-#include "../common/train_flags.hpp"   // add_train_options, apply_resume_defaults
+#include "../common/run_checks.hpp"    // count_in, real_in
+#include "../common/train_flags.hpp"   // add_train_command, apply_resume_defaults
 #include "commands.hpp"                // sample_args, export_args, score_args, run_sample, run_export, run_score
 #include "train.hpp"                   // train_args, run_train
 
@@ -28,9 +28,7 @@
 #include <CLI/CLI.hpp>  // CLI::App
 #include <nlohmann/json.hpp>  // nlohmann::json
 
-#include <exception>   // std::exception
 #include <filesystem>  // std::filesystem
-#include <iostream>    // std::cerr
 #include <string>      // std::string
 
 namespace fs = std::filesystem;
@@ -40,17 +38,16 @@ using llama_cli::run_export, llama_cli::run_sample, llama_cli::run_score, llama_
 
 int main(int argc, char** argv) {
     CLI::App app{"strata-llama: train a small Llama-style model with strata, and sample from it", "strata-llama"};
-    app.require_subcommand(1);
-    app.set_version_flag("--version", std::string("strata-llama ") + STRATA_VERSION);
-    using examples::count_in, examples::real_in, examples::unsigned_number;
+    examples::set_up_program(app, STRATA_VERSION);
+    using examples::count_in, examples::real_in;
 
     train_args t;
-    auto* train = app.add_subcommand("train", "train a Llama-style model on a text or JSON file");
     // strata-llama's own options (its data, its kind of model directory, the Llama shape beyond layers,
     // heads and channels, its projections) around the ones strata-gpt shares
-    train->add_option("--data", t.data, "training data: plain text, JSONL/JSON {\"text\"}, instruction records or chat records {\"messages\"} (default: the licence texts of /usr/share/common-licenses)")->check(CLI::ExistingFile);
-    train->add_option("--init-from", t.init_from, "start from the weights of a Llama directory (strata-llama's or Hugging Face's); its config gives the model's shape")->check(CLI::ExistingDirectory);
-    examples::add_train_options(*train, t);
+    auto* train = examples::add_train_command(
+        app, t, "train a Llama-style model on a text or JSON file",
+        "training data: plain text, JSONL/JSON {\"text\"}, instruction records or chat records {\"messages\"} (default: the licence texts of /usr/share/common-licenses)",
+        "start from the weights of a Llama directory (strata-llama's or Hugging Face's); its config gives the model's shape");
     train->add_option("--n-kv-head", t.n_kv_head, "key/value heads, grouped-query attention (0: --n-head; must divide --n-head)")->capture_default_str()->check(count_in(0, 4096));
     train->add_option("--head-dim", t.head_dim, "channels per attention head, even (0: n-embd / n-head, which must then be even)")->capture_default_str()->check(count_in(0, 1L << 16));
     train->add_option("--vocab", t.vocab, "embedding rows (0: the tokenizer's; more pads the vocabulary, e.g. 128256 for Llama 3's shape)")->capture_default_str()->check(count_in(0, 1L << 24));
@@ -82,7 +79,7 @@ int main(int argc, char** argv) {
     scorer->add_flag("--overwrite", sc.overwrite, "replace an existing --out file");
 
     if (const auto code = examples::parse_command_line(app, argc, argv)) return *code;
-    try {
+    return examples::run_command(app, [&] {
         if (train->parsed()) {
             if (!t.config.empty()) examples::apply_config_file(*train, t.config);
             t.tokenizer_given = train->count("--tokenizer") > 0;
@@ -97,9 +94,5 @@ int main(int argc, char** argv) {
             return run_score(sc);
         }
         return run_sample(s);
-    } catch (const std::exception& e) {
-        std::cerr << "strata-llama: error: " << e.what() << std::endl;
-        if (const auto hint = examples::flag_hint_for(e); !hint.empty()) std::cerr << "strata-llama: " << hint << std::endl;
-        return 1;
-    }
+    });
 }
