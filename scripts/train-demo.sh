@@ -41,7 +41,11 @@ else
   echo "building strata-gpt ($preset, $(nproc) jobs)"
   cuda_arch=()  # the GPU that is here (the preset's sm_90 would not run on another)
   [[ $preset == cuda-release ]] && cuda_arch=(-DCMAKE_CUDA_ARCHITECTURES=native)
-  cmake --preset "$preset" -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF "${cuda_arch[@]}" > /dev/null
+  # a tree configured before the presets used Ninja cannot change generator: configure it afresh
+  fresh=()
+  cache=build/$preset/CMakeCache.txt
+  [[ -f $cache ]] && ! grep -qx 'CMAKE_GENERATOR:INTERNAL=Ninja' "$cache" && fresh=(--fresh)
+  cmake "${fresh[@]}" --preset "$preset" -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF "${cuda_arch[@]}" > /dev/null
   cmake --build "build/$preset" --target strata-gpt -j "$(nproc)"
   gpt="./build/$preset/examples/strata-gpt"
 fi
