@@ -25,7 +25,6 @@
 #include <strata/plan/planner.hpp>
 #include <strata/report/trace.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/tiered_trainer.hpp>
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 #ifdef STRATA_WITH_CUDA
 #include <strata/cuda.hpp>

@@ -75,8 +75,8 @@ function(strata_add_doctest_cases target)
 endfunction()
 
 # The files whose test cases are tests/<area>'s (doctest's --source-file filter): the area's folder
-# (examples/<area>/tests for the examples' llama and lora), and for layers docs/layers.md, whose tutorial code tests/layers/tutorial_test.cpp compiles with
-# #line directives naming the document.
+# (examples/<area>/tests for the examples' llama and lora), and for layers docs/layers.md, whose
+# tutorial code tests/layers/tutorial_test.cpp compiles with #line directives naming the document.
 function(strata_area_source_filter area out)
   set(filter "*/tests/${area}/*")
   if(area STREQUAL "llama" OR area STREQUAL "lora")  # the examples' suites

@@ -33,10 +33,10 @@ namespace strata::examples {
 
 using any_tokenizer = std::variant<byte_tokenizer, gpt2_tokenizer, hf_tokenizer>;
 
-// The --tokenizer help text: every spec make_tokenizer accepts.
 // One line of a command's report on standard output, flushed (a long run's lines appear as they come).
 inline void print_line(const std::string& s) { std::cout << s << std::endl; }
 
+// The --tokenizer help text: every spec make_tokenizer accepts.
 inline constexpr const char* tokenizer_help =
     "byte; gpt2:DIR with vocab.json and merges.txt; or hf:PATH, a Hugging Face tokenizer.json (or a directory "
     "holding one: Llama 3, Qwen2, Llama 2, Mistral kinds)";

@@ -63,13 +63,6 @@ struct train_flags {
     bool allow_option_changes = false;  // resume with options that differ from the checkpoint's
 };
 
-// The train command of a program: --data and --init-from with the program's own help (its data
-// default, its kind of model directory), then the flags both programs share (add_train_options),
-// in that order (the order --help lists them). The program adds its own model flags after.
-template <class Args>
-CLI::App* add_train_command(CLI::App& app, Args& a, const std::string& description, const std::string& data_help,
-                            const std::string& init_from_help);
-
 // Declares the train flags both programs share on `train` into `a` (a train_flags, or a program's
 // train_args that extends it). Their help texts are the same in both programs: the CLI tests
 // compare them. Model-specific flags (--data, --init-from, --lora-targets, a shape's other sizes)
@@ -145,6 +138,9 @@ void apply_resume_defaults(CLI::App& train, Args& a, ShapeOf&& shape_of) {
     if (train.count("--out") == 0) a.out = resumed_run_directory(checkpoint).string();
 }
 
+// The train command of a program: --data and --init-from with the program's own help (its data
+// default, its kind of model directory), then the flags both programs share (add_train_options),
+// in that order (the order --help lists them). The program adds its own model flags after.
 template <class Args>
 CLI::App* add_train_command(CLI::App& app, Args& a, const std::string& description, const std::string& data_help,
                             const std::string& init_from_help) {

@@ -16,7 +16,6 @@
 #include <strata/model/gpt.hpp>         // gpt_model, group_use
 #include <strata/strata.hpp>            // cpu_backend, tiered_tensor, copy_async
 #include <strata/train/checkpoint.hpp>  // load_model_files, write_model_files, download_blocks
-#include <strata/train/tiered_trainer.hpp>     // trainer, train_options
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK_MESSAGE, MESSAGE

@@ -2,7 +2,6 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>  // host_blocks
-#include <strata/train/tiered_trainer.hpp>
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>

@@ -7,7 +7,6 @@
 #include <strata/kernels/cpu/gradient_check.hpp>
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/tiered_trainer.hpp>
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>

@@ -6,7 +6,6 @@
 #include <strata/plan/cost_model.hpp>         // predict, step_prediction
 #include <strata/plan/planner.hpp>            // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                  // cpu_backend, tier_options, tier_id
-#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE

@@ -10,7 +10,6 @@
 #include <strata/plan/cost_model.hpp>         // predict, step_prediction
 #include <strata/plan/planner.hpp>            // plan, plan_request, detail::streamed_plan
 #include <strata/strata.hpp>                  // cpu_backend, gpt_model, tiered_tensor
-#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>

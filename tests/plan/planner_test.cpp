@@ -4,7 +4,6 @@
 #include "support/random_batch.hpp"  // test::counting_batches
 #include <strata/plan/planner.hpp>     // plan, memory_plan, plan_request, default_budgets
 #include <strata/strata.hpp>           // cpu_backend, tier_options, tier_id
-#include <strata/train/tiered_trainer.hpp>    // trainer (the resident footprint, allocated for real)
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE

@@ -7,7 +7,6 @@
 #include <strata/plan/planner.hpp>             // plan, memory_plan, plan_request
 #include <strata/strata.hpp>                   // cpu_backend, tier_options, tier_id
 #include <strata/train/checkpoint.hpp>         // download_blocks
-#include <strata/train/tiered_trainer.hpp>   // tiered_trainer
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE

@@ -11,7 +11,6 @@
 #include <strata/model/gpt.hpp>            // gpt_model (the trainer's model: the CLI's checkpoints)
 #include <strata/model/sampler.hpp>        // sample_options, sample_token
 #include <strata/nn/cpu_ops.hpp>           // ops<cpu_backend>
-#include <strata/train/tiered_trainer.hpp>        // trainer
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>  // TEST_CASE, TEST_CASE_TEMPLATE, SUBCASE, CHECK, REQUIRE, INFO, MESSAGE

@@ -7,7 +7,6 @@
 #include "support/random_batch.hpp"  // test::random_batches
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>
-#include <strata/train/tiered_trainer.hpp>
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>

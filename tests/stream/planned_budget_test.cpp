@@ -4,7 +4,6 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/plan/planner.hpp>
 #include <strata/strata.hpp>
-#include <strata/train/tiered_trainer.hpp>
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>

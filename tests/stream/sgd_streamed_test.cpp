@@ -10,7 +10,6 @@
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/strata.hpp>
 #include <strata/train/checkpoint.hpp>        // save_checkpoint, load_checkpoint, download_blocks
-#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>

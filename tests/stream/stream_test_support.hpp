@@ -2,11 +2,10 @@
 // recorded step by step, bitwise comparison of host blocks, and a storage directory per test.
 #pragma once
 
-#include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
+#include <strata/train.hpp>  // gpt_model, gpt_trainer: tiered_trainer of gpt_model
 #include <strata/nn/cpu_ops.hpp>              // ops<cpu_backend>
-#include <strata/strata.hpp>                  // gpt_model, tiered_trainer, rng, tier_options
+#include <strata/strata.hpp>                  // rng, tier_options
 #include <strata/train/checkpoint.hpp>        // host_blocks, download_blocks
-#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #include "support/random_batch.hpp"  // random_batches
 
 #include <unistd.h>  // getpid

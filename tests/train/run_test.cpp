@@ -13,7 +13,6 @@
 #include <strata/strata.hpp>                  // cpu_backend
 #include <strata/train/checkpoint.hpp>        // download_blocks, load_checkpoint
 #include <strata/train/run.hpp>               // run_training
-#include <strata/train/tiered_trainer.hpp>  // tiered_trainer
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
 
 #include <doctest/doctest.h>
