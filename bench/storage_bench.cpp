@@ -12,6 +12,9 @@
 // way. With O_DIRECT (printed at the start) neither side goes through this machine's page cache;
 // a virtual machine's host may still cache the disk image, so re-read figures can exceed the
 // device's. The summary prints each row's median and best GB/s and its median over the loop's.
+// The `mixed` row reads one file while another thread writes a second one through the same
+// engine, as a trainer does when one group's optimizer state goes back to storage while the next
+// group's is read: its GB/s counts both directions' bytes.
 #include <strata/storage/io_engine.hpp>     // make_io_engine, io_engine_kind, thread_pool_io_engine
 #include <strata/storage/storage_file.hpp>  // storage_file
 
@@ -32,6 +35,7 @@
 #include <map>         // std::map
 #include <memory>      // std::unique_ptr
 #include <string>      // std::string
+#include <thread>      // std::thread
 #include <vector>      // std::vector
 
 namespace {
@@ -41,7 +45,9 @@ std::size_t g_workers = strata::thread_pool_io_engine::default_workers();
 constexpr std::size_t loop_piece = std::size_t{4} << 20;  // what storage_file's loop moved per call
 
 strata::storage_file* g_file = nullptr;
+strata::storage_file* g_mixed_file = nullptr;  // the mixed row's second file
 std::byte* g_buffer = nullptr;
+std::byte* g_mixed_buffer = nullptr;
 int g_loop_fd = -1;
 
 // Bytes/s of every run of each row (Google Benchmark's calibration runs and repetitions), for
@@ -49,11 +55,11 @@ int g_loop_fd = -1;
 std::map<std::string, std::vector<double>> g_bytes_per_second;
 
 template <class Body>
-void timed(benchmark::State& state, const std::string& row, Body&& body) {
+void timed(benchmark::State& state, const std::string& row, Body&& body, std::size_t bytes_per_run = g_bytes) {
     const auto start = std::chrono::steady_clock::now();
     for (auto _ : state) body();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(g_bytes);
+    const double bytes = static_cast<double>(state.iterations()) * static_cast<double>(bytes_per_run);
     state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
     if (seconds > 0 && state.iterations() > 0) g_bytes_per_second[row].push_back(bytes / seconds);
 }
@@ -96,14 +102,16 @@ void print_summary(bool direct) {
     };
     std::printf("\nsummary: %zu MiB per transfer, O_DIRECT %s (GB = 1e9 bytes; median and best of each row's runs)\n",
                 g_bytes >> 20, direct ? "on" : "off (buffered)");
-    std::printf("%-44s %5s %13s %11s %21s\n", "row", "runs", "median GB/s", "best GB/s", "median x plain loop");
-    for (const char* op : {"write", "read"}) {
+    std::printf("%-52s %5s %13s %11s %21s\n", "row", "runs", "median GB/s", "best GB/s", "median x plain loop");
+    for (const char* op : {"write", "read", "mixed"}) {
         const double loop = median_of(std::string(op) + "/plain_pwrite_pread_loop_1_thread");
         for (const auto& [row, rates] : g_bytes_per_second)
-            if (row.rfind(std::string(op) + "/", 0) == 0)
-                std::printf("%-44s %5zu %13.2f %11.2f %21.2f\n", row.c_str(), rates.size(), median(rates) / 1e9,
-                            *std::max_element(rates.begin(), rates.end()) / 1e9,
-                            loop > 0 ? median(rates) / loop : 0.0);
+            if (row.rfind(std::string(op) + "/", 0) == 0) {
+                char ratio[32] = "-";  // the mixed row has no plain loop to compare with
+                if (loop > 0) std::snprintf(ratio, sizeof ratio, "%.2f", median(rates) / loop);
+                std::printf("%-52s %5zu %13.2f %11.2f %21s\n", row.c_str(), rates.size(), median(rates) / 1e9,
+                            *std::max_element(rates.begin(), rates.end()) / 1e9, ratio);
+            }
     }
 }
 
@@ -155,8 +163,9 @@ int main(int argc, char** argv) {
                 file.path().c_str(), g_bytes >> 20, file.direct_io() ? "on (page cache bypassed)" : "off (buffered: page cache)",
                 strata::storage_file::chunk_bytes >> 10, loop_piece >> 10);
 
-    const auto add = [](const std::string& row, auto body) {
-        benchmark::RegisterBenchmark(row.c_str(), [row, body](benchmark::State& s) { timed(s, row, body); })
+    const auto add = [](const std::string& row, auto body, std::size_t bytes_per_run = g_bytes) {
+        benchmark::RegisterBenchmark(row.c_str(),
+                                     [row, body, bytes_per_run](benchmark::State& s) { timed(s, row, body, bytes_per_run); })
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond)
             ->MinTime(1.0);
@@ -172,6 +181,12 @@ int main(int argc, char** argv) {
     // converts them on disk, which no row should pay alone.
     file.write(0, g_buffer, g_bytes);
     if (uring_file) uring_file->write(0, g_buffer, g_bytes);
+    strata::storage_file mixed_file(dir / "bench-mixed.strata", g_bytes, *pool);
+    const auto mixed_buffer = strata::detail::make_aligned_buffer(g_bytes);
+    std::memcpy(mixed_buffer.get(), g_buffer, g_bytes);
+    mixed_file.write(0, mixed_buffer.get(), g_bytes);
+    g_mixed_file = &mixed_file;
+    g_mixed_buffer = mixed_buffer.get();
 
     add("write/plain_pwrite_pread_loop_1_thread", [] { plain_loop(true); });
     add("write/" + pool_row, [] { g_file->write(0, g_buffer, g_bytes); });
@@ -179,6 +194,14 @@ int main(int argc, char** argv) {
     add("read/plain_pwrite_pread_loop_1_thread", [] { plain_loop(false); });
     add("read/" + pool_row, [] { g_file->read(0, g_buffer, g_bytes); });
     if (uring_file) add("read/" + uring_row, [f = uring_file.get()] { f->read(0, g_buffer, g_bytes); });
+    add(
+        "mixed/read_and_write_" + pool_row,
+        [] {
+            std::thread writer([] { g_mixed_file->write(0, g_mixed_buffer, g_bytes); });
+            g_file->read(0, g_buffer, g_bytes);
+            writer.join();
+        },
+        2 * g_bytes);
 
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
@@ -186,6 +209,7 @@ int main(int argc, char** argv) {
     ::close(g_loop_fd);
     uring_file.reset();
     g_file = nullptr;
+    g_mixed_file = nullptr;
     if (own_dir) fs::remove_all(dir);
     return 0;
 }
