@@ -8,8 +8,9 @@
 
 #include <doctest/doctest.h>
 
-#include <string>  // std::string
-#include <vector>  // std::vector
+#include <functional>  // std::function
+#include <string>      // std::string
+#include <vector>      // std::vector
 
 namespace pipeline_protocol_test {  // this file's names: an area's files compile as one unit (unity build)
 
@@ -29,8 +30,11 @@ struct fixture {
     std::vector<float> grads1 = std::vector<float>(n, -1.0f), grads2 = std::vector<float>(n, -1.0f);
     std::vector<cpu_backend::event> last_d2h = std::vector<cpu_backend::event>(3);
 
-    fixture() {
-        pipeline_engine<float, cpu_backend>::pass p;
+    using pass = pipeline_engine<float, cpu_backend>::pass;
+
+    // `adjust` may add to the pass before it begins (e.g. before_h2d, h2d_ready).
+    explicit fixture(const std::function<void(pass&)>& adjust = {}) {
+        pass p;
         p.order = {{1, group_use::forward}, {2, group_use::forward}, {2, group_use::backward}, {1, group_use::backward}};
         p.host_params = {nullptr, params1.data(), params2.data()};
         p.host_grads = {nullptr, grads1.data(), grads2.data()};
@@ -38,6 +42,7 @@ struct fixture {
         p.grad_bytes = {0, n * sizeof(float), n * sizeof(float)};
         p.last_d2h = &last_d2h;
         p.first_micro = true;
+        if (adjust) adjust(p);
         engine.begin(std::move(p));
     }
     ~fixture() {
@@ -88,6 +93,32 @@ TEST_CASE("pipeline_engine: a pass in the planned order moves weights in and gra
     f.last_d2h[2].wait();
     CHECK(f.grads1 == std::vector<float>(n, 10.0f));  // the first micro-batch starts from zero
     CHECK(f.grads2 == std::vector<float>(n, 20.0f));
+}
+
+TEST_CASE("pipeline_engine: a use ahead is issued only once its weights are ready; the use in progress always is") {
+    // The trainer's optimizer is still updating group 2 (h2d_ready false throughout): the host
+    // must not wait for it (before_h2d) before group 2 itself is in use, so that group 1's kernels
+    // are enqueued without waiting for group 2's update.
+    std::vector<std::size_t> waited;  // the groups before_h2d was called for, in order
+    fixture f([&](fixture::pass& p) {
+        p.before_h2d = [&](std::size_t g) { waited.push_back(g); };
+        p.h2d_ready = [](std::size_t g) { return g != 2; };
+    });
+    (void)f.engine.params(1, f.compute, group_use::forward);
+    CHECK(waited == std::vector<std::size_t>{1});  // (2, forward) next, not ready: not issued yet
+    f.engine.done(1, f.compute, group_use::forward);
+    const float* w2 = f.engine.params(2, f.compute, group_use::forward);
+    CHECK(waited == std::vector<std::size_t>{1, 2});  // in progress: issued (the host waits here)
+    f.compute.synchronize();
+    CHECK(w2[0] == 2.0f);
+    f.engine.done(2, f.compute, group_use::forward);
+    (void)f.engine.params(2, f.compute, group_use::backward);
+    CHECK(waited == std::vector<std::size_t>{1, 2, 2, 1});  // then (1, backward), ready, ahead
+    f.engine.done(2, f.compute, group_use::backward);
+    f.use(1, group_use::backward);
+    f.engine.end();
+    f.last_d2h[1].wait();
+    f.last_d2h[2].wait();
 }
 
 TEST_CASE("pipeline_engine: a group used out of the planned order is an error naming the group and the use") {

@@ -350,12 +350,19 @@ private:
         return m_t.run(lane::h2d, step_resource::pcie_up, m_w.weights_up[g], m_t.host(), {});
     }
 
-    // pipeline_engine::params: issue up to slots - 1 uses ahead, then the use's slot is ready.
+    // pipeline_engine::params: issue the use in progress (the host waits for its update if need
+    // be), then up to slots - 1 uses ahead as long as their updates have finished by the host's
+    // time (pass::h2d_ready); the use's slot is then ready.
     int params(std::size_t g) {
         if (!streams(g)) return -1;
         const std::size_t depth = m_slots - 1;
-        while (m_issued < m_order.size() && m_issued <= m_used + depth) issue(m_issued++);
+        while (m_issued <= m_used) issue(m_issued++);
+        while (m_issued < m_order.size() && m_issued <= m_used + depth && updated_by_now(m_order[m_issued].first))
+            issue(m_issued++);
         return m_ready[slot_of(m_used)];
+    }
+    bool updated_by_now(std::size_t g) const {
+        return m_updated[g] < 0 || m_t.end_of(m_updated[g]) <= m_t.end_of(m_t.host());
     }
 
     void issue(std::size_t i) {

@@ -90,6 +90,10 @@ public:
         // Called on the host just before group g's weights are copied to the device (may wait:
         // the trainer's optimizer may still be writing them); empty: nothing to wait for.
         std::function<void(std::size_t)> before_h2d;
+        // Whether before_h2d(g) would return at once (group g's weights are written); empty:
+        // always. A use ahead of the one in progress is issued only then, so that the host never
+        // blocks on weights that compute does not need yet.
+        std::function<bool(std::size_t)> h2d_ready;
     };
 
     void begin(pass p) {
@@ -99,9 +103,16 @@ public:
 
     bool streams(std::size_t g) const { return g < m_pass.host_params.size() && m_pass.host_params[g] != nullptr; }
 
+    // The use in progress is issued whatever it waits for; the uses after it (slots - 1 ahead at
+    // most, in order) only where their weights are ready (pass::h2d_ready). Waiting here for a
+    // later group's weights would hold this use's kernels back behind another group's update: in
+    // a streamed step's forward the host optimizer is still updating the blocks ahead.
     const R* params(std::size_t g, stream& compute, group_use u) {
         check_next(g, u);
-        while (m_issued < m_pass.order.size() && m_issued < m_used + m_slots) issue(m_issued++);  // slots - 1 ahead
+        while (m_issued <= m_used) issue(m_issued++);
+        while (m_issued < m_pass.order.size() && m_issued < m_used + m_slots &&
+               (!m_pass.h2d_ready || m_pass.h2d_ready(m_pass.order[m_issued].first)))
+            issue(m_issued++);
         const std::size_t k = slot_of(m_used);
         compute.wait(m_param_ready[k]);
         return m_param_slots[k].device_data().get();

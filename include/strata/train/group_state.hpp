@@ -159,6 +159,8 @@ public:
     void wait_updated() const {
         if (m_host) m_host->updated.wait();
     }
+    // Whether wait_updated() would return at once.
+    bool updated() const { return !m_host || m_host->updated.ready(); }
 
     // A pinned group's device weights for this pass, uploaded on h2d at first use (after its last
     // update: wait_updated); compute waits for them.

@@ -483,6 +483,7 @@ private:
         p.last_d2h = &m_last_d2h;
         p.first_micro = first_micro;
         p.before_h2d = [this](std::size_t g) { m_groups[g].wait_updated(); };
+        p.h2d_ready = [this](std::size_t g) { return m_groups[g].updated(); };
         return p;
     }
 
