@@ -26,9 +26,9 @@ namespace strata {
 class thread_pool_io_engine final : public io_engine {
 public:
     // Twice the hardware threads, 4 to 16: the workers wait on the disk, not on a core, and a disk
-    // wants many requests in flight. Measured on the GPU box's virtual disk (strata_bench_storage,
-    // 2 GiB, O_DIRECT, 1 MiB requests, 2026-12-06): 8 workers read 1.53 GB/s and write 2.60, 16
-    // read 2.02 and write 2.90 (docs/benchmarks.md).
+    // wants many requests in flight. Measured on an H100 box's virtual disk, the kind the GPU box
+    // has (strata_bench_storage, 2 GiB, O_DIRECT, 1 MiB requests, 2026-12-06): 8 workers read
+    // 1.53 GB/s and write 2.60, 16 read 2.02 and write 2.90 (docs/perf-notes.md).
     static std::size_t default_workers() noexcept {
         const std::size_t hw = std::thread::hardware_concurrency();
         return std::clamp<std::size_t>(2 * hw, 4, 16);
