@@ -8,8 +8,9 @@
 # Configures into a fresh temporary directory (removed at the end; BUILD_DIR: a new one, kept),
 # times the configure and the build, and logs every translation unit's CPU and wall time
 # (scripts/compile-timer.sh as the compiler launcher), so that the report names the longest units:
-# with -jN the build cannot be shorter than its longest unit plus the link. Writes $OUT/build-time.txt (the summary) and
-# $OUT/build-units.txt (every unit, longest first); the build's own output is $OUT/build.log.
+# with -jN the build cannot be shorter than its longest unit plus the link. Writes
+# $OUT/build-time.txt (the summary) and $OUT/build-units.txt (every unit, longest first); the
+# build's own output is $OUT/build.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}

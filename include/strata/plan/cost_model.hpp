@@ -361,6 +361,8 @@ private:
             issue(m_issued++);
         return m_ready[slot_of(m_used)];
     }
+
+    // pass::h2d_ready: group g's update of the last step has finished by the host's time.
     bool updated_by_now(std::size_t g) const {
         return m_updated[g] < 0 || m_t.end_of(m_updated[g]) <= m_t.end_of(m_t.host());
     }
