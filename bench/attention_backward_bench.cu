@@ -9,7 +9,9 @@
 //
 // Usage: strata_bench_attention [B T NH NKV HS]...   (five numbers per extra shape; NKV < NH runs
 // the key-tile backward alone, recompute being multi-head only). STRATA_ATTN_PARTIALS_BUDGET_MB
-// (default 32768) skips partials where its workspace is larger.
+// (default 32768) skips partials where its workspace is larger; STRATA_ATTN_ALGOS (e.g.
+// "recompute,ordered") runs only the rows whose label it contains (the first row run is the
+// reference of the ratios).
 #include <strata/backend/cuda/check.hpp>              // strata::cuda::check
 #include <strata/kernels/cuda/attention_backward.cuh> // attention_backward_key_tiles, attention_backward
 
@@ -21,7 +23,7 @@
 #include <cstdint>    // std::uint32_t, std::uint64_t
 #include <cstdio>     // std::printf
 #include <cstdlib>    // std::getenv, std::strtoull
-#include <cstring>    // std::memcmp
+#include <cstring>    // std::memcmp, std::strstr
 #include <exception>  // std::exception
 #include <vector>     // std::vector
 
@@ -126,15 +128,32 @@ void run(const shape& s, std::size_t partials_budget) {
 
     std::vector<float> reference;
     double reference_ms = 0;
-    for (const attention_backward_algo algo :
-         {attention_backward_algo::recompute, attention_backward_algo::partials, attention_backward_algo::ordered}) {
+    // partials at the library's bound (in bands where the triangle is larger), then in one band
+    // (the whole triangle) where that differs and fits STRATA_ATTN_PARTIALS_BUDGET_MB.
+    struct variant {
+        attention_backward_algo algo;
+        std::size_t limit;
+        const char* label;
+    };
+    const std::size_t one_band = static_cast<std::size_t>(-1);
+    const bool banded = gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS) > 1;
+    for (const variant& v : {variant{attention_backward_algo::recompute, gpu::attention_partials_limit_bytes, "recompute"},
+                             variant{attention_backward_algo::partials, gpu::attention_partials_limit_bytes, "partials"},
+                             variant{attention_backward_algo::partials, one_band, "partials-1"},
+                             variant{attention_backward_algo::ordered, gpu::attention_partials_limit_bytes, "ordered"}}) {
+        const attention_backward_algo algo = v.algo;
         if (algo == attention_backward_algo::recompute && !multi_head) continue;
-        const std::size_t bytes = gpu::attention_backward_workspace(algo, s.B, s.T, s.NH, s.HS);
-        if (algo == attention_backward_algo::partials && bytes > partials_budget) {
+        if (const char* only = std::getenv("STRATA_ATTN_ALGOS"); only && !std::strstr(only, v.label)) continue;
+        if (v.limit == one_band && !banded) continue;  // the row above was one band already
+        const std::size_t bytes = gpu::attention_backward_workspace(algo, s.B, s.T, s.NH, s.HS, v.limit);
+        if (algo == attention_backward_algo::partials && bytes > std::max(partials_budget, gpu::attention_partials_limit_bytes)) {
             std::printf("  %-10s skipped: workspace %.0f MB above the budget (STRATA_ATTN_PARTIALS_BUDGET_MB)\n",
-                        gpu::to_string(algo), bytes / 1e6);
+                        v.label, bytes / 1e6);
             continue;
         }
+        if (algo == attention_backward_algo::partials && v.limit != one_band)
+            std::printf("  %-10s %zu band(s) of query tiles\n", v.label,
+                        gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS, v.limit));
         void* workspace = nullptr;
         if (bytes > 0) check(cudaMalloc(&workspace, bytes), "cudaMalloc (workspace)");
         auto backward = [&] {
@@ -142,7 +161,7 @@ void run(const shape& s, std::size_t partials_budget) {
                 gpu::attention_backward(dqkv.p, lse.p, dout.p, out.p, qkv.p, s.B, s.T, A, s.NH, nullptr);
             else
                 gpu::attention_backward_key_tiles(dqkv.p, lse.p, dout.p, out.p, qkv.p, s.B, s.T, s.NH, s.NKV, s.HS,
-                                                  algo, workspace, bytes, nullptr);
+                                                  algo, workspace, bytes, nullptr, v.limit);
         };
         dqkv.zero();
         const double ms = milliseconds(reps, backward);
@@ -164,7 +183,7 @@ void run(const shape& s, std::size_t partials_budget) {
                 size = std::max(size, static_cast<double>(std::abs(reference[i])));
             }
         }
-        std::printf("  %-10s %10.3f %8.3f %9.1f %12.1f %14.3g %10s %9.2f\n", gpu::to_string(algo), ms,
+        std::printf("  %-10s %10.3f %8.3f %9.1f %12.1f %14.3g %10s %9.2f\n", v.label, ms,
                     reference_ms > 0 ? reference_ms / ms : 1.0, flops / ms * 1e-9, bytes / 1e6,
                     size > 0 ? diff / size : 0.0, repeatable ? "yes" : "NO", forward_ms > 0 ? ms / forward_ms : 0.0);
     }

@@ -129,7 +129,7 @@ void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::
 
     std::vector<float> results[2];
     for (const attention_backward_algo algo : {attention_backward_algo::partials, attention_backward_algo::ordered}) {
-        INFO("algo " << gpu::to_string(algo));
+        INFO("algo " << std::string(gpu::to_string(algo)));
         const std::size_t bytes = gpu::attention_backward_workspace(algo, s.B, s.T, s.NH, s.HS);
         device_buffer<std::byte> workspace(bytes);
         device_buffer<float> d_dqkv(dqkv_start, offset), d_dqkv_again(dqkv_start, offset);
@@ -142,7 +142,8 @@ void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::
         const part_errors vs_gpu = compare(got, expected_gpu, dqkv_start, s);
         check_errors(vs_gpu, "the two-kernel backward");
         MESSAGE("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS
-                     << (offset ? " misaligned" : "") << " " << gpu::to_string(algo) << ": vs two-kernel dq "
+                     << std::string(offset ? " misaligned" : "") << " " << std::string(gpu::to_string(algo))
+                     << ": vs two-kernel dq "
                      << vs_gpu.dq << ", dk " << vs_gpu.dk << ", dv " << vs_gpu.dv);
         results[algo == attention_backward_algo::ordered] = got;
     }
@@ -170,13 +171,6 @@ TEST_CASE("cuda attention backward by key tiles matches the CPU kernel and the t
     for (const shape& s : shapes) compare_backward(s, seed += 10);
 }
 
-// Small enough for compute-sanitizer (scripts/gpu-attention-check.sh): both dq orders, GQA, odd T,
-// the diagonal and off-diagonal tiles, HS 64 and 128.
-TEST_CASE("cuda attention backward by key tiles on small shapes (sanitizer case)") {
-    if (skip_without_gpu()) return;
-    compare_backward({1, 130, 4, 2, 64}, 200);
-    compare_backward({1, 70, 2, 1, 128}, 210);
-}
 
 TEST_CASE("cuda attention backward by key tiles with grouped-query heads: dk, dv summed over each group") {
     if (skip_without_gpu()) return;
@@ -192,6 +186,82 @@ TEST_CASE("cuda attention backward by key tiles at long T (2048 .. 8192, odd len
     compare_backward({1, 4097, 4, 2, 128}, 710);
     compare_backward({1, 8192, 2, 1, 64}, 720);
     compare_backward({1, 8191, 8, 8, 64}, 730, /*with_cpu=*/false);  // the two-kernel backward only
+}
+
+// partials with a workspace bound below the whole triangle: the query tiles run in bands. dq is the
+// same sum in the same order as one band (the same bits); dk and dv are summed per band, then the
+// bands in order (another rounding, within the tolerance of the two-kernel backward); repeatable.
+void compare_bands(const shape& s, unsigned seed) {
+    INFO("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS);
+    const std::size_t BT = s.B * s.T, A = s.A(), n = (s.T + 63) / 64;
+    const std::vector<float> qkv = random_floats(BT * s.row(), seed);
+    const std::vector<float> dout = random_floats(BT * A, seed + 1);
+    const std::vector<float> dqkv_start = random_floats(BT * s.row(), seed + 2);
+    const std::vector<float> qkv_mh = expand_kv(qkv, s);
+    device_buffer<float> d_qkv(qkv), d_qkv_mh(qkv_mh), d_dout(dout);
+    device_buffer<float> d_out(std::vector<float>(BT * A)), d_lse(std::vector<float>(s.B * s.NH * s.T));
+    gpu::attention_forward(d_out.get(), d_lse.get(), d_qkv_mh.get(), s.B, s.T, A, s.NH, nullptr);
+    device_buffer<float> d_g_mh(std::vector<float>(BT * 3 * A, 0.f));
+    gpu::attention_backward(d_g_mh.get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv_mh.get(), s.B, s.T, A,
+                            s.NH, nullptr);
+    const std::vector<double> expected_gpu = reduce_kv(d_g_mh.download(), dqkv_start, s);
+
+    const auto partials = attention_backward_algo::partials;
+    auto run = [&](std::size_t limit) {
+        const std::size_t bytes = gpu::attention_backward_workspace(partials, s.B, s.T, s.NH, s.HS, limit);
+        device_buffer<std::byte> workspace(bytes);
+        device_buffer<float> d_dqkv(dqkv_start);
+        gpu::attention_backward_key_tiles(d_dqkv.get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv.get(), s.B, s.T,
+                                          s.NH, s.NKV, s.HS, partials, workspace.get(), bytes, nullptr, limit);
+        return d_dqkv.download();
+    };
+    const std::size_t whole = gpu::attention_backward_workspace(partials, s.B, s.T, s.NH, s.HS, ~std::size_t{0});
+    REQUIRE(gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS, whole) == 1);
+    const std::vector<float> one_band = run(whole);
+    // The smallest bound bands take: Dsum's part, then the last query tile's n tiles per (b, h).
+    const std::size_t D = s.HS <= 16 ? 16 : s.HS <= 32 ? 32 : s.HS <= 64 ? 64 : 128;
+    const std::size_t tile_bytes = s.B * s.NH * 64 * D * sizeof(float);
+    const std::size_t dsum_bytes = (s.B * s.NH * s.T * sizeof(float) + 255) / 256 * 256;
+    const std::size_t smallest = dsum_bytes + n * tile_bytes;
+    for (const std::size_t limit : {smallest, std::max(smallest + tile_bytes, dsum_bytes + (whole - dsum_bytes) / 3)}) {
+        const std::size_t bands = gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS, limit);
+        INFO("limit " << limit << " bytes: " << bands << " bands");
+        CHECK(bands > 1);
+        CHECK(gpu::attention_backward_workspace(partials, s.B, s.T, s.NH, s.HS, limit) <= limit);
+        // The pick: bands at head size 128; in order at 64 (narrow bands are slower there), two kernels below.
+        CHECK(gpu::attention_backward_pick(s.B, s.T, s.NH, s.HS, limit) ==
+              (D > 64 ? partials : D == 64 ? attention_backward_algo::ordered : attention_backward_algo::recompute));
+        const std::vector<float> got = run(limit), again = run(limit);
+        CHECK_MESSAGE(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)) == 0,
+                      "two banded runs on the same inputs differ");
+        bool dq_same = true;
+        for (std::size_t r = 0; r < BT; ++r)
+            dq_same = dq_same && std::memcmp(&got[r * s.row()], &one_band[r * s.row()], A * sizeof(float)) == 0;
+        CHECK_MESSAGE(dq_same, "dq in bands must be the one band's bits (the same sum in the same order)");
+        const part_errors e = compare(got, expected_gpu, dqkv_start, s);
+        check_errors(e, "the two-kernel backward");
+        MESSAGE("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS << ", " << bands
+                     << " bands: vs two-kernel dq " << e.dq << ", dk " << e.dk << ", dv " << e.dv);
+    }
+    // Below the smallest bound partials cannot run: the pick falls back, the launch refuses.
+    CHECK(gpu::attention_backward_pick(s.B, s.T, s.NH, s.HS, smallest - 1) != partials);
+    CHECK(gpu::attention_backward_workspace(partials, s.B, s.T, s.NH, s.HS, smallest - 1) == whole);
+}
+
+// Small enough for compute-sanitizer (scripts/gpu-attention-check.sh): both dq orders, GQA, odd T,
+// the diagonal and off-diagonal tiles, HS 64 and 128, partials in bands.
+TEST_CASE("cuda attention backward by key tiles on small shapes (sanitizer case)") {
+    if (skip_without_gpu()) return;
+    compare_backward({1, 130, 4, 2, 64}, 200);
+    compare_backward({1, 70, 2, 1, 128}, 210);
+    compare_bands({1, 200, 2, 1, 128}, 220);
+}
+
+TEST_CASE("cuda attention backward by key tiles: partials in bands of query tiles under a workspace bound") {
+    if (skip_without_gpu()) return;
+    compare_bands({1, 1000, 4, 4, 64}, 900);
+    compare_bands({2, 777, 8, 2, 128}, 910);
+    compare_bands({1, 2049, 3, 1, 24}, 920);
 }
 
 TEST_CASE("cuda attention backward by key tiles takes buffers off 16-byte alignment (4-byte copies)") {
@@ -225,10 +295,18 @@ TEST_CASE("cuda attention backward by key tiles refuses bad heads, a small works
     CHECK(needed >= 2 * (10 * 11 / 2) * 64 * 64 * sizeof(float));
     CHECK(gpu::attention_backward_workspace(ordered, 1, 640, 2, 64) < 8192);
     CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed) == attention_backward_algo::partials);
-    CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed - 1) == attention_backward_algo::recompute);
-    // The library's bound: partials at GPT-2 124M's B=8 T=1024 (214 MB), not at B=1 T=32768 (26 GB).
+    // Below the whole triangle: in order at head size 64, bands at 128, the two kernels at 32.
+    CHECK(gpu::attention_backward_pick(1, 640, 2, 64, needed - 1) == ordered);
+    CHECK(gpu::attention_backward_pick(1, 640, 2, 128, needed - 1) == attention_backward_algo::partials);
+    CHECK(gpu::attention_backward_pick(1, 640, 2, 32, needed / 2 - 1) == attention_backward_algo::recompute);
+    // The library's bound: partials at GPT-2 124M's B=8 T=1024 (214 MB, one band); at B=1 T=32768
+    // (26 GB of triangle) bands of at most 2 GiB would do, ordered is picked (head size 64).
     CHECK(gpu::attention_backward_pick(8, 1024, 12, 64) == attention_backward_algo::partials);
-    CHECK(gpu::attention_backward_pick(1, 32768, 12, 64) == attention_backward_algo::recompute);
+    CHECK(gpu::attention_backward_pick(1, 32768, 12, 64) == ordered);
+    CHECK(gpu::attention_partials_bands(8, 1024, 12, 64) == 1);
+    CHECK(gpu::attention_partials_bands(1, 32768, 12, 64) > 1);
+    CHECK(gpu::attention_backward_workspace(attention_backward_algo::partials, 1, 32768, 12, 64) <=
+          gpu::attention_partials_limit_bytes);
 }
 
 }  // namespace attention_backward_test

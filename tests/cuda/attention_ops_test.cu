@@ -1,7 +1,7 @@
-// ops<cuda_backend>::attention_backward, the backward the models run: the key-tile backward with dq
-// partials (kernels/cuda/attention_backward.cuh) where attention_workspace says it fits, with dq
-// added in order at head size 128 where it does not, the two-kernel backward (kernels/cuda/attention.cuh)
-// elsewhere; the same bits as the kernel it picks,
+// ops<cuda_backend>::attention_backward, the backward the models run: the key-tile backward
+// (kernels/cuda/attention_backward.cuh) with dq partials where attention_backward_pick says so (one
+// band, or bands at head size 128), with dq added in order at long context, the two-kernel backward
+// (kernels/cuda/attention.cuh) below head size 64 there; the same bits as the kernel it picks,
 // the same bits run to run, the two-kernel backward's values within FP32 tolerance, and a clear
 // error without its workspace.
 //
@@ -94,37 +94,60 @@ TEST_CASE("cuda ops attention_backward: partials where their workspace fits, the
     }
 }
 
-TEST_CASE("cuda ops attention_backward: ordered at head size 128 where partials would not fit, the kernel's bits") {
+// The op against the kernel it picks (the same bits, run to run) and the two-kernel backward.
+void check_against_kernel(const problem& p, gpu::attention_backward_algo algo) {
+    const std::size_t HS = p.C / p.NH;
+    const std::size_t bytes = gpu::attention_backward_workspace(algo, p.B, p.T, p.NH, HS);
+    CHECK(op::attention_workspace(p.B, p.T, p.C, p.NH) * sizeof(float) >= bytes + 255);
+    CHECK(bytes <= gpu::attention_partials_limit_bytes);
+    const results r = run(p, algo);
+    CHECK(test::first_difference(r.ops, r.kernel, "ops vs attention_backward_key_tiles") == "");
+    CHECK(test::first_difference(r.ops_again, r.ops, "ops, second run") == "");
+    const results old = run(p, gpu::attention_backward_algo::recompute);
+    const auto e = test::normalized_error(r.ops, old.kernel);
+    INFO(e.describe("key tiles vs two-kernel"));
+    CHECK(e.error < 5e-5);
+}
+
+TEST_CASE("cuda ops attention_backward: partials in bands at head size 128 where the triangle would not fit") {
     if (test::skip_without_gpu()) return;
     if (op::two_kernel_attention_backward()) {
         test::skip("this process was switched to the two-kernel backward (the last case of this file ran first)");
         return;
     }
-    // B=1 T=16384 NH=2 HS=128: partials would take 4.3 GB (above attention_partials_limit_bytes);
-    // ordered's workspace is linear in T (dout . out per row and a counter per query tile).
+    // B=1 T=16384 NH=2 HS=128: the whole triangle would take 4.3 GB (above
+    // attention_partials_limit_bytes); bands of query tiles take at most the bound.
     const problem p(1, 16384, 256, 2, 50);
     const std::size_t HS = p.C / p.NH;
-    REQUIRE(gpu::attention_backward_workspace(gpu::attention_backward_algo::partials, p.B, p.T, p.NH, HS) >
-            gpu::attention_partials_limit_bytes);
-    REQUIRE(gpu::attention_backward_pick(p.B, p.T, p.NH, HS) == gpu::attention_backward_algo::ordered);
-    const std::size_t bytes = gpu::attention_backward_workspace(gpu::attention_backward_algo::ordered, p.B, p.T, p.NH, HS);
-    CHECK(op::attention_workspace(p.B, p.T, p.C, p.NH) * sizeof(float) >= bytes + 255);
-    CHECK(bytes < std::size_t{1} << 20);
-    const results r = run(p, gpu::attention_backward_algo::ordered);
-    CHECK(test::first_difference(r.ops, r.kernel, "ops vs attention_backward_key_tiles (ordered)") == "");
-    CHECK(test::first_difference(r.ops_again, r.ops, "ops, second run") == "");
-    const results old = run(p, gpu::attention_backward_algo::recompute);
-    const auto e = test::normalized_error(r.ops, old.kernel);
-    INFO(e.describe("ordered vs two-kernel"));
-    CHECK(e.error < 5e-5);
-    // At head size 64 the same length keeps the two-kernel backward (ordered is slower there).
-    CHECK(gpu::attention_backward_pick(1, 32768, 12, 64) == gpu::attention_backward_algo::recompute);
+    REQUIRE(gpu::attention_backward_workspace(gpu::attention_backward_algo::partials, p.B, p.T, p.NH, HS,
+                                              ~std::size_t{0}) > gpu::attention_partials_limit_bytes);
+    REQUIRE(gpu::attention_backward_pick(p.B, p.T, p.NH, HS) == gpu::attention_backward_algo::partials);
+    CHECK(gpu::attention_partials_bands(p.B, p.T, p.NH, HS) > 1);
+    check_against_kernel(p, gpu::attention_backward_algo::partials);
 }
 
-TEST_CASE("cuda ops attention_backward: the two-kernel backward, no workspace, where partials would not fit") {
+TEST_CASE("cuda ops attention_backward: ordered at head size 64 where the triangle would not fit") {
     if (test::skip_without_gpu()) return;
-    // B=1 T=32768 NH=12 HS=64: partials would take 26 GB (above attention_partials_limit_bytes).
-    CHECK(op::attention_workspace(1, 32768, 768, 12) == 0);
+    if (op::two_kernel_attention_backward()) {
+        test::skip("this process was switched to the two-kernel backward (the last case of this file ran first)");
+        return;
+    }
+    // B=1 T=24576 NH=2 HS=64: the triangle would take 2.4 GB; ordered's workspace is linear in T
+    // (dout . out per row and a counter per query tile).
+    const problem p(1, 24576, 128, 2, 60);
+    const std::size_t HS = p.C / p.NH;
+    REQUIRE(gpu::attention_partials_bands(p.B, p.T, p.NH, HS) > 1);
+    REQUIRE(gpu::attention_backward_pick(p.B, p.T, p.NH, HS) == gpu::attention_backward_algo::ordered);
+    CHECK(gpu::attention_backward_workspace(gpu::attention_backward_algo::ordered, p.B, p.T, p.NH, HS) <
+          std::size_t{1} << 20);
+    check_against_kernel(p, gpu::attention_backward_algo::ordered);
+    CHECK(gpu::attention_backward_pick(1, 32768, 12, 64) == gpu::attention_backward_algo::ordered);  // 124M's heads
+}
+
+TEST_CASE("cuda ops attention_backward: the two-kernel backward, no workspace, below head size 64 at long T") {
+    if (test::skip_without_gpu()) return;
+    // B=1 T=32768 NH=12 HS=32: the triangle would take 12.9 GB (above attention_partials_limit_bytes).
+    CHECK(op::attention_workspace(1, 32768, 384, 12) == 0);
     CHECK(op::attention_workspace(8, 1024, 768, 12) > 0);  // GPT-2 124M's benchmark shape: 214 MB
     // Shapes the key-tile kernels do not take get none either (the two-kernel backward refuses them).
     CHECK(op::attention_workspace(1, 64, 258, 2) == 0);

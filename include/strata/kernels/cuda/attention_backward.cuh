@@ -1,10 +1,10 @@
 // Causal attention backward that computes each (key tile, query tile) product once: FP32, sm_90,
 // deterministic, grouped-query heads. The alternative to attention.cuh's two-kernel backward,
 // chosen by attention_backward_algo. ops<cuda_backend>::attention_backward runs `partials` where
-// its workspace takes at most attention_partials_limit_bytes (attention_backward_pick), else
-// `ordered` at head sizes above 64 and the two-kernel backward below: measured on the H200
-// (bench/attention_backward_bench.cu), partials is 1.21x the two-kernel backward at B=8 T=1024
-// NH=12 HS=64 and 1.26x at B=1 T=32768; `ordered` 0.85x and 0.92x there, but 1.39x at HS=128.
+// its workspace takes at most attention_partials_limit_bytes, `ordered` at long context
+// (attention_backward_pick says where): measured (bench/attention_backward_bench.cu), partials is
+// 1.18-1.21x the two-kernel backward at B=8 T=1024 NH=12 HS=64, `ordered` 1.15x at T = 32768 ..
+// 131072 (H100), and at head size 128 both 1.4x or more.
 //
 // Glossary: B batch, T time, NH query heads, NKV key/value heads (NKV divides NH; NKV == NH is
 // multi-head attention), HS head size, A = NH HS, KV = NKV HS, D the head size padded to the
@@ -29,7 +29,11 @@
 // query tile adds its key tiles' contributions in descending kt, always that order, by one of:
 //   partials  each block stores its contribution c(kt, qt) in a workspace of B NH 64 n(n+1)/2 D
 //             floats (the causal triangle of tile pairs); a second kernel adds them into dqkv in
-//             the order above. Workspace grows with T^2: 214 MB at B=8, T=1024, NH=12, D=64.
+//             the order above. The triangle grows with T^2 (214 MB at B=8, T=1024, NH=12, D=64);
+//             where it is larger than the workspace bound, the query tiles run in bands (a
+//             launch of both kernels each, every key tile kt < the band's end over the band's
+//             query tiles), each band's partials within the bound: dq is the same sum in the same
+//             order, dk and dv leave the blocks once per band.
 //   ordered   each block adds its contribution into dqkv itself, once the block of key tile
 //             kt+1 has added its own to that query tile: a counter per (b, h, qt) says how many
 //             key tiles have added so far (release/acquire at GPU scope). Block kt reaches query
@@ -57,6 +61,7 @@
 
 #include <cuda_runtime.h>  // cudaStream_t, cudaMemsetAsync
 
+#include <algorithm>    // std::max, std::min
 #include <cstddef>      // std::size_t
 #include <string>       // std::string, std::to_string
 #include <type_traits>  // std::is_same_v, std::integral_constant
@@ -83,16 +88,44 @@ namespace attention_detail {
 // The padded head size D >= HS of the kernels' template.
 inline int padded_head_size(std::size_t HS) { return HS <= 16 ? 16 : HS <= 32 ? 32 : HS <= 64 ? 64 : 128; }
 
+// partials in bands of query tiles, so that the workspace stays bounded at any T. Band [q0, q_end)
+// (W = q_end - q0 query tiles) runs every key tile kt < q_end over the band's query tiles
+// max(kt, q0) .. q_end - 1: per (b, h) its partials are q0 W + W (W + 1) / 2 tiles of (64, D),
+// key tile kt's first at tile kt W - m (m - 1) / 2 (m = max(0, kt - q0)), ordered by query tile
+// after it. One band [0, n) is the whole causal triangle, n (n + 1) / 2 tiles.
+__host__ __device__ inline std::size_t band_tiles(std::size_t q0, std::size_t W) { return q0 * W + W * (W + 1) / 2; }
+__host__ __device__ inline std::size_t band_tile_index(int kt, int qt, int q0, int W) {
+    const std::size_t m = kt > q0 ? static_cast<std::size_t>(kt - q0) : 0;
+    return static_cast<std::size_t>(kt) * W - m * (m - 1) / 2 + static_cast<std::size_t>(qt - (kt > q0 ? kt : q0));
+}
+
+// The end of the band that starts at query tile q0: the largest q_end <= n whose partials take at
+// most max_tiles per (b, h); q0 where not even one query tile fits.
+inline std::size_t band_end(std::size_t q0, std::size_t n, std::size_t max_tiles) {
+    std::size_t lo = q0, hi = n;
+    while (lo < hi) {
+        const std::size_t mid = lo + (hi - lo + 1) / 2;
+        if (band_tiles(q0, mid - q0) <= max_tiles) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 // Where each part of the key-tile backward's workspace starts, in bytes (256-byte aligned parts).
 struct key_tile_workspace {
     std::size_t dsum = 0;      // (B, NH, T) floats: dout . out per query row
     std::size_t counters = 0;  // ordered: (B, NH, n) ints, then the block ticket
-    std::size_t partials = 0;  // partials: per (b, h): n(n+1)/2 tiles of (64, D) floats
+    std::size_t partials = 0;  // partials: per (b, h): the largest band's tiles of (64, D) floats
+    std::size_t band_tiles = 0;  // partials: the most tiles a band may take per (b, h); 0: one band [0, n)
     std::size_t bytes = 0;     // the whole workspace
 };
 
+// partials' bands follow from the shape and limit_bytes alone (so the same bits on every run of a
+// shape): one band where the whole triangle fits the limit, or where not even the last query tile
+// alone does (the workspace is then the whole triangle, above the limit: attention_backward_pick
+// does not choose partials); else bands as wide as the limit allows, from query tile 0 on.
 inline key_tile_workspace key_tile_layout(attention_backward_algo algo, std::size_t B, std::size_t T, std::size_t NH,
-                                          std::size_t HS) {
+                                          std::size_t HS, std::size_t limit_bytes) {
     auto align = [](std::size_t bytes) { return (bytes + 255) / 256 * 256; };
     const std::size_t n = (T + tile - 1) / tile, D = static_cast<std::size_t>(padded_head_size(HS));
     key_tile_workspace w;
@@ -103,17 +136,31 @@ inline key_tile_workspace key_tile_layout(attention_backward_algo algo, std::siz
         end = align(end + (B * NH * n + 1) * sizeof(int));
     } else {
         w.partials = end;
-        end = align(end + B * NH * (n * (n + 1) / 2) * tile * D * sizeof(float));
+        const std::size_t tile_bytes = B * NH * tile * D * sizeof(float);  // one tile of every (b, h)
+        const std::size_t room = limit_bytes > end && tile_bytes > 0 ? (limit_bytes - end) / tile_bytes : 0;
+        std::size_t largest = band_tiles(0, n);
+        if (largest > room && n <= room) {  // bands: each fits, the last query tile alone (n tiles) too
+            w.band_tiles = room;
+            largest = 0;
+            for (std::size_t q0 = 0; q0 < n;) {
+                const std::size_t q_end = band_end(q0, n, room);
+                largest = std::max(largest, band_tiles(q0, q_end - q0));
+                q0 = q_end;
+            }
+        }
+        end = align(end + largest * tile_bytes);
     }
     w.bytes = end;
     return w;
 }
 
-// First row of key tile kt's partials within one head's: key tiles 0 .. kt-1 hold n, n-1, ...,
-// n-kt+1 query tiles of 64 rows.
-__device__ inline std::size_t partial_tile_row(int kt, int n) {
-    return static_cast<std::size_t>(tile) *
-           (static_cast<std::size_t>(kt) * n - static_cast<std::size_t>(kt) * (kt - 1) / 2);
+// How many bands partials runs in for a shape (1: the whole triangle at once).
+inline std::size_t partials_band_count(const key_tile_workspace& w, std::size_t T) {
+    const std::size_t n = (T + tile - 1) / tile;
+    if (w.band_tiles == 0) return 1;
+    std::size_t bands = 0;
+    for (std::size_t q0 = 0; q0 < n; ++bands) q0 = band_end(q0, n, w.band_tiles);
+    return bands;
 }
 
 // The dQ contribution dS K is computed in dq_parts parts of a thread's columns, one after the
@@ -252,7 +299,8 @@ __global__ void attention_row_dots_kernel(Real* __restrict__ Dsum,        // (B,
 }
 
 // One block per (b, g, 64-key tile kt): see the file comment. `ordered` selects how dq leaves the
-// block (added in place after the block of kt+1, or stored to dq_partials).
+// block (added in place after the block of kt+1, or stored to dq_partials). partials runs one band
+// of query tiles [q_first, q_end) per launch, key tiles kt < q_end (ordered: 0, n).
 template <class Real, int D, bool ordered>
 __global__ void __launch_bounds__(attention_detail::threads)
     attention_backward_key_tile_kernel(Real* __restrict__ dqkv,          // (B, T, A + 2 KV)
@@ -264,7 +312,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
                                        const Real* __restrict__ dout,    // (B, T, A)
                                        const Real* __restrict__ qkv,     // (B, T, A + 2 KV)
                                        int T, int NH, int NKV, int HS, float scale, float scale_log2,
-                                       bool vector16, bool dq_vector16) {
+                                       bool vector16, bool dq_vector16, int q_first, int q_end) {
     using namespace attention_detail;
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
     using shape = head_tile<D>;
@@ -299,12 +347,13 @@ __global__ void __launch_bounds__(attention_detail::threads)
     const std::size_t row0 = static_cast<std::size_t>(b) * T;
     const float* k = qkv + row0 * ld + A + g * HS;  // (T, HS), rows ld apart
     const float* v = k + KV;                        // (T, HS)
-    const int tiles_per_head = n_tiles - kt;        // query tiles kt .. n-1
+    const int first_tile = kt > q_first ? kt : q_first;
+    const int tiles_per_head = q_end - first_tile;  // query tiles first_tile .. q_end-1
     const int steps = group * tiles_per_head;
 
     // (query head, query tile) of step s, and the start of its q, dout, lse and Dsum.
     auto head_of = [&](int s) { return g * group + s / tiles_per_head; };
-    auto tile_of = [&](int s) { return kt + s % tiles_per_head; };
+    auto tile_of = [&](int s) { return first_tile + s % tiles_per_head; };
     auto load_query_side = [&](int s) {
         const int h = head_of(s), q0 = tile_of(s) * tile, rows = min(tile, T - q0);
         const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
@@ -397,9 +446,9 @@ __global__ void __launch_bounds__(attention_detail::threads)
                 add_dq_in_place<D>(dqkv + (row0 + q0) * ld + h * HS, ld, dq, part * dq_groups<D>, min(tile, T - q0),
                                    HS, dq_vector16, ty, tx);
             } else {
-                float* tile_rows = dq_partials +
-                                   bh * (static_cast<std::size_t>(n_tiles) * (n_tiles + 1) / 2) * tile * D +
-                                   (partial_tile_row(kt, n_tiles) + static_cast<std::size_t>(qt - kt) * tile) * D;
+                const int W = q_end - q_first;
+                float* tile_rows = dq_partials + (bh * band_tiles(q_first, W) + band_tile_index(kt, qt, q_first, W)) *
+                                                     tile * D;
 #pragma unroll
                 for (int i = 0; i < rows_per_thread; ++i) {
                     float* row = tile_rows + static_cast<std::size_t>(4 * ty + i) * D;
@@ -428,29 +477,30 @@ __global__ void __launch_bounds__(attention_detail::threads)
     add_dk_dv<D>(dqkv + row0 * ld + A + g * HS, ld, KV, k0, T, HS, dk, dv, ty, tx);
 }
 
-// partials: dq[b, t, h] += c(qt, qt) + c(qt-1, qt) + ... + c(0, qt), one thread per element, in
-// that order (ordered's order: the same bits).
+// partials: dq[b, t, h] += c(qt, qt) + c(qt-1, qt) + ... + c(0, qt), one thread per element of the
+// band's rows [64 q_first, min(64 q_end, T)), in that order (ordered's order: the same bits).
 template <class Real, int D>
 __global__ void attention_dq_partials_sum_kernel(Real* __restrict__ dqkv,               // (B, T, A + 2 KV)
-                                                 const Real* __restrict__ dq_partials,  // (B NH, n(n+1)/2, 64, D)
-                                                 std::size_t elements, int T, int NH, int NKV, int HS) {
+                                                 const Real* __restrict__ dq_partials,  // (B NH, band tiles, 64, D)
+                                                 std::size_t elements, int T, int NH, int NKV, int HS, int q_first,
+                                                 int q_end) {
     using namespace attention_detail;
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
     const std::size_t e = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // (b, t, h, d)
     if (e >= elements) return;
+    const int t0 = q_first * tile, rows = min(q_end * tile, T) - t0, W = q_end - q_first;
     const int d = static_cast<int>(e % HS);
     const std::size_t bth = e / HS;
     const int h = static_cast<int>(bth % NH);
     const std::size_t bt = bth / NH;
-    const int t = static_cast<int>(bt % T);
-    const std::size_t b = bt / T;
-    const int n_tiles = (T + tile - 1) / tile, qt = t / tile, r = t % tile;
+    const int t = t0 + static_cast<int>(bt % rows);
+    const std::size_t b = bt / rows;
+    const int qt = t / tile, r = t % tile;
     const std::size_t ld = static_cast<std::size_t>(NH + 2 * NKV) * HS;
-    const float* part = dq_partials + (b * NH + h) * (static_cast<std::size_t>(n_tiles) * (n_tiles + 1) / 2) * tile * D;
-    float* dq = dqkv + bt * ld + static_cast<std::size_t>(h) * HS + d;
+    const float* part = dq_partials + (b * NH + h) * band_tiles(q_first, W) * tile * D;
+    float* dq = dqkv + (b * T + t) * ld + static_cast<std::size_t>(h) * HS + d;
     float sum = *dq;
-    for (int kt = qt; kt >= 0; --kt)
-        sum += part[(partial_tile_row(kt, n_tiles) + static_cast<std::size_t>(qt - kt) * tile + r) * D + d];
+    for (int kt = qt; kt >= 0; --kt) sum += part[(band_tile_index(kt, qt, q_first, W) * tile + r) * D + d];
     *dq = sum;
 }
 
@@ -476,36 +526,54 @@ inline void check_key_tile_shape(std::size_t B, std::size_t T, std::size_t NH, s
 
 }  // namespace attention_detail
 
-// Bytes of workspace attention_backward_key_tiles needs for `algo` (0 for recompute).
-inline std::size_t attention_backward_workspace(attention_backward_algo algo, std::size_t B, std::size_t T,
-                                                std::size_t NH, std::size_t HS) {
-    return attention_detail::key_tile_layout(algo, B, T, NH, HS).bytes;
-}
-
 // The most device memory the library's multi-head attention backward takes as workspace (the one
-// place this bound is stated): 2 GiB. partials' workspace is B NH T^2 D / 32 bytes, about T / 128
-// times attention's output (B, T, NH HS): at T <= 2048 no more than one GPT-2 block's saved
-// activations, and the bound caps what long contexts would take (24 GiB at B=1 T=32768 NH=12).
+// place this bound is stated): 2 GiB. partials' whole triangle is B NH T^2 D / 32 bytes, about
+// T / 128 times attention's output (B, T, NH HS): at T <= 2048 no more than one GPT-2 block's saved
+// activations; longer contexts run partials in bands of query tiles that fit the bound (24 GiB of
+// triangle at B=1 T=32768 NH=12: 13 bands).
 inline constexpr std::size_t attention_partials_limit_bytes = std::size_t{2} << 30;
 
-// The backward ops<cuda_backend>::attention_backward runs for a multi-head shape: partials where
-// its workspace takes at most limit_bytes; else, at head sizes above 64 (D = 128), ordered, and
-// below, recompute. Measured on the H200 (docs/benchmarks.md): at D = 64 ordered is 0.85-0.92x
-// recompute, at D = 128 1.39x (B=4 T=1024 NH=40: 10.1 against 14.1 ms; the two-kernel dk/dv
-// kernel spills there and runs one block per multiprocessor). A function of the shape alone: the
-// same choice, so the same bits, on every run of a shape.
+// Bytes of workspace attention_backward_key_tiles needs for `algo` (0 for recompute); partials'
+// bands are as wide as limit_bytes allows (the same limit_bytes must reach the launch).
+inline std::size_t attention_backward_workspace(attention_backward_algo algo, std::size_t B, std::size_t T,
+                                                std::size_t NH, std::size_t HS,
+                                                std::size_t limit_bytes = attention_partials_limit_bytes) {
+    return attention_detail::key_tile_layout(algo, B, T, NH, HS, limit_bytes).bytes;
+}
+
+// How many launches (bands of query tiles) partials takes for a shape at limit_bytes.
+inline std::size_t attention_partials_bands(std::size_t B, std::size_t T, std::size_t NH, std::size_t HS,
+                                            std::size_t limit_bytes = attention_partials_limit_bytes) {
+    using namespace attention_detail;
+    return partials_band_count(key_tile_layout(attention_backward_algo::partials, B, T, NH, HS, limit_bytes), T);
+}
+
+// The backward ops<cuda_backend>::attention_backward runs for a multi-head shape:
+//   - partials in one band where the whole triangle fits limit_bytes (T <= 2048 at GPT-2's shapes);
+//   - else at head sizes above 64 (D = 128), partials in bands where they fit, else ordered;
+//   - else at D = 64 ordered, below it the two-kernel backward (recompute).
+// Measured on an H100 (docs/benchmarks.md, 2026-12-06): at D = 128 banded partials are 1.15x
+// ordered at T = 16384 and 1.10x at 32768 (GQA 32/8: a block walks 4 heads per band); at D = 64
+// ordered is 1.14-1.15x recompute from T = 32768 to 131072, and as fast as banded partials at
+// 65536 (50 bands) but 1.12x them at 131072 (477 narrow bands: each key tile's block is set up
+// and its dk, dv added once per band). A function of the shape alone: the same choice, so the same
+// bits, on every run of a shape.
 inline attention_backward_algo attention_backward_pick(std::size_t B, std::size_t T, std::size_t NH, std::size_t HS,
                                                        std::size_t limit_bytes = attention_partials_limit_bytes) {
-    if (attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS) <= limit_bytes)
+    const bool fits = attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS, limit_bytes) <=
+                      limit_bytes;
+    const int D = attention_detail::padded_head_size(HS);
+    if (fits && (D > 64 || attention_partials_bands(B, T, NH, HS, limit_bytes) == 1))
         return attention_backward_algo::partials;
-    return attention_detail::padded_head_size(HS) > 64 ? attention_backward_algo::ordered
-                                                       : attention_backward_algo::recompute;
+    return D >= 64 ? attention_backward_algo::ordered : attention_backward_algo::recompute;
 }
 
 // Accumulates (+=) into dqkv the gradients of causal attention with NH query heads over NKV
 // key/value heads (layout in the file comment), given the forward's out and lse. algo is partials
-// or ordered; `workspace` holds attention_backward_workspace(algo, B, T, NH, HS) bytes (device
-// memory, contents irrelevant, used until the launches on `stream` finish). Bitwise reproducible.
+// or ordered; `workspace` holds attention_backward_workspace(algo, B, T, NH, HS, limit_bytes) bytes
+// (device memory, contents irrelevant, used until the launches on `stream` finish). Bitwise
+// reproducible; with partials in several bands, dk and dv are summed per band, then the bands in
+// order (other bits than one band; dq's bits are the same).
 template <class Real>
 void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
                                   const Real* lse,   // (B, NH, T)
@@ -514,7 +582,7 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
                                   const Real* qkv,   // (B, T, (NH + 2 NKV) HS)
                                   std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS,
                                   attention_backward_algo algo, void* workspace, std::size_t workspace_bytes,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, std::size_t limit_bytes = attention_partials_limit_bytes) {
     static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
     using namespace attention_detail;
     if (algo == attention_backward_algo::recompute)
@@ -522,12 +590,12 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
                     "call attention_backward for it, or pass partials or ordered");
     check_key_tile_shape(B, T, NH, NKV, HS);
     if (B == 0 || T == 0) return;
-    const key_tile_workspace layout = key_tile_layout(algo, B, T, NH, HS);
+    const key_tile_workspace layout = key_tile_layout(algo, B, T, NH, HS, limit_bytes);
     if (workspace == nullptr || workspace_bytes < layout.bytes)
         throw error("attention backward (cuda, " + std::string(to_string(algo)) + "): the workspace has " +
                         std::to_string(workspace_bytes) + " bytes, it needs " + std::to_string(layout.bytes),
-                    "allocate attention_backward_workspace(algo, B, T, NH, HS) bytes, or use algo 'ordered' "
-                    "(workspace linear in T)");
+                    "allocate attention_backward_workspace(algo, B, T, NH, HS, limit_bytes) bytes, or use algo "
+                    "'ordered' (workspace linear in T)");
     auto* bytes = static_cast<unsigned char*>(workspace);
     auto* Dsum = reinterpret_cast<Real*>(bytes + layout.dsum);
     const std::size_t n = (T + tile - 1) / tile;
@@ -552,22 +620,26 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
             const auto blocks = static_cast<unsigned>(B * NKV * n);
             kernel<<<blocks, threads, dkdv_smem<D> * sizeof(float), stream>>>(
                 dqkv, nullptr, counters, counters + B * NH * n, lse, Dsum, dout, qkv, t, nh, nkv, hs,
-                score_scale(HS), score_scale_log2(HS), vector16, dq_vector16);
+                score_scale(HS), score_scale_log2(HS), vector16, dq_vector16, 0, static_cast<int>(n));
             check_launch("attention_backward_key_tile_kernel");
         } else {
             Real* partials = reinterpret_cast<Real*>(bytes + layout.partials);
             const auto kernel = attention_backward_key_tile_kernel<Real, D, false>;
             allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_key_tile_kernel");
-            const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(n));
-            kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
-                dqkv, partials, nullptr, nullptr, lse, Dsum, dout, qkv, t, nh, nkv, hs, score_scale(HS),
-                score_scale_log2(HS), vector16, dq_vector16);
-            check_launch("attention_backward_key_tile_kernel");
-            const std::size_t elements = B * T * NH * HS;
-            constexpr unsigned sum_threads = 256;
-            attention_dq_partials_sum_kernel<Real, D><<<ceil_div(elements, sum_threads), sum_threads, 0, stream>>>(
-                dqkv, partials, elements, t, nh, nkv, hs);
-            check_launch("attention_dq_partials_sum_kernel");
+            for (std::size_t q0 = 0; q0 < n;) {  // one band of query tiles [q0, q_end) after another
+                const std::size_t q_end = layout.band_tiles == 0 ? n : band_end(q0, n, layout.band_tiles);
+                const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(q_end));
+                kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
+                    dqkv, partials, nullptr, nullptr, lse, Dsum, dout, qkv, t, nh, nkv, hs, score_scale(HS),
+                    score_scale_log2(HS), vector16, dq_vector16, static_cast<int>(q0), static_cast<int>(q_end));
+                check_launch("attention_backward_key_tile_kernel");
+                const std::size_t elements = B * (std::min(q_end * tile, T) - q0 * tile) * NH * HS;
+                constexpr unsigned sum_threads = 256;
+                attention_dq_partials_sum_kernel<Real, D><<<ceil_div(elements, sum_threads), sum_threads, 0, stream>>>(
+                    dqkv, partials, elements, t, nh, nkv, hs, static_cast<int>(q0), static_cast<int>(q_end));
+                check_launch("attention_dq_partials_sum_kernel");
+                q0 = q_end;
+            }
         }
     });
 }
@@ -576,7 +648,8 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
 #define STRATA_CUDA_ATTENTION_KEY_TILES_INSTANCES(prefix)                                                          \
     prefix void attention_backward_key_tiles<float>(float*, const float*, const float*, const float*, const float*, \
                                                     std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,  \
-                                                    attention_backward_algo, void*, std::size_t, cudaStream_t);
+                                                    attention_backward_algo, void*, std::size_t, cudaStream_t,     \
+                                                    std::size_t);
 STRATA_CUDA_ATTENTION_KEY_TILES_INSTANCES(extern template)
 
 }  // namespace strata::kernels::cuda
