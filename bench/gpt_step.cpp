@@ -104,7 +104,7 @@ std::string attention_backward_name(const gpt_config& c, const args& a) {
     if constexpr (requires { ops<B>::two_kernel_attention_backward(); })
         if (ops<B>::attention_workspace(a.batch, a.seq, c.n_embd, c.n_head) == 0) return "two-kernel";
     if constexpr (std::is_same_v<B, cpu_backend>) return "cpu";
-    return "key-tile partials";
+    return "key-tile";  // partials or ordered: kernels/cuda/attention_backward.cuh's attention_backward_pick
 }
 
 // homes: every group's (none: the resident plan); streamed plans use 3 device slots.

@@ -4,13 +4,14 @@
 #   tests      strata_test_cuda_attention: tests/cuda/attention_test.cu (forward, two-kernel backward),
 #              tests/cuda/attention_backward_test.cu (key-tile backward vs the CPU kernel and the
 #              two-kernel backward, T = 1 .. 8192, GQA, bitwise repeatable) and
-#              tests/cuda/attention_ops_test.cu (ops<cuda_backend>'s choice: partials where their
-#              workspace fits, the kernels' bits)
+#              tests/cuda/attention_ops_test.cu (ops<cuda_backend>'s choice, attention_backward_pick:
+#              partials in one band or in bands, ordered, the two kernels; the kernels' bits)
 #   sanitize   compute-sanitizer memcheck and racecheck on the small case of
 #              attention_backward_test.cu (it runs the forward, the two-kernel backward and both
-#              key-tile backwards)
-#   bench      strata_bench_attention: two-kernel (recompute) vs key-tile backward (partials,
-#              ordered) at B=8 T=1024 and B=1 T=32768 / 65536, NH=12, HS=64; and a GQA shape
+#              key-tile backwards, partials also in bands)
+#   bench      strata_bench_attention: two-kernel (recompute) vs key-tile backward (partials in
+#              one band and in bands of <= 2 GiB, ordered) at B=8 T=1024 and B=1 T=32768 / 65536,
+#              NH=12, HS=64; and a GQA shape
 #   model      the whole model on the GPU with the backward ops<cuda_backend> picks:
 #              strata_test_model's CUDA cases (the 10-step trajectory against the CPU backend,
 #              every activation policy bitwise alike, resume bitwise), strata_test_layers' GPT-2
