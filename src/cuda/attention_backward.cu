@@ -1,6 +1,6 @@
 // ops<cuda_backend> (nn/cuda_ops.hpp), attention's backward: the key-tile backward with dq partials
 // (kernels/cuda/attention_backward.cuh: S, P, dP once per tile pair) where its workspace fits the
-// library's bound, else the key-tile backward with dq added in order (head size 128) or the
+// library's bound, else the key-tile backward with dq added in order (head size 64 and up) or the
 // two-kernel backward (kernels/cuda/attention.cuh: dk/dv and dq kernels, one instance each per
 // padded head size); the largest part of strata's device code.
 // Adding a kernel: the recipe at the top of src/cuda/elementwise.cu.
@@ -27,7 +27,8 @@ std::atomic<bool>& two_kernel_attention_flag() {
 }
 
 // The attention backward ops<cuda_backend> runs for a shape: attention_backward_pick's (partials
-// where its workspace fits the library's bound, else ordered at D = 128 and recompute below);
+// where its workspace fits the library's bound, in bands at D = 128, else ordered from D = 64 on
+// and recompute below);
 // recompute too for shapes the key-tile kernels do not take (attention_backward then refuses them
 // with its own message).
 kernels::cuda::attention_backward_algo attention_algo(std::size_t B, std::size_t T, std::size_t C, std::size_t NH) {

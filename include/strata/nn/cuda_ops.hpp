@@ -76,9 +76,10 @@ struct ops<cuda_backend> {
     static size attention_saved(size B, size T, size NH) { return B * NH * T; }
     static void attention_forward(stream& s, float* out, float* saved, const float* qkv, size B, size T, size C,
                                   size NH);
-    // The backward is the key-tile backward with dq partials (kernels/cuda/attention_backward.cuh)
-    // where their workspace takes at most kernels::cuda::attention_partials_limit_bytes, else the
-    // key-tile backward with dq added in order (head sizes above 64; a workspace linear in T) or
+    // The backward is kernels::cuda::attention_backward_pick's (kernels/cuda/attention_backward.cuh):
+    // the key-tile backward with dq partials where their workspace (in bands of query tiles at head
+    // size 128) takes at most kernels::cuda::attention_partials_limit_bytes, else the key-tile
+    // backward with dq added in order (head size 64 and up; a workspace linear in T) or
     // the two-kernel backward (kernels/cuda/attention.cuh), which needs none: attention_workspace
     // floats of scratch (any alignment), a function of the shape alone that a Layer counts in its
     // workspace_floats. Either way the same bits on every run of a shape.
