@@ -69,12 +69,16 @@ results run(const problem& p, gpu::attention_backward_algo algo) {
     return r;
 }
 
+// True, reported as a skip, once this process runs the two-kernel backward for good (the last case
+// of this file ran first).
+bool switched_to_two_kernels() {
+    if (!op::two_kernel_attention_backward()) return false;
+    test::skip("this process was switched to the two-kernel backward (the last case of this file ran first)");
+    return true;
+}
+
 TEST_CASE("cuda ops attention_backward: partials where their workspace fits, the kernel's bits, run to run") {
-    if (test::skip_without_gpu()) return;
-    if (op::two_kernel_attention_backward()) {
-        test::skip("this process was switched to the two-kernel backward (the last case of this file ran first)");
-        return;
-    }
+    if (test::skip_without_gpu() || switched_to_two_kernels()) return;
     for (const problem& p : {problem(2, 200, 48, 3, 10), problem(1, 1, 64, 2, 20), problem(3, 129, 256, 4, 30)}) {
         INFO("B=" << p.B << " T=" << p.T << " C=" << p.C << " NH=" << p.NH);
         const std::size_t HS = p.C / p.NH;
@@ -110,11 +114,7 @@ void check_against_kernel(const problem& p, gpu::attention_backward_algo algo) {
 }
 
 TEST_CASE("cuda ops attention_backward: partials in bands at head size 128 where the triangle would not fit") {
-    if (test::skip_without_gpu()) return;
-    if (op::two_kernel_attention_backward()) {
-        test::skip("this process was switched to the two-kernel backward (the last case of this file ran first)");
-        return;
-    }
+    if (test::skip_without_gpu() || switched_to_two_kernels()) return;
     // B=1 T=16384 NH=2 HS=128: the whole triangle would take 4.3 GB (above
     // attention_partials_limit_bytes); bands of query tiles take at most the bound.
     const problem p(1, 16384, 256, 2, 50);
@@ -127,11 +127,7 @@ TEST_CASE("cuda ops attention_backward: partials in bands at head size 128 where
 }
 
 TEST_CASE("cuda ops attention_backward: ordered at head size 64 where the triangle would not fit") {
-    if (test::skip_without_gpu()) return;
-    if (op::two_kernel_attention_backward()) {
-        test::skip("this process was switched to the two-kernel backward (the last case of this file ran first)");
-        return;
-    }
+    if (test::skip_without_gpu() || switched_to_two_kernels()) return;
     // B=1 T=24576 NH=2 HS=64: the triangle would take 2.4 GB; ordered's workspace is linear in T
     // (dout . out per row and a counter per query tile).
     const problem p(1, 24576, 128, 2, 60);
