@@ -106,45 +106,53 @@ void check_errors(const part_errors& e, const char* against) {
     CHECK(e.dv < tolerance);
 }
 
+// One shape's inputs on the device (every buffer shifted by offset floats), the forward's out and
+// lse of every query head (multi-head kernels on the expanded rows), and the two-kernel backward on
+// the expanded rows reduced to compact rows: what the key-tile backward is compared with.
+struct backward_case {
+    std::size_t BT, A;
+    std::vector<float> qkv, dout, dqkv_start, qkv_mh;  // dqkv_start != 0 proves +=
+    device_buffer<float> d_qkv, d_qkv_mh, d_dout, d_out, d_lse;
+    std::vector<double> expected_gpu;
+
+    backward_case(const shape& s, unsigned seed, std::size_t offset)
+        : BT(s.B * s.T), A(s.A()), qkv(random_floats(BT * s.row(), seed)), dout(random_floats(BT * A, seed + 1)),
+          dqkv_start(random_floats(BT * s.row(), seed + 2)), qkv_mh(expand_kv(qkv, s)), d_qkv(qkv, offset),
+          d_qkv_mh(qkv_mh, offset), d_dout(dout, offset), d_out(std::vector<float>(BT * A), offset),
+          d_lse(std::vector<float>(s.B * s.NH * s.T), offset) {
+        gpu::attention_forward(d_out.get(), d_lse.get(), d_qkv_mh.get(), s.B, s.T, A, s.NH, nullptr);
+        device_buffer<float> d_g_mh(std::vector<float>(BT * 3 * A, 0.f), offset);
+        gpu::attention_backward(d_g_mh.get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv_mh.get(), s.B, s.T, A,
+                                s.NH, nullptr);
+        expected_gpu = reduce_kv(d_g_mh.download(), dqkv_start, s);
+    }
+};
+
 // Runs partials and ordered (each twice) on one shape and compares them with the CPU kernel (when
 // with_cpu) and with the two-kernel backward; offset shifts every buffer (1: 4-byte copies).
 void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::size_t offset = 0) {
     INFO("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS << " offset " << offset);
-    const std::size_t BT = s.B * s.T, A = s.A();
-    const std::vector<float> qkv = random_floats(BT * s.row(), seed);
-    const std::vector<float> dout = random_floats(BT * A, seed + 1);
-    const std::vector<float> dqkv_start = random_floats(BT * s.row(), seed + 2);  // proves +=
-    const std::vector<float> qkv_mh = expand_kv(qkv, s);
-
-    // The forward (multi-head kernels on the expanded rows): out and lse of every query head.
-    device_buffer<float> d_qkv(qkv, offset), d_qkv_mh(qkv_mh, offset), d_dout(dout, offset);
-    device_buffer<float> d_out(std::vector<float>(BT * A), offset), d_lse(std::vector<float>(s.B * s.NH * s.T), offset);
-    gpu::attention_forward(d_out.get(), d_lse.get(), d_qkv_mh.get(), s.B, s.T, A, s.NH, nullptr);
-
-    // The two-kernel backward on the expanded rows, reduced to compact rows.
-    device_buffer<float> d_g_mh(std::vector<float>(BT * 3 * A, 0.f), offset);
-    gpu::attention_backward(d_g_mh.get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv_mh.get(), s.B, s.T, A,
-                            s.NH, nullptr);
-    const std::vector<double> expected_gpu = reduce_kv(d_g_mh.download(), dqkv_start, s);
+    const backward_case c(s, seed, offset);
+    const std::size_t BT = c.BT, A = c.A;
 
     std::vector<float> results[2];
     for (const attention_backward_algo algo : {attention_backward_algo::partials, attention_backward_algo::ordered}) {
         INFO("algo " << std::string(gpu::to_string(algo)));
         const std::size_t bytes = gpu::attention_backward_workspace(algo, s.B, s.T, s.NH, s.HS);
         device_buffer<std::byte> workspace(bytes);
-        device_buffer<float> d_dqkv(dqkv_start, offset), d_dqkv_again(dqkv_start, offset);
+        device_buffer<float> d_dqkv(c.dqkv_start, offset), d_dqkv_again(c.dqkv_start, offset);
         for (device_buffer<float>* target : {&d_dqkv, &d_dqkv_again})
-            gpu::attention_backward_key_tiles(target->get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv.get(),
-                                              s.B, s.T, s.NH, s.NKV, s.HS, algo, workspace.get(), bytes, nullptr);
+            gpu::attention_backward_key_tiles(target->get(), c.d_lse.get(), c.d_dout.get(), c.d_out.get(),
+                                              c.d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.HS, algo, workspace.get(), bytes,
+                                              nullptr);
         const std::vector<float> got = d_dqkv.download(), again = d_dqkv_again.download();
         CHECK_MESSAGE(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)) == 0,
                       "two backward runs on the same inputs differ");
-        const part_errors vs_gpu = compare(got, expected_gpu, dqkv_start, s);
+        const part_errors vs_gpu = compare(got, c.expected_gpu, c.dqkv_start, s);
         check_errors(vs_gpu, "the two-kernel backward");
         MESSAGE("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS
                      << std::string(offset ? " misaligned" : "") << " " << std::string(gpu::to_string(algo))
-                     << ": vs two-kernel dq "
-                     << vs_gpu.dq << ", dk " << vs_gpu.dk << ", dv " << vs_gpu.dv);
+                     << ": vs two-kernel dq " << vs_gpu.dq << ", dk " << vs_gpu.dk << ", dv " << vs_gpu.dv);
         results[algo == attention_backward_algo::ordered] = got;
     }
     CHECK_MESSAGE(std::memcmp(results[0].data(), results[1].data(), results[0].size() * sizeof(float)) == 0,
@@ -152,9 +160,9 @@ void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::
 
     if (with_cpu) {
         std::vector<float> out_cpu(BT * A), lse_cpu(s.B * s.NH * s.T), g_cpu(BT * 3 * A, 0.f);
-        cpu::attention_forward(out_cpu.data(), lse_cpu.data(), qkv_mh.data(), s.B, s.T, A, s.NH);
-        cpu::attention_backward(g_cpu.data(), lse_cpu.data(), dout.data(), qkv_mh.data(), s.B, s.T, A, s.NH);
-        const part_errors vs_cpu = compare(results[1], reduce_kv(g_cpu, dqkv_start, s), dqkv_start, s);
+        cpu::attention_forward(out_cpu.data(), lse_cpu.data(), c.qkv_mh.data(), s.B, s.T, A, s.NH);
+        cpu::attention_backward(g_cpu.data(), lse_cpu.data(), c.dout.data(), c.qkv_mh.data(), s.B, s.T, A, s.NH);
+        const part_errors vs_cpu = compare(results[1], reduce_kv(g_cpu, c.dqkv_start, s), c.dqkv_start, s);
         check_errors(vs_cpu, "the CPU kernel");
         MESSAGE("  vs CPU: dq " << vs_cpu.dq << ", dk " << vs_cpu.dk << ", dv " << vs_cpu.dv);
     }
@@ -170,7 +178,6 @@ TEST_CASE("cuda attention backward by key tiles matches the CPU kernel and the t
     unsigned seed = 300;
     for (const shape& s : shapes) compare_backward(s, seed += 10);
 }
-
 
 TEST_CASE("cuda attention backward by key tiles with grouped-query heads: dk, dv summed over each group") {
     if (skip_without_gpu()) return;
@@ -193,35 +200,27 @@ TEST_CASE("cuda attention backward by key tiles at long T (2048 .. 8192, odd len
 // bands in order (another rounding, within the tolerance of the two-kernel backward); repeatable.
 void compare_bands(const shape& s, unsigned seed) {
     INFO("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS);
-    const std::size_t BT = s.B * s.T, A = s.A(), n = (s.T + 63) / 64;
-    const std::vector<float> qkv = random_floats(BT * s.row(), seed);
-    const std::vector<float> dout = random_floats(BT * A, seed + 1);
-    const std::vector<float> dqkv_start = random_floats(BT * s.row(), seed + 2);
-    const std::vector<float> qkv_mh = expand_kv(qkv, s);
-    device_buffer<float> d_qkv(qkv), d_qkv_mh(qkv_mh), d_dout(dout);
-    device_buffer<float> d_out(std::vector<float>(BT * A)), d_lse(std::vector<float>(s.B * s.NH * s.T));
-    gpu::attention_forward(d_out.get(), d_lse.get(), d_qkv_mh.get(), s.B, s.T, A, s.NH, nullptr);
-    device_buffer<float> d_g_mh(std::vector<float>(BT * 3 * A, 0.f));
-    gpu::attention_backward(d_g_mh.get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv_mh.get(), s.B, s.T, A,
-                            s.NH, nullptr);
-    const std::vector<double> expected_gpu = reduce_kv(d_g_mh.download(), dqkv_start, s);
+    const backward_case c(s, seed, 0);
+    const std::size_t BT = c.BT, A = c.A, n = (s.T + 63) / 64;
 
     const auto partials = attention_backward_algo::partials;
     auto run = [&](std::size_t limit) {
         const std::size_t bytes = gpu::attention_backward_workspace(partials, s.B, s.T, s.NH, s.HS, limit);
         device_buffer<std::byte> workspace(bytes);
-        device_buffer<float> d_dqkv(dqkv_start);
-        gpu::attention_backward_key_tiles(d_dqkv.get(), d_lse.get(), d_dout.get(), d_out.get(), d_qkv.get(), s.B, s.T,
-                                          s.NH, s.NKV, s.HS, partials, workspace.get(), bytes, nullptr, limit);
+        device_buffer<float> d_dqkv(c.dqkv_start);
+        gpu::attention_backward_key_tiles(d_dqkv.get(), c.d_lse.get(), c.d_dout.get(), c.d_out.get(), c.d_qkv.get(),
+                                          s.B, s.T, s.NH, s.NKV, s.HS, partials, workspace.get(), bytes, nullptr,
+                                          limit);
         return d_dqkv.download();
     };
     const std::size_t whole = gpu::attention_backward_workspace(partials, s.B, s.T, s.NH, s.HS, ~std::size_t{0});
     REQUIRE(gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS, whole) == 1);
     const std::vector<float> one_band = run(whole);
-    // The smallest bound bands take: Dsum's part, then the last query tile's n tiles per (b, h).
-    const std::size_t D = s.HS <= 16 ? 16 : s.HS <= 32 ? 32 : s.HS <= 64 ? 64 : 128;
+    // The smallest bound bands take: Dsum's part (where the partials start), then the last query
+    // tile's n tiles per (b, h).
+    const std::size_t D = static_cast<std::size_t>(gpu::attention_detail::padded_head_size(s.HS));
     const std::size_t tile_bytes = s.B * s.NH * 64 * D * sizeof(float);
-    const std::size_t dsum_bytes = (s.B * s.NH * s.T * sizeof(float) + 255) / 256 * 256;
+    const std::size_t dsum_bytes = gpu::attention_detail::key_tile_layout(partials, s.B, s.T, s.NH, s.HS, whole).partials;
     const std::size_t smallest = dsum_bytes + n * tile_bytes;
     for (const std::size_t limit : {smallest, std::max(smallest + tile_bytes, dsum_bytes + (whole - dsum_bytes) / 3)}) {
         const std::size_t bands = gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS, limit);
@@ -238,7 +237,7 @@ void compare_bands(const shape& s, unsigned seed) {
         for (std::size_t r = 0; r < BT; ++r)
             dq_same = dq_same && std::memcmp(&got[r * s.row()], &one_band[r * s.row()], A * sizeof(float)) == 0;
         CHECK_MESSAGE(dq_same, "dq in bands must be the one band's bits (the same sum in the same order)");
-        const part_errors e = compare(got, expected_gpu, dqkv_start, s);
+        const part_errors e = compare(got, c.expected_gpu, c.dqkv_start, s);
         check_errors(e, "the two-kernel backward");
         MESSAGE("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS << ", " << bands
                      << " bands: vs two-kernel dq " << e.dq << ", dk " << e.dk << ", dv " << e.dv);

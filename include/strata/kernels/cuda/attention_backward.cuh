@@ -116,7 +116,7 @@ struct key_tile_workspace {
     std::size_t dsum = 0;      // (B, NH, T) floats: dout . out per query row
     std::size_t counters = 0;  // ordered: (B, NH, n) ints, then the block ticket
     std::size_t partials = 0;  // partials: per (b, h): the largest band's tiles of (64, D) floats
-    std::size_t band_tiles = 0;  // partials: the most tiles a band may take per (b, h); 0: one band [0, n)
+    std::size_t band_room = 0;  // partials: the most tiles a band may take per (b, h); 0: one band [0, n)
     std::size_t bytes = 0;     // the whole workspace
 };
 
@@ -140,7 +140,7 @@ inline key_tile_workspace key_tile_layout(attention_backward_algo algo, std::siz
         const std::size_t room = limit_bytes > end && tile_bytes > 0 ? (limit_bytes - end) / tile_bytes : 0;
         std::size_t largest = band_tiles(0, n);
         if (largest > room && n <= room) {  // bands: each fits, the last query tile alone (n tiles) too
-            w.band_tiles = room;
+            w.band_room = room;
             largest = 0;
             for (std::size_t q0 = 0; q0 < n;) {
                 const std::size_t q_end = band_end(q0, n, room);
@@ -157,9 +157,9 @@ inline key_tile_workspace key_tile_layout(attention_backward_algo algo, std::siz
 // How many bands partials runs in for a shape (1: the whole triangle at once).
 inline std::size_t partials_band_count(const key_tile_workspace& w, std::size_t T) {
     const std::size_t n = (T + tile - 1) / tile;
-    if (w.band_tiles == 0) return 1;
+    if (w.band_room == 0) return 1;
     std::size_t bands = 0;
-    for (std::size_t q0 = 0; q0 < n; ++bands) q0 = band_end(q0, n, w.band_tiles);
+    for (std::size_t q0 = 0; q0 < n; ++bands) q0 = band_end(q0, n, w.band_room);
     return bands;
 }
 
@@ -560,11 +560,9 @@ inline std::size_t attention_partials_bands(std::size_t B, std::size_t T, std::s
 // bits, on every run of a shape.
 inline attention_backward_algo attention_backward_pick(std::size_t B, std::size_t T, std::size_t NH, std::size_t HS,
                                                        std::size_t limit_bytes = attention_partials_limit_bytes) {
-    const bool fits = attention_backward_workspace(attention_backward_algo::partials, B, T, NH, HS, limit_bytes) <=
-                      limit_bytes;
+    const auto partials = attention_detail::key_tile_layout(attention_backward_algo::partials, B, T, NH, HS, limit_bytes);
     const int D = attention_detail::padded_head_size(HS);
-    if (fits && (D > 64 || attention_partials_bands(B, T, NH, HS, limit_bytes) == 1))
-        return attention_backward_algo::partials;
+    if (partials.bytes <= limit_bytes && (D > 64 || partials.band_room == 0)) return attention_backward_algo::partials;
     return D >= 64 ? attention_backward_algo::ordered : attention_backward_algo::recompute;
 }
 
@@ -627,7 +625,7 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
             const auto kernel = attention_backward_key_tile_kernel<Real, D, false>;
             allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_key_tile_kernel");
             for (std::size_t q0 = 0; q0 < n;) {  // one band of query tiles [q0, q_end) after another
-                const std::size_t q_end = layout.band_tiles == 0 ? n : band_end(q0, n, layout.band_tiles);
+                const std::size_t q_end = layout.band_room == 0 ? n : band_end(q0, n, layout.band_room);
                 const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(q_end));
                 kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
                     dqkv, partials, nullptr, nullptr, lse, Dsum, dout, qkv, t, nh, nkv, hs, score_scale(HS),
