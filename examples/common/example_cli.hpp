@@ -198,7 +198,8 @@ void add_activation_options(CLI::App& train, Args& a) {
                      "keep, recompute, offload or auto: each block's activations kept on the device for the "
                      "backward or recomputed from its input; offload: the recomputing blocks' inputs wait in pinned "
                      "host memory (auto: keep as many as the device budget holds, offloading inputs when that "
-                     "keeps more)")
+                     "keeps more; with the machine's rates, the placement the step's cost model predicts fastest, "
+                     "in which recomputing blocks may keep their attention output to recompute only the rest)")
         ->check(CLI::IsMember(names_of(activation_policies)))
         ->capture_default_str();
     train.add_flag("--no-checkpointing", a.no_checkpointing, "the same as --activations keep");

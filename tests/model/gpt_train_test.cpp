@@ -114,11 +114,15 @@ TEST_CASE_TEMPLATE("every activation policy (0, some or all blocks kept; recompu
         return std::make_pair(losses, all_blocks(t, kind::params));
     };
     auto [loss_ckpt, params_ckpt] = run(kept_activations::none());
-    // offloaded: 3, 2 and 1 inputs in host memory (the two staging slots taken in turn, and one)
-    for (kept_activations kept : {kept_activations{1}, kept_activations{2}, kept_activations::all(),
-                                  kept_activations{0, true}, kept_activations{1, true}, kept_activations{2, true}}) {
+    // offloaded: 3, 2 and 1 inputs in host memory (the two staging slots taken in turn, and one);
+    // kept parts (selective recompute): 3, 2 and 1 recomputing blocks keep attention's output
+    for (kept_activations kept :
+         {kept_activations{1}, kept_activations{2}, kept_activations::all(), kept_activations{0, true},
+          kept_activations{1, true}, kept_activations{2, true}, kept_activations{0, false, true},
+          kept_activations{1, false, true}, kept_activations{2, true, true}, kept_activations{0, true, true}}) {
         CAPTURE(kept.count);
         CAPTURE(kept.offload_inputs);
+        CAPTURE(kept.keep_parts);
         auto [loss, params] = run(kept);
         CHECK(loss == loss_ckpt);
         for (std::size_t g = 0; g < params_ckpt.size(); ++g)

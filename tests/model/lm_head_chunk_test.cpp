@@ -327,6 +327,8 @@ void chunked_is_deterministic_for_every_policy_and_placement(B& backend) {
     check_bitwise(reference, run<streamed>(backend, model, kept_activations::all(), 3));
     check_bitwise(reference, run<resident>(backend, model, kept_activations{0, true}, 3));  // inputs offloaded
     check_bitwise(reference, run<streamed>(backend, model, kept_activations{1, true}, 3));
+    check_bitwise(reference, run<resident>(backend, model, kept_activations{0, false, true}, 3));  // kept parts
+    check_bitwise(reference, run<streamed>(backend, model, kept_activations{1, true, true}, 3));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "support/random_batch.hpp"  // test::counting_batches
 #include <strata/optim/offloaded_optimizer.hpp>  // offloaded_optimizer (the calibration's host optimizer)
 #include <strata/plan/cost_model.hpp>         // predict, step_prediction
+#include <strata/plan/plan_table.hpp>         // plan_table
 #include <strata/plan/planner.hpp>            // plan, plan_request, detail::streamed_plan
 #include <strata/strata.hpp>                  // cpu_backend, gpt_model, tiered_tensor
 #include <strata/train.hpp>  // gpt_trainer: tiered_trainer of gpt_model
@@ -67,7 +68,7 @@ double seconds_of(const memory_plan& p, const plan_request& r, const machine_rat
 
 // Every plan of the search's space (planner.hpp: detail::fastest_plan), enumerated without its
 // shortcuts: resident or streamed, any slots, embeddings home, device prefix, kept blocks,
-// offloading, and spills of any length in either order. The least predicted time of those that fit.
+// offloading, kept parts, and spills of any length in either order. The least predicted time of those that fit.
 double exhaustive_best(const plan_request& r, const machine_rates& m) {
     const detail::plan_inputs in = detail::inputs_of(r);
     const std::size_t L = in.model.blocks, G = in.model.group_bytes.size();
@@ -76,8 +77,9 @@ double exhaustive_best(const plan_request& r, const machine_rates& m) {
         if (p.fits()) best = std::min(best, seconds_of(p, r, m));
     };
     for (bool offload : {false, true})
+        for (bool parts : {false, true})
         for (std::size_t kept = 0; kept <= L; ++kept) {
-            const kept_activations k{kept, offload};
+            const kept_activations k{kept, offload, parts};
             consider(detail::resident_plan(r, in, k));
             for (std::size_t slots : {2, 3})
                 for (bool embeddings_on_device : {false, true})
@@ -183,6 +185,9 @@ TEST_CASE("a plan the fixed rules fit is never refused, and never predicted slow
                         if (policy == activation_policy::keep) CHECK(searched.kept_blocks == c.n_layer);
                         if (policy == activation_policy::recompute) CHECK(searched.kept_blocks == 0);
                         if (policy == activation_policy::recompute) CHECK(searched.offloaded_inputs == 0);
+                        // kept parts are the search's choice only where the policy leaves it one
+                        if (policy == activation_policy::recompute || policy == activation_policy::keep)
+                            CHECK(searched.kept_parts == 0);
                         if (all_on_storage && searched.where == placement::streamed)
                             for (const group_home& h : searched.homes)
                                 if (h.weights == tier_id::host) CHECK(h.moments == tier_id::storage);
@@ -190,6 +195,44 @@ TEST_CASE("a plan the fixed rules fit is never refused, and never predicted slow
                             for (const group_home& h : searched.homes) CHECK(h.weights == tier_id::host);
                     }
     CHECK(fitted > 20);
+}
+
+TEST_CASE("kept parts: where attention dominates the recompute and not every block's activations fit, the "
+          "recomputing blocks keep attention's output") {
+    // A long context for its width: attention's T x T products are most of a block's forward.
+    const gpt_config c{.vocab_size = 64, .max_seq = 512, .n_layer = 6, .n_head = 4, .n_embd = 32};
+    plan_request r{.model = footprint(c, 1, 512), .budgets = {.device = big, .host = big, .storage = big}};
+    REQUIRE(r.model.block_part_bytes > 0);
+    CHECK(r.model.block_part_bytes < r.model.block_activation_bytes / 8);
+    CHECK(r.model.block_part_recompute_attention_flops == 0.0);
+    CHECK(r.model.block_part_recompute_gemm_flops < r.model.block_gemm_flops);
+    r.activations = activation_policy::recompute;
+    const std::size_t fewest = plan(r).total(tier_id::device);
+    r.activations = activation_policy::automatic;
+    // room for every recomputing block's part and two blocks' activations, not all six
+    r.budgets.device = fewest + 2 * r.model.block_activation_bytes + 6 * r.model.block_part_bytes + (1 << 20);
+    machine_rates m = slow_links();
+    m.attention_flops = 1e8;  // attention 20x slower than the GEMMs
+    r.rates = m;
+    const memory_plan searched = plan(r);
+    CHECK(searched.fits());
+    CHECK(searched.kept_blocks < c.n_layer);
+    CHECK(searched.kept_parts == c.n_layer - searched.kept_blocks);
+    CHECK(searched.kept().keep_parts);
+    CHECK(plan_table(searched).find("keeping part of theirs") != std::string::npos);
+    // the same plan without parts is predicted slower, by about the recomputed attention forwards
+    const detail::plan_inputs in = detail::inputs_of(r);
+    const memory_plan whole = detail::resident_plan(r, in, {searched.kept_blocks, searched.kept().offload_inputs});
+    const detail::cost::work_times with_parts = detail::cost::times_of(searched, r, m);
+    CHECK(with_parts.block_recompute < with_parts.block_forward / 2);
+    CHECK(detail::cost::times_of(whole, r, m).block_recompute == with_parts.block_forward);
+    CHECK(seconds_of(searched, r, m) < seconds_of(whole, r, m));
+    // the fixed rules (no rates) and the recompute policy keep no parts
+    r.rates.reset();
+    CHECK(plan(r).kept_parts == 0);
+    r.rates = m;
+    r.activations = activation_policy::recompute;
+    CHECK(plan(r).kept_parts == 0);
 }
 
 TEST_CASE("a storage budget alone moves no optimizer state that the host can hold") {

@@ -129,10 +129,13 @@ TEST_CASE_TEMPLATE("activation bytes equal what the model's activations allocate
     const gpt_config c{.vocab_size = 50, .max_seq = 32, .n_layer = 3, .n_head = 4, .n_embd = 32};
     for (kept_activations kept : {kept_activations::none(), kept_activations{1}, kept_activations{2},
                                   kept_activations{3}, kept_activations::all(), kept_activations{0, true},
-                                  kept_activations{1, true}, kept_activations{2, true}, kept_activations{3, true}})
+                                  kept_activations{1, true}, kept_activations{2, true}, kept_activations{3, true},
+                                  kept_activations{0, false, true}, kept_activations{2, false, true},
+                                  kept_activations{1, true, true}, kept_activations{3, true, true}})
         for (auto [B, T] : {std::pair<std::size_t, std::size_t>{1, 1}, {2, 16}, {3, 32}, {5, 7}}) {
             CAPTURE(kept.count);
             CAPTURE(kept.offload_inputs);
+            CAPTURE(kept.keep_parts);
             CAPTURE(B);
             CAPTURE(T);
             cpu_backend backend({.device_bytes = 64 << 20, .host_bytes = 16 << 20});

@@ -7,7 +7,11 @@
 //   - recompute: they are not kept; the backward runs the block's forward again from the saved
 //     input into one buffer that all recomputing blocks share (activation checkpointing: one
 //     extra forward of that block, and bitwise the same result, since forward is deterministic).
-// The first `kept` blocks keep, the others recompute. A recomputing block's input may also leave
+// The first `kept` blocks keep, the others recompute. A recomputing block may keep a part of its
+// activations (keep_parts: selective recompute, for a block whose layer names such a part,
+// nn/layer.hpp RecomputesPart): attention's output and statistics, ~1/17 of a GPT-2 block's
+// activations, with which its recompute skips attention's forward, the costliest part of it at
+// long contexts, and the MLP projection that backward does not read. A recomputing block's input may also leave
 // the device (offload): it is copied to pinned host memory after the forward has produced it and
 // back just before the backward recomputes from it, so the device holds the kept blocks' inputs,
 // the final norm's and two staging slots instead of every block's. Losses, gradients and weights
@@ -18,7 +22,8 @@
 // The memory planner (plan/planner.hpp) turns a policy into `kept`: recompute -> 0, keep -> every
 // block, automatic -> as many blocks as the device budget holds after everything else it plans
 // (offloading the others' inputs only when the plan fits no other way), offload -> as many as
-// the device holds with the recomputing blocks' inputs always offloaded.
+// the device holds with the recomputing blocks' inputs always offloaded. Kept parts are the
+// step's cost model's choice (plan/planner.hpp: fastest_plan) under auto and offload.
 #pragma once
 
 #include <strata/backend/backend.hpp>       // Backend
@@ -63,6 +68,10 @@ inline activation_policy activation_policy_from_string(std::string_view text) {
 struct kept_activations {
     std::size_t count = 0;
     bool offload_inputs = false;  // the recomputing blocks' inputs live in pinned host memory
+    // The recomputing blocks keep the part of their activations their layer names (selective
+    // recompute: nn/layer.hpp, RecomputesPart; a transformer block's attention output and
+    // statistics), each in a device buffer of its own, and recompute only the rest from it.
+    bool keep_parts = false;
 
     static constexpr kept_activations none() { return {0}; }
     static constexpr kept_activations all() { return {std::numeric_limits<std::size_t>::max()}; }
@@ -71,6 +80,8 @@ struct kept_activations {
     // Buffers of one block's activations that a model of `blocks` blocks allocates: one per kept
     // block, plus one shared by the recomputing blocks when there are any.
     constexpr std::size_t buffers(std::size_t blocks) const { return of(blocks) + (of(blocks) < blocks ? 1 : 0); }
+    // Kept parts (keep_parts): one per recomputing block.
+    constexpr std::size_t parts(std::size_t blocks) const { return keep_parts ? blocks - of(blocks) : 0; }
 
     // Block inputs: block l's is the input of its forward, input `blocks` is the final norm's.
     // Those whose block recomputes are offloaded when offload_inputs says so.

@@ -19,7 +19,9 @@
 //
 // Activations (model/activations.hpp): forward keeps each block's input and the activations of the
 // first `kept` blocks; any other block's backward recomputes its forward from the saved input
-// first (the Layer contract makes that bitwise exact). The LM head and cross-entropy run over
+// first (the Layer contract makes that bitwise exact), or, keeping part of its activations
+// (kept_activations::keep_parts, a Block that is RecomputesPart), runs only the Block's recompute
+// from that part. The LM head and cross-entropy run over
 // chunks of positions (model/lm_head.hpp). The activations' buffers are one list,
 // activation_buffers(), which the planner reads (footprint_of).
 //
@@ -210,6 +212,20 @@ public:
     layer_flops block_flops(std::size_t batch, std::size_t seq) const {
         return flops_split<Block>(m_block_config, batch, seq);
     }
+    // One recomputing block's recompute: its forward again, or with kept parts the Block's
+    // recompute (RecomputesPart) alone.
+    layer_flops block_recompute_flops(std::size_t batch, std::size_t seq, bool keep_parts) const {
+        if constexpr (RecomputesPart<Block>)
+            if (keep_parts) return Block::recompute_flops(m_block_config, batch, seq);
+        return block_flops(batch, seq);
+    }
+    // Elements of one recomputing block's kept part (0: the Block names none, it cannot keep parts).
+    std::size_t block_part_floats(std::size_t batch, std::size_t seq) const {
+        if constexpr (RecomputesPart<Block>)
+            return Block::kept_part(m_block_config, batch, seq).floats;
+        else
+            return 0;
+    }
     double head_flops(std::size_t batch, std::size_t seq) const {
         return Norm::flops(m_norm_config, batch, seq) +
                2.0 * static_cast<double>(batch * seq * m_config.n_embd * m_config.vocab_size);
@@ -235,7 +251,8 @@ public:
             BT,                                      // 7 lse
             chunk * V,                               // 8 dlogits of one chunk
             BT * C,                                  // 9 dnorm_out
-            2 * BT * C};                             // 10 dx, two ping-pong buffers
+            2 * BT * C,                              // 10 dx, two ping-pong buffers
+            kept.parts(L) * block_part_floats(batch, seq)};  // 11 the recomputing blocks' kept parts
         for (auto& x : n) x = std::max<std::size_t>(x, 1);
         return n;
     }
@@ -250,6 +267,7 @@ public:
               m_kept(kept.of(m.m_config.n_layer)),
               m_blocks(m.m_config.n_layer),
               m_offload_inputs(kept.offload_inputs),
+              m_keep_parts(kept.keep_parts),
               m_offloaded(backend, m.m_config.n_layer, batch * seq * m.m_config.n_embd, kept),
               m_vocab(m.m_config.vocab_size),
               m_head_chunk_rows(m.m_config.head_chunk_rows) {
@@ -257,9 +275,17 @@ public:
             m_tokens.emplace_back(backend, shape{BT}, "act.tokens");
             m_tokens.emplace_back(backend, shape{BT}, "act.targets");
             m_block_elements = Block::activation_floats(m.m_block_config, batch, seq);
+            if (kept.parts(m_blocks) > 0) {
+                if constexpr (RecomputesPart<Block>)
+                    m_part = Block::kept_part(m.m_block_config, batch, seq);
+                else
+                    throw error("the recomputing blocks cannot keep part of their activations: the block names no "
+                                "such part",
+                                "keep_parts needs a Block with kept_part and recompute (nn/layer.hpp, RecomputesPart)");
+            }
             static constexpr const char* names[] = {"block_inputs", "block",  "workspace", "norm_out",
                                                     "norm",         "logits", "losses",    "lse",
-                                                    "dlogits",      "dnorm_out", "dx"};
+                                                    "dlogits",      "dnorm_out", "dx",     "parts"};
             const auto sizes = m.activation_buffers(batch, seq, kept);
             for (std::size_t i = 0; i < sizes.size(); ++i)
                 m_buffers.emplace_back(backend, shape{sizes[i]}, std::string("act.") + names[i]);
@@ -267,8 +293,10 @@ public:
 
         std::size_t batch() const { return m_batch; }
         std::size_t seq() const { return m_seq; }
-        kept_activations kept() const { return {m_kept, m_offload_inputs}; }
+        kept_activations kept() const { return {m_kept, m_offload_inputs, m_keep_parts}; }
         bool keeps(std::size_t layer) const { return layer < m_kept; }
+        // Whether recomputing block `layer` keeps its part (and recomputes from it).
+        bool keeps_part(std::size_t layer) const { return m_keep_parts && !keeps(layer); }
         std::size_t head_chunk_rows() const { return m_head_chunk_rows; }
 
         // The logits (rows, V) of rows [first_row, first_row + rows) after a forward (or
@@ -303,11 +331,21 @@ public:
         R* dlogits_chunk() { return data(8); }
         R* dnorm_out() { return data(9); }
         R* dx(std::size_t which, std::size_t BTC) { return data(10) + which * BTC; }
+        // Recomputing block `layer`'s kept part (keeps_part), kept apart from the shared buffer:
+        // saved after its forward, put back in place before its recompute.
+        void save_part(std::size_t layer, stream& s) {
+            ops<backend_type>::copy(s, part(layer), block(layer) + m_part.offset, m_part.floats);
+        }
+        void restore_part(std::size_t layer, stream& s) {
+            ops<backend_type>::copy(s, block(layer) + m_part.offset, part(layer), m_part.floats);
+        }
 
     private:
         R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
+        R* part(std::size_t layer) { return data(11) + (layer - m_kept) * m_part.floats; }
         std::size_t m_batch, m_seq, m_kept, m_blocks;
-        bool m_offload_inputs;
+        bool m_offload_inputs, m_keep_parts;
+        activation_part m_part{};
         offloaded_inputs<R, backend_type> m_offloaded;
         std::size_t m_vocab, m_head_chunk_rows, m_block_elements = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, backend_type>> m_tokens;
@@ -367,7 +405,10 @@ public:
             R* grad = bind.grads(g, s);
             if (!act.keeps(l)) {  // recompute from the saved input (offloaded: brought back first)
                 act.restore_input(l, BTC, s);
-                block_forward(s, p, act, l, batch, seq);
+                if (act.keeps_part(l))
+                    block_recompute(s, p, act, l, batch, seq);
+                else
+                    block_forward(s, p, act, l, batch, seq);
             }
             // the block's output gradient is dx((l + 1) % 2); its input gradient goes to dx(l % 2),
             // except for the first block when nothing upstream trains; zeroed unless the block
@@ -411,6 +452,7 @@ private:
             const R* p = bind.params(g, s, group_use::forward);
             if (training) act.save_input(l, BTC, s);  // offloaded: to the host before its slot is reused
             block_forward(s, p, act, l, batch, seq);
+            if (training && act.keeps_part(l)) act.save_part(l, s);
             bind.done(g, s, group_use::forward);
         }
     }
@@ -442,6 +484,16 @@ private:
         const std::size_t BTC = batch * seq * m_config.n_embd;
         m_block.forward(s, p, act.block_input(l + 1, BTC), act.block(l), act.block_input(l, BTC), act.workspace(), batch,
                         seq);
+    }
+
+    // A recomputing block's recompute from its kept part (act.keeps_part(l)).
+    void block_recompute(stream& s, const R* p, activations& act, std::size_t l, std::size_t batch,
+                         std::size_t seq) const {
+        if constexpr (RecomputesPart<Block>) {
+            act.restore_part(l, s);
+            m_block.recompute(s, p, act.block(l), act.block_input(l, batch * seq * m_config.n_embd), act.workspace(),
+                              batch, seq);
+        }
     }
 
     decoder_config m_config;

@@ -5,12 +5,14 @@
 // Its backward runs llm.c's ops in llm.c's order and keeps the residual stream's gradient in the
 // caller's dinp (overwrites_dinp, nn/layer.hpp): no zero-fill of dinp, no add into it. It is the
 // base to copy for a variant of the block. It decodes
-// incrementally with a KV cache (Decodes, nn/layer.hpp) for generation (model/generator.hpp).
+// incrementally with a KV cache (Decodes, nn/layer.hpp) for generation (model/generator.hpp), and
+// recomputes from its kept attention output (RecomputesPart, nn/layer.hpp) for selective recompute.
 #pragma once
 
 #include <strata/backend/backend.hpp>      // Backend
 #include <strata/core/rng.hpp>             // rng
 #include <strata/nn/gpt2_config.hpp>       // gpt_config, gpt_block_params
+#include <strata/nn/layer.hpp>             // activation_part, layer_flops
 #include <strata/nn/ops.hpp>               // ops
 #include <strata/tensor/param_layout.hpp>  // param_layout, param_spec
 
@@ -82,18 +84,29 @@ public:
     }
 
     void forward(stream& s, const R* p, R* out, R* acts, const R* x, R*, size B, size T) const {
-        const size BT = B * T, C = m_c.n_embd, NH = m_c.n_head;
-        auto P = [&](int i) { return p + m_layout.entries()[i].offset; };
         const saved a = carve(acts, B, T);
-        op::layernorm_forward(s, a.ln1, a.ln1_stats, a.ln1_stats + BT, x, P(0), P(1), B, T, C);
-        op::matmul_forward(s, a.qkv, a.ln1, P(2), P(3), B, T, C, 3 * C);
-        op::attention_forward(s, a.atty, a.att_saved, a.qkv, B, T, C, NH);
-        op::matmul_forward(s, a.attproj, a.atty, P(4), P(5), B, T, C, C);
-        op::residual_layernorm_forward(s, a.res2, a.ln2, a.ln2_stats, a.ln2_stats + BT, x, a.attproj, P(6), P(7), B,
-                                       T, C);  // res2 = x + attproj; ln2 = layernorm(res2)
-        op::matmul_gelu_forward(s, a.fch, a.fch_gelu, a.ln2, P(8), P(9), B, T, C, 4 * C);  // fch_gelu = gelu(fch)
-        op::matmul_forward(s, a.fcproj, a.fch_gelu, P(10), P(11), B, T, 4 * C, C);
-        op::residual_forward(s, out, a.res2, a.fcproj, BT * C);
+        qkv_forward(s, p, a, x, B, T);
+        op::attention_forward(s, a.atty, a.att_saved, a.qkv, B, T, m_c.n_embd, m_c.n_head);
+        after_attention(s, p, a, x, B, T);
+        op::matmul_forward(s, a.fcproj, a.fch_gelu, param(p, 10), param(p, 11), B, T, 4 * m_c.n_embd, m_c.n_embd);
+        op::residual_forward(s, out, a.res2, a.fcproj, B * T * m_c.n_embd);
+    }
+
+    // Selective recompute (nn/layer.hpp, RecomputesPart): a recomputing caller keeps attention's
+    // statistics and output (att_saved, atty: adjacent in acts), and recompute runs the rest of
+    // forward but the MLP projection and the residual add, which backward does not read.
+    static activation_part kept_part(const gpt_config& c, size B, size T) {
+        const size BT = B * T, C = c.n_embd;
+        return {.offset = BT * C + 2 * BT + BT * 3 * C, .floats = op::attention_saved(B, T, c.n_head) + BT * C};
+    }
+    static layer_flops recompute_flops(const gpt_config& c, size B, size T) {
+        const double BT = double(B) * double(T), C = double(c.n_embd);
+        return {.gemm = 2.0 * BT * (3.0 + 1.0 + 4.0) * C * C, .attention = 0.0};  // qkv, attention proj, c_fc
+    }
+    void recompute(stream& s, const R* p, R* acts, const R* x, R*, size B, size T) const {
+        const saved a = carve(acts, B, T);
+        qkv_forward(s, p, a, x, B, T);
+        after_attention(s, p, a, x, B, T);
     }
 
     // Incremental decoding (nn/layer.hpp, Decodes). The cache row of position t is its key | value,
@@ -176,6 +189,22 @@ private:
     struct saved {
         R *ln1, *ln1_stats, *qkv, *att_saved, *atty, *attproj, *res2, *ln2, *ln2_stats, *fch, *fch_gelu, *fcproj;
     };
+    const R* param(const R* p, int i) const { return p + m_layout.entries()[i].offset; }
+
+    // forward up to attention: ln1 = layernorm(x), qkv = ln1 W + b
+    void qkv_forward(stream& s, const R* p, const saved& a, const R* x, size B, size T) const {
+        const size BT = B * T, C = m_c.n_embd;
+        op::layernorm_forward(s, a.ln1, a.ln1_stats, a.ln1_stats + BT, x, param(p, 0), param(p, 1), B, T, C);
+        op::matmul_forward(s, a.qkv, a.ln1, param(p, 2), param(p, 3), B, T, C, 3 * C);
+    }
+    // forward from attention's output to the MLP's activation
+    void after_attention(stream& s, const R* p, const saved& a, const R* x, size B, size T) const {
+        const size BT = B * T, C = m_c.n_embd;
+        op::matmul_forward(s, a.attproj, a.atty, param(p, 4), param(p, 5), B, T, C, C);
+        op::residual_layernorm_forward(s, a.res2, a.ln2, a.ln2_stats, a.ln2_stats + BT, x, a.attproj, param(p, 6), param(p, 7), B,
+                                       T, C);  // res2 = x + attproj; ln2 = layernorm(res2)
+        op::matmul_gelu_forward(s, a.fch, a.fch_gelu, a.ln2, param(p, 8), param(p, 9), B, T, C, 4 * C);  // fch_gelu = gelu(fch)
+    }
     saved carve(R* p, size B, size T) const {
         const size BT = B * T, C = m_c.n_embd;
         auto take = [&](size n) {

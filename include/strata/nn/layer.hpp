@@ -74,6 +74,24 @@
 //   decoding from an earlier pos. One prompt of n rows and n calls of one row fill the same cache.
 // - As forward: decode only enqueues on the stream, its workspace holds garbage on entry, and every
 //   pointer is a device-tier address.
+//
+// Selective recompute (optional, the RecomputesPart concept below): a layer whose activations hold
+// a part that is costly to compute and small to keep (a transformer block's attention output and
+// its row statistics: B T C + B NH T floats of the block's ~17 B T C) may name that part and
+// recompute the rest of its activations from it, so that a block that does not keep all of its
+// activations keeps that part and skips attention's forward when its backward recomputes:
+//
+//       static activation_part kept_part(const config_type&, size B, size T);   // a range of acts
+//       static layer_flops recompute_flops(const config_type&, size B, size T);  // what recompute runs
+//       void recompute(stream&, const R* params, R* acts, const R* inp, R* workspace, size B, size T) const;
+//
+// - recompute starts with acts[offset, offset + floats) as forward left it (from the same params and
+//   inp) and everything else of acts garbage; backward after it gives the same bits as backward
+//   after forward. It writes no output, and it may leave garbage where backward does not read
+//   (GPT-2's block skips its MLP projection: backward reads neither it nor the output). The harness
+//   checks this with NaN over the rest of acts (testing::check_checkpointing).
+// - recompute_flops counts the FLOPs recompute runs (2 per multiply-add), GEMMs and T x T products
+//   apart, as flops_split does for forward; the step's cost model times the recompute with them.
 #pragma once
 
 #include <strata/backend/backend.hpp>      // Backend
@@ -289,6 +307,58 @@ layer_flops flops_split(const typename L::config_type& c, std::size_t B, std::si
         const double gemm = std::min(all, 2.0 * static_cast<double>(B * T) * params);
         return {.gemm = gemm, .attention = all - gemm};
     }
+}
+
+// The part of a layer's activations that a recomputing caller keeps (RecomputesPart): floats of
+// acts from offset on.
+struct activation_part {
+    std::size_t offset = 0;
+    std::size_t floats = 0;
+};
+
+namespace detail::layer {
+
+template <class L>
+concept has_kept_part = requires(const typename L::config_type& c, std::size_t n) {
+    { L::kept_part(c, n, n) } -> std::same_as<activation_part>;
+};
+
+template <class L>
+concept has_recompute_flops = requires(const typename L::config_type& c, std::size_t n) {
+    { L::recompute_flops(c, n, n) } -> std::same_as<layer_flops>;
+};
+
+template <class L>
+concept has_recompute = requires(const L& layer, typename L::backend_type::stream& s,
+                                 const typename L::value_type* in, typename L::value_type* out, std::size_t n) {
+    layer.recompute(s, in, out, in, out, n, n);  // params, acts, inp, workspace, B, T
+};
+
+}  // namespace detail::layer
+
+// A Layer that recomputes its activations from a kept part of them (see the top of this file).
+// Optional: a model recomputes a block without it by running its whole forward again.
+template <class L>
+concept RecomputesPart = Layer<L> && detail::layer::has_kept_part<L> && detail::layer::has_recompute_flops<L> &&
+                         detail::layer::has_recompute<L>;
+
+// The selective-recompute contract member by member, with messages (static_assert(check_recomputes_part<L>())).
+template <class L>
+consteval bool check_recomputes_part() {
+    using namespace detail::layer;
+    static_assert(check_layer<L>(), "a layer that recomputes from a kept part is a Layer first");
+    if constexpr (Layer<L>) {
+        static_assert(has_kept_part<L>,
+                      "a selectively recomputing layer names the part of its activations a caller keeps: `static "
+                      "strata::activation_part kept_part(const config_type&, std::size_t B, std::size_t T)`");
+        static_assert(has_recompute_flops<L>,
+                      "a selectively recomputing layer counts what its recompute runs: `static "
+                      "strata::layer_flops recompute_flops(const config_type&, std::size_t B, std::size_t T)`");
+        static_assert(has_recompute<L>,
+                      "a selectively recomputing layer has `void recompute(stream&, const R* params, R* acts, const "
+                      "R* inp, R* workspace, std::size_t B, std::size_t T) const`");
+    }
+    return RecomputesPart<L>;
 }
 
 }  // namespace strata

@@ -10,7 +10,8 @@
 //   compute    the device stream: per micro-batch the embeddings, each block's forward (offloaded
 //              inputs saved to the host on this stream), the final norm and LM head forward and
 //              backward, each block's backward in reverse (recomputing blocks first run their
-//              forward again, offloaded inputs brought back first), the embeddings' backward; then
+//              forward again, or with kept parts the rest of it, offloaded inputs brought back
+//              first), the embeddings' backward; then
 //              the sums of squares, and the device-homed groups' optimizer updates;
 //   h2d, d2h   pipeline_engine with `slots` slots: a streamed block's weights (and, after the first
 //              micro-batch, its accumulated gradients) go up `slots - 1` uses ahead of compute into
@@ -162,6 +163,7 @@ private:
 // Seconds of each piece of work, from the footprint, the plan and the rates.
 struct work_times {
     double block_forward = 0, block_backward = 0;  // compute, per micro-batch
+    double block_recompute = 0;  // a recomputing block's forward again (with kept parts: the rest of it)
     double input_save = 0, input_restore = 0;       // an offloaded block input, on the compute stream
     double head = 0;                                // final norm + LM head + cross-entropy, forward and backward
     double embeddings = 0;                          // the embeddings' forward (and again their backward)
@@ -208,6 +210,17 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
     w.block_forward = seconds_of(f.block_gemm_flops, m.gemm_flops) + attention_forward_share * attention + elementwise;
     w.block_backward = seconds_of(2.0 * f.block_gemm_flops, m.gemm_flops) + (1 - attention_forward_share) * attention +
                        2.0 * elementwise;
+    w.block_recompute = w.block_forward;
+    if (p.kept_parts > 0) {
+        // The block's recompute from its part: its own FLOPs; the rest of the activations written;
+        // the part copied out after the forward and back before the recompute (read and write each).
+        const double part = static_cast<double>(f.block_part_bytes);
+        const double rest = std::max(0.0, static_cast<double>(f.block_activation_bytes) - part);
+        w.block_recompute = seconds_of(f.block_part_recompute_gemm_flops, m.gemm_flops) +
+                            attention_forward_share * 3.0 * f.block_part_recompute_attention_flops /
+                                std::max(m.attention_flops, 1.0) +
+                            2.0 * rest / mem + 4.0 * part / mem;
+    }
     const double input = static_cast<double>(f.block_input_bytes);
     w.input_save = seconds_of(input, m.d2h);
     w.input_restore = seconds_of(input, m.h2d);
@@ -302,7 +315,7 @@ public:
                 const int ready = params(1 + l);
                 if (l >= m_plan.kept_blocks) {
                     if (offloads(l)) compute(m_w.input_restore, {ready});
-                    compute(m_w.block_forward, {ready});
+                    compute(m_w.block_recompute, {ready});
                 }
                 compute(m_w.block_backward, {ready});
                 done(1 + l, true, last_micro);
@@ -486,7 +499,7 @@ inline step_prediction simulate(const memory_plan& p, const plan_request& r, con
 inline double compute_bound(const memory_plan& p, const plan_request& r, const work_times& w) {
     const std::size_t L = r.model.blocks, recomputing = L - std::min(p.kept_blocks, L);
     double micro = w.embeddings * 2 + w.head + static_cast<double>(L) * (w.block_forward + w.block_backward) +
-                   static_cast<double>(recomputing) * w.block_forward;
+                   static_cast<double>(recomputing) * w.block_recompute;
     if (p.offloaded_inputs > 0) micro += static_cast<double>(recomputing) * (w.input_save + w.input_restore);
     double once = 0;
     for (std::size_t g = 0; g < w.device_update.size(); ++g) once += w.device_update[g];

@@ -50,6 +50,9 @@ struct model_footprint {
     std::size_t activation_fixed_bytes = 0;
     std::size_t block_activation_bytes = 0;
     std::size_t block_input_bytes = 0;
+    // One recomputing block's kept part in bytes (kept_activations::keep_parts; unpadded: the parts
+    // are one allocation of kept_activations::parts); 0: the model's blocks cannot keep parts.
+    std::size_t block_part_bytes = 0;
     std::size_t blocks = 0;                    // transformer blocks (groups 1 .. n-2)
     std::size_t norm_workspace_bytes = 0;      // sum_of_squares' workspace (the trainers')
     // The compute of one micro-batch, for the step's cost model (plan/cost_model.hpp): forward
@@ -57,13 +60,16 @@ struct model_footprint {
     // T x T products apart, and of the final norm and LM head; and the logits' bytes (B x T x V
     // elements), which the head's cross-entropy writes and reads. 0: the model does not say.
     double block_gemm_flops = 0, block_attention_flops = 0, head_flops = 0;
+    // A recomputing block's recompute from its kept part (keep_parts), GEMMs and attention apart.
+    double block_part_recompute_gemm_flops = 0, block_part_recompute_attention_flops = 0;
     std::size_t logits_bytes = 0;
 
     // Device bytes of the activations when `kept` blocks keep theirs (block inputs included).
     std::size_t activation_bytes(kept_activations kept) const {
         return activation_fixed_bytes + round_up(std::max<std::size_t>(kept.input_slots(blocks) * block_input_bytes, 1),
                                                  page_size) +
-               round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1), page_size);
+               round_up(std::max<std::size_t>(kept.buffers(blocks) * block_activation_bytes, 1), page_size) +
+               round_up(std::max<std::size_t>(kept.parts(blocks) * block_part_bytes, 1), page_size);
     }
     // Pinned host bytes of the offloaded block inputs.
     std::size_t offloaded_input_bytes(kept_activations kept) const {
@@ -95,7 +101,8 @@ model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t 
     // Entry 1 is the blocks' saved activations: with none kept, one block's (the shared buffer).
     const auto buffers = model.activation_buffers(batch, seq, kept_activations::none());
     f.activation_fixed_bytes = 2 * detail::charged(batch * seq * sizeof(std::int32_t));  // tokens, targets
-    for (std::size_t i = 2; i < buffers.size(); ++i) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
+    // The last entry is the recomputing blocks' kept parts (none here: counted by activation_bytes).
+    for (std::size_t i = 2; i + 1 < buffers.size(); ++i) f.activation_fixed_bytes += detail::charged(buffers[i] * sizeof(R));
     // Entry 0 is the block inputs (every block's and the final norm's), entry 1 one block's saved activations.
     f.block_input_bytes = buffers[0] / (f.blocks + 1) * sizeof(R);
     f.block_activation_bytes = buffers[1] * sizeof(R);
@@ -106,6 +113,14 @@ model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t 
         f.block_attention_flops = block.attention;
         f.head_flops = model.head_flops(batch, seq);
         f.logits_bytes = batch * seq * model.vocab_size() * sizeof(R);
+    }
+    if constexpr (requires { model.block_part_floats(batch, seq); model.block_recompute_flops(batch, seq, true); }) {
+        f.block_part_bytes = model.block_part_floats(batch, seq) * sizeof(R);
+        if (f.block_part_bytes > 0) {
+            const layer_flops recompute = model.block_recompute_flops(batch, seq, true);
+            f.block_part_recompute_gemm_flops = recompute.gemm;
+            f.block_part_recompute_attention_flops = recompute.attention;
+        }
     }
     return f;
 }

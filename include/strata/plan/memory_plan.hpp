@@ -95,6 +95,8 @@ struct memory_plan {
     std::size_t block_count = 0;   // transformer blocks
     std::size_t kept_blocks = 0;   // of them, those that keep their activations (the first ones)
     std::size_t offloaded_inputs = 0;  // of the others, those whose inputs wait in pinned host memory
+    std::size_t kept_parts = 0;  // of the others, those that keep part of theirs (kept_activations::keep_parts)
+    std::size_t block_part_bytes = 0;  // one such part
     std::size_t block_input_bytes = 0;  // one block's input (B x T x C)
     std::size_t block_activation_bytes = 0;  // one block's saved activations
     // streamed: device buffers for block weights, and as many for their gradients (prefetch depth
@@ -165,7 +167,7 @@ struct memory_plan {
     }
 
     // What the trainers' train_options::activations must be for this plan.
-    kept_activations kept() const { return {kept_blocks, offloaded_inputs > 0}; }
+    kept_activations kept() const { return {kept_blocks, offloaded_inputs > 0, kept_parts > 0}; }
     // What train_options::homes must be: the streamed plans' homes; resident: none (all device).
     std::vector<group_home> trainer_homes() const { return where == placement::resident ? std::vector<group_home>{} : homes; }
 };

@@ -92,6 +92,10 @@ inline std::string plan_table(const memory_plan& p) {
     out += fmt::format("\nactivations {}: {} of {} blocks keep theirs ({} each), {} recompute from their input",
                        name_of(p.activations_home), p.kept_blocks, p.block_count, detail::short_bytes(p.block_activation_bytes),
                        p.block_count - p.kept_blocks);
+    if (p.kept_parts > 0)
+        out += fmt::format(", {} of them keeping part of theirs ({} each, e.g. attention's output) and recomputing "
+                           "the rest from it",
+                           p.kept_parts, detail::short_bytes(p.block_part_bytes));
     if (p.offloaded_inputs > 0)
         out += fmt::format(" (their inputs in pinned host memory: {} x {})", p.offloaded_inputs,
                            detail::short_bytes(p.block_input_bytes));

@@ -87,6 +87,8 @@ inline memory_plan base_plan(const plan_request& r, const plan_inputs& in, kept_
     p.block_count = in.model.blocks;
     p.kept_blocks = kept.of(in.model.blocks);
     p.offloaded_inputs = kept.offloaded(in.model.blocks);
+    p.kept_parts = kept.parts(in.model.blocks);
+    p.block_part_bytes = in.model.block_part_bytes;
     p.block_input_bytes = in.model.block_input_bytes;
     p.block_activation_bytes = in.model.block_activation_bytes;
     p.parameters = in.model.parameters;
@@ -506,10 +508,12 @@ inline ruled_plan rule_plan(const plan_request& request, const plan_inputs& in) 
 
 // The fastest plan of `request` that fits on a machine of rates `m`, by the cost model
 // (plan/cost_model.hpp), of the placements the trainer supports:
-//   resident, with the most kept blocks the device holds (inputs offloaded or not);
+//   resident, with the most kept blocks the device holds (inputs offloaded or not; under auto
+//   and offload, where the blocks name a part to keep (nn/layer.hpp, RecomputesPart), the
+//   recomputing blocks keeping it or not: the step's time decides, not a rule);
 //   streamed with 2 or 3 slots (or the requested count), the embeddings on the device or the
 //   host (the final norm on the device: it is small), blocks 0 .. d-1 on the device for every d,
-//   the most kept blocks the device then holds (inputs offloaded or not), and the fewest host
+//   the most kept blocks the device then holds (the same choices), and the fewest host
 //   groups' state on storage that the host and the storage budgets allow, the last groups' first
 //   or the first groups' first (all of them when state_on_storage asks).
 // Each choice the search does not enumerate is exact: keeping one more block's activations and
@@ -544,13 +548,20 @@ inline std::optional<memory_plan> fastest_plan(const plan_request& request, cons
     const activation_policy policy = request.activations;
     const std::size_t fewest = policy == activation_policy::keep ? L : 0;
     const std::size_t most = policy == activation_policy::recompute ? 0 : L;
-    std::vector<bool> offload_choices{policy == activation_policy::offload};
-    if (policy == activation_policy::automatic) offload_choices.push_back(true);
+    // How the recomputing blocks recompute (the count aside): inputs offloaded or not; keeping
+    // their layer's part (selective recompute) or not, where the blocks name one and the policy
+    // leaves the choice (auto, offload).
+    std::vector<kept_activations> modes{{0, policy == activation_policy::offload}};
+    if (policy == activation_policy::automatic) modes.push_back({0, true});
+    if (in.model.block_part_bytes > 0 &&
+        (policy == activation_policy::automatic || policy == activation_policy::offload))
+        for (std::size_t i = 0, n = modes.size(); i < n; ++i) modes.push_back({0, modes[i].offload_inputs, true});
     // The plan make(k) with the most kept blocks in [fewest, most] whose device bytes fit (they
     // grow with the kept blocks; nothing else of the plan depends on them but time); empty if none.
-    auto most_kept = [&](auto make, bool offload) -> std::optional<std::size_t> {
+    auto most_kept = [&](auto make, kept_activations mode) -> std::optional<std::size_t> {
         auto device_fits = [&](std::size_t kept) {
-            const memory_plan p = make(kept_activations{kept, offload});
+            mode.count = kept;
+            const memory_plan p = make(mode);
             return p.total(tier_id::device) <= p.budgets.device;
         };
         if (!device_fits(fewest)) return std::nullopt;
@@ -566,9 +577,9 @@ inline std::optional<memory_plan> fastest_plan(const plan_request& request, cons
     };
 
     if (request.where != placement::streamed)
-        for (bool offload : offload_choices) {
+        for (kept_activations mode : modes) {
             auto make = [&](kept_activations k) { return resident_plan(request, in, k); };
-            if (const auto kept = most_kept(make, offload)) consider(make({*kept, offload}));
+            if (const auto kept = most_kept(make, mode)) consider(make({*kept, mode.offload_inputs, mode.keep_parts}));
         }
     if (request.where == placement::resident) return best;
 
@@ -578,7 +589,7 @@ inline std::optional<memory_plan> fastest_plan(const plan_request& request, cons
     std::vector<tier_id> embedding_homes{tier_id::host};
     if (!forced) embedding_homes.insert(embedding_homes.begin(), tier_id::device);
     for (std::size_t slots : slot_choices)
-        for (bool offload : offload_choices)
+        for (kept_activations mode : modes)
             for (tier_id embeddings : embedding_homes)
                 for (std::size_t d = forced ? 0 : L + 1; d-- > 0;) {
                     std::vector<group_home> homes = uniform_homes(G, tier_id::host);
@@ -586,9 +597,9 @@ inline std::optional<memory_plan> fastest_plan(const plan_request& request, cons
                     if (!forced) homes[G - 1] = group_home::device();
                     for (std::size_t l = 0; l < d; ++l) homes[1 + l] = group_home::device();
                     auto make = [&](kept_activations k) { return streamed_plan(request, in, slots, homes, k); };
-                    const auto kept = most_kept(make, offload);
+                    const auto kept = most_kept(make, mode);
                     if (!kept) continue;
-                    const kept_activations k{*kept, offload};
+                    const kept_activations k{*kept, mode.offload_inputs, mode.keep_parts};
                     // The host groups with state, in the two orders their state may go to storage.
                     std::vector<std::size_t> late;
                     for (std::size_t g = G; g-- > 0;)

@@ -421,7 +421,9 @@ std::vector<R> forward_output(const typename LayerT<R, Bk>::config_type& config,
 }
 
 // Checkpointed == plain, bitwise: forward, backward (plain) against forward, NaN over activations
-// and workspace, forward again from the same input, backward (checkpointed). Also backward with
+// and workspace, forward again from the same input, backward (checkpointed). A layer that
+// recomputes from a kept part (RecomputesPart, nn/layer.hpp) also: forward, NaN over everything of
+// the activations but that part and over the workspace, recompute, backward (selective). Also backward with
 // dinp = null gives bitwise the same parameter gradients; none of the runs writes the gradient
 // block outside the trainable tensors; a wholly frozen layer runs with dparams = null too. R and
 // Backend as the layer runs them.
@@ -447,17 +449,28 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
     rig.inp.upload(p.inp, rig.s);
     rig.dout.upload(p.dout, rig.s);
 
-    auto run = [&](int forwards, bool want_dinp, bool null_dparams = false) {
+    auto run = [&](int forwards, bool want_dinp, bool null_dparams = false, bool selective = false) {
         rig.grads.upload(p.grads0, rig.s);
         rig.dinp.upload(p.dinp0, rig.s);
         rig.poison();
+        const R nan = std::numeric_limits<R>::quiet_NaN();
         for (int f = 0; f < forwards; ++f) {
             if (f > 0) {  // what a checkpointing trainer does: other layers reuse the buffers
-                const R nan = std::numeric_limits<R>::quiet_NaN();
                 rig.acts.fill(nan, rig.s);
                 rig.workspace.fill(nan, rig.s);
             }
             rig.forward();
+        }
+        if constexpr (RecomputesPart<L>) {
+            if (selective) {  // only the kept part survives; the rest comes from recompute
+                const activation_part part = L::kept_part(config, B, T);
+                auto acts = rig.acts.download(rig.s);
+                for (std::size_t i = 0; i < acts.size(); ++i)
+                    if (i < part.offset || i >= part.offset + part.floats) acts[i] = nan;
+                rig.acts.upload(acts, rig.s);
+                rig.workspace.fill(nan, rig.s);
+                rig.layer.recompute(rig.s, rig.params.get(), rig.acts.get(), rig.inp.get(), rig.workspace.get(), B, T);
+            }
         }
         const auto out = rig.out.download(rig.s);
         rig.workspace.fill(std::numeric_limits<R>::quiet_NaN(), rig.s);  // scratch is not kept between calls
@@ -476,6 +489,27 @@ layer_report check_checkpointing(const typename LayerT<R, Bk>::config_type& conf
             report.tensors.push_back(detail::frozen_tensor(entry));
     }
     report.tensors.push_back(detail::bitwise("dinp (checkpointed vs plain)", dinp_ckpt, dinp_plain));
+    if constexpr (RecomputesPart<L>) {
+        const activation_part part = L::kept_part(config, B, T);
+        const bool inside = part.floats > 0 && part.offset + part.floats <= rig.n.activations;
+        report.invariants.push_back({.name = "the kept part lies within the activations",
+                                     .error = inside ? 0.0 : 1.0,
+                                     .ok = inside,
+                                     .detail = "kept_part: " + std::to_string(part.floats) + " floats from " +
+                                               std::to_string(part.offset) + " of " +
+                                               std::to_string(rig.n.activations)});
+        if (inside) {
+            const auto [out_sel, grads_sel, dinp_sel] = run(1, true, false, true);
+            for (const auto& entry : rig.layout.entries())
+                if (entry.spec.trainable)
+                    report.tensors.push_back(detail::bitwise("d" + entry.spec.name + " (selective recompute vs plain)",
+                                                             detail::slice(grads_sel, entry),
+                                                             detail::slice(grads_plain, entry)));
+            report.tensors.push_back(detail::bitwise("dinp (selective recompute vs plain)", dinp_sel, dinp_plain));
+            report.invariants.push_back(
+                detail::untouched_outside_trainable("selective recompute", rig.layout, grads_sel, p.grads0));
+        }
+    }
     for (const auto& entry : rig.layout.entries())
         if (entry.spec.trainable)
             report.tensors.push_back(detail::bitwise("d" + entry.spec.name + " (dinp = null vs plain)",
