@@ -3,7 +3,8 @@
 // GPU with the same shape, batch and hyperparameters (clip 1.0, AdamW lr 3e-4, betas 0.9/0.95).
 //
 //   strata_bench_gpt_step --model 124M --batch 8 --seq 1024 --steps 10 [--placement streamed]
-//                         [--activations recompute|keep] [--no-checkpointing (= keep)]
+//                         [--activations recompute|recompute-parts|keep] [--kept N]
+//                         [--no-checkpointing (= keep)]
 //                         [--moments storage --storage-dir DIR] [--tf32] [--device cpu|cuda]
 //                         [--warmup N] [--no-profile] [--trace FILE]
 //
@@ -55,17 +56,22 @@ struct args {
     std::string model = "124M", placement = "resident", moments = "host", storage_dir, device = "cuda", trace;
     std::string activations = "recompute";
     std::size_t batch = 8, seq = 1024, accum = 1;
+    std::size_t kept = 0;  // with recompute or recompute-parts: the first `kept` blocks keep theirs
     int steps = 10, warmup = 2;
     bool tf32 = false, profile = true;
 };
 
 // --activations: the blocks' forward activations kept for the backward, or each block's input only
-// and its forward run again in the backward (activation checkpointing). The one place that maps the
-// flag onto train_options.
-void set_activations(train_options& o, const std::string& policy) {
+// and its forward run again in the backward (activation checkpointing), or (recompute-parts) each
+// recomputing block keeping attention's output and recomputing the rest from it (selective
+// recompute: model/activations.hpp, keep_parts); --kept N: the first N blocks keep theirs whole.
+// The one place that maps the flags onto train_options.
+void set_activations(train_options& o, const std::string& policy, std::size_t kept) {
     if (policy == "keep") o.activations = kept_activations::all();
-    else if (policy == "recompute") o.activations = kept_activations::none();
-    else throw error("--activations must be keep or recompute, got " + policy, "keep: no recompute, more device memory");
+    else if (policy == "recompute") o.activations = kept_activations{kept};
+    else if (policy == "recompute-parts") o.activations = kept_activations{kept, false, true};
+    else throw error("--activations must be keep, recompute or recompute-parts, got " + policy,
+                     "keep: no recompute, more device memory");
 }
 
 // Peak resident set size of this process (Linux reports kilobytes). Memory the CUDA driver maps for
@@ -115,7 +121,7 @@ int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_ho
     if (homes) o.homes = every_group(model.groups().size(), *homes);
     o.slots = 3;
     o.schedule = {.kind = lr_kind::constant, .lr = 3e-4, .min_lr = 3e-4, .warmup_steps = 0, .total_steps = a.warmup + a.steps + 1};
-    set_activations(o, a.activations);
+    set_activations(o, a.activations, a.kept);
     const auto init_start = std::chrono::steady_clock::now();
     gpt_trainer<float, B> t(backend, model, o);
     t.initialize(1);
@@ -156,6 +162,7 @@ int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_ho
                        {"n_layer", c.n_layer}, {"n_embd", c.n_embd},
                        {"batch", a.batch}, {"seq", a.seq}, {"accum", a.accum}, {"placement", a.placement},
                        {"activations", a.activations},
+                       {"kept_blocks", std::min<std::size_t>(o.activations.count, c.n_layer)},
                        {"moments", a.placement == "streamed" ? a.moments : "device"}, {"tf32", a.tf32},
                        {"attention_backward", attention_backward_name<B>(c, a)},
                        {"steps", a.steps}, {"warmup", warmup}, {"init_s", init_s},
@@ -227,6 +234,7 @@ int main(int argc, char** argv) {
             else if (k == "--steps") a.steps = std::stoi(value());
             else if (k == "--warmup") a.warmup = std::stoi(value());
             else if (k == "--activations") a.activations = value();
+            else if (k == "--kept") a.kept = std::stoul(value());
             else if (k == "--no-checkpointing") a.activations = "keep";
             else if (k == "--placement") a.placement = value();
             else if (k == "--moments") a.moments = value();
@@ -244,7 +252,7 @@ int main(int argc, char** argv) {
     try {
         if (a.steps < 1 || a.warmup < 0) throw error("--steps must be >= 1 and --warmup >= 0", "e.g. --warmup 2 --steps 10");
         train_options probe;
-        set_activations(probe, a.activations);  // a bad value fails before the model is built
+        set_activations(probe, a.activations, a.kept);  // a bad value fails before the model is built
     } catch (const std::exception& e) {
         std::cerr << "strata_bench_gpt_step: " << e.what() << std::endl;
         return 2;

@@ -96,7 +96,7 @@ TEST_CASE("a tiny GPT's gradients match central finite differences in double") {
     MESSAGE("checked " << checked << " parameters, worst relative error " << worst);
 }
 
-TEST_CASE_TEMPLATE("every activation policy (0, some or all blocks kept; recomputing inputs offloaded or not) trains bitwise alike",
+TEST_CASE_TEMPLATE("every activation policy (0, some or all blocks kept; recomputing inputs offloaded or not, parts kept or not) trains bitwise alike",
                    B_, STRATA_TEST_BACKENDS) {
     auto made = test::make_backend<B_>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     if (!made) return;
