@@ -17,7 +17,8 @@
 // llama_block makes each a plain trainable matmul; llama_lora_block.hpp puts LoRA adapters on
 // some of them over a frozen base, with the same forward and backward around them. Both decode
 // incrementally with a KV cache (strata's Decodes, nn/layer.hpp) for strata::generator: rope at
-// the absolute positions, a cache of the NKV key/value heads.
+// the absolute positions, a cache of the NKV key/value heads. llama_block also recomputes from its
+// kept attention output (strata's RecomputesPart) for selective recompute.
 
 // Backends: cpu_backend (any R) with this header alone; cuda_backend (float) where
 // llama_ops_cuda.hpp is included too and strata_llama_cuda_ops is linked.
@@ -156,24 +157,35 @@ public:
     void forward(stream& s, const R* p, R* out, R* acts, const R* inp, R* workspace, size Bn, size T,
                  Project&& project) const {
         const auto& c = m_config;
-        const size BT = Bn * T, C = c.n_embd, H = c.hidden, NH = c.n_head, A = c.attn_channels();
+        const size BT = Bn * T, C = c.n_embd;
         const saved a = carve(acts, Bn, T);
-        R* o = workspace;        // (B, T, C)
-        R* down = o + BT * C;    // (B, T, C)
-        lop::rmsnorm_forward(s, a.h1, a.rstd1, inp, p + m_offset[ln1], Bn, T, C, c.norm_eps);
-        project(llama_projection::qkv, a.qkv, a.h1);
-        if (c.grouped())
-            lop::expand_kv_forward(s, a.qkv_full, a.qkv, Bn, T, NH, c.kv_heads(), c.head_size());
-        lop::rope_forward(s, a.qkv_rope, a.qkv_full, Bn, T, A, NH, c.rope_theta);
-        op::attention_forward(s, a.atty, a.att_saved, a.qkv_rope, Bn, T, A, NH);
-        project(llama_projection::o, o, a.atty);
-        op::residual_forward(s, a.res2, inp, o, BT * C);
-        lop::rmsnorm_forward(s, a.h2, a.rstd2, a.res2, p + m_offset[ln2], Bn, T, C, c.norm_eps);
-        project(llama_projection::gate, a.gate, a.h2);
-        project(llama_projection::up, a.up, a.h2);
-        lop::swiglu_forward(s, a.act, a.gate, a.up, BT * H);
+        R* down = workspace + BT * C;  // (B, T, C), after o_proj's output
+        qkv_forward(s, p, a, inp, Bn, T, project);
+        op::attention_forward(s, a.atty, a.att_saved, a.qkv_rope, Bn, T, c.attn_channels(), c.n_head);
+        after_attention(s, p, a, inp, workspace, Bn, T, project);
         project(llama_projection::down, down, a.act);
         op::residual_forward(s, out, a.res2, down, BT * C);
+    }
+
+    // Selective recompute (strata's RecomputesPart, nn/layer.hpp): a recomputing caller keeps
+    // attention's statistics and output (att_saved, atty: adjacent in acts); recompute runs the
+    // rest of forward but down_proj and the residual add, which backward does not read.
+    static strata::activation_part kept_part(const llama_block_config& c, size Bn, size T) {
+        const size BT = Bn * T, A = c.attn_channels();
+        return {.offset = BT * c.n_embd + BT + BT * c.qkv_channels() + (c.grouped() ? BT * 3 * A : 0) + BT * 3 * A,
+                .floats = op::attention_saved(Bn, T, c.n_head) + BT * A};
+    }
+    static strata::layer_flops recompute_flops(const llama_block_config& c, size Bn, size T) {
+        const double BT = double(Bn) * double(T), C = double(c.n_embd), H = double(c.hidden);
+        const double A = double(c.attn_channels()), QKV = double(c.qkv_channels());
+        return {.gemm = 2.0 * BT * (C * QKV + A * C + 2.0 * C * H), .attention = 0.0};  // qkv, o, gate, up
+    }
+    template <class Project>
+    void recompute(stream& s, const R* p, R* acts, const R* inp, R* workspace, size Bn, size T,
+                   Project&& project) const {
+        const saved a = carve(acts, Bn, T);
+        qkv_forward(s, p, a, inp, Bn, T, project);
+        after_attention(s, p, a, inp, workspace, Bn, T, project);
     }
 
     // Incremental decoding (strata's Decodes, nn/layer.hpp): the cache row of position t is its
@@ -305,6 +317,30 @@ private:
     struct saved {
         R *h1, *rstd1, *qkv, *qkv_full, *qkv_rope, *att_saved, *atty, *res2, *h2, *rstd2, *gate, *up, *act;
     };
+    // forward up to attention: h1 = rmsnorm(inp), q|k|v projected, expanded to every head, rotated
+    template <class Project>
+    void qkv_forward(stream& s, const R* p, const saved& a, const R* inp, size Bn, size T, Project&& project) const {
+        const auto& c = m_config;
+        lop::rmsnorm_forward(s, a.h1, a.rstd1, inp, p + m_offset[ln1], Bn, T, c.n_embd, c.norm_eps);
+        project(llama_projection::qkv, a.qkv, a.h1);
+        if (c.grouped())
+            lop::expand_kv_forward(s, a.qkv_full, a.qkv, Bn, T, c.n_head, c.kv_heads(), c.head_size());
+        lop::rope_forward(s, a.qkv_rope, a.qkv_full, Bn, T, c.attn_channels(), c.n_head, c.rope_theta);
+    }
+    // forward from attention's output to the MLP's activation (o_proj's output in workspace)
+    template <class Project>
+    void after_attention(stream& s, const R* p, const saved& a, const R* inp, R* workspace, size Bn, size T,
+                         Project&& project) const {
+        const auto& c = m_config;
+        const size BT = Bn * T, C = c.n_embd;
+        R* o = workspace;  // (B, T, C)
+        project(llama_projection::o, o, a.atty);
+        op::residual_forward(s, a.res2, inp, o, BT * C);
+        lop::rmsnorm_forward(s, a.h2, a.rstd2, a.res2, p + m_offset[ln2], Bn, T, C, c.norm_eps);
+        project(llama_projection::gate, a.gate, a.h2);
+        project(llama_projection::up, a.up, a.h2);
+        lop::swiglu_forward(s, a.act, a.gate, a.up, BT * c.hidden);
+    }
     saved carve(R* p, size Bn, size T) const {
         const size BT = Bn * T, C = m_config.n_embd, H = m_config.hidden, A = m_config.attn_channels();
         auto take = [&](size n) {
@@ -377,20 +413,23 @@ public:
     explicit llama_block(const config_type& c) : m_body(c, strata::param_layout::of<R>(params(c))) {}
 
     void forward(stream& s, const R* p, R* out, R* acts, const R* inp, R* workspace, size Bn, size T) const {
-        m_body.forward(s, p, out, acts, inp, workspace, Bn, T, [&](llama_projection k, R* y, const R* x) {
-            const auto [in, out_features] = m_body.config().projection_shape(k);
-            op::matmul_forward(s, y, x, p + m_body.weight(k), m_body.bias(p, k), Bn, T, in, out_features);
-        });
+        m_body.forward(s, p, out, acts, inp, workspace, Bn, T, projector(s, p, Bn, T));
+    }
+
+    // Selective recompute (strata's RecomputesPart): see llama_block_body::kept_part.
+    static strata::activation_part kept_part(const config_type& c, size Bn, size T) { return body::kept_part(c, Bn, T); }
+    static strata::layer_flops recompute_flops(const config_type& c, size Bn, size T) {
+        return body::recompute_flops(c, Bn, T);
+    }
+    void recompute(stream& s, const R* p, R* acts, const R* inp, R* workspace, size Bn, size T) const {
+        m_body.recompute(s, p, acts, inp, workspace, Bn, T, projector(s, p, Bn, T));
     }
 
     // Incremental decoding (strata's Decodes): see llama_block_body::decode.
     static size cache_floats(const config_type& c, size max_seq) { return body::cache_floats(c, max_seq); }
     static size decode_workspace_floats(const config_type& c, size n) { return body::decode_workspace_floats(c, n); }
     void decode(stream& s, const R* p, R* out, const R* inp, R* cache, R* workspace, size pos, size n) const {
-        m_body.decode(s, p, out, inp, cache, workspace, pos, n, [&](llama_projection k, R* y, const R* x) {
-            const auto [in, out_features] = m_body.config().projection_shape(k);
-            op::matmul_forward(s, y, x, p + m_body.weight(k), m_body.bias(p, k), 1, n, in, out_features);
-        });
+        m_body.decode(s, p, out, inp, cache, workspace, pos, n, projector(s, p, 1, n));
     }
 
     void backward(stream& s, const R* p, R* g, R* dinp, const R* dout, const R* acts, const R* inp, R* workspace,
@@ -408,6 +447,14 @@ public:
 private:
     using op = strata::ops<B>;
     using body = llama_block_body<R, B>;
+
+    // What each projection does in forward, recompute and decode: y = x W (+ b), over Bn x T rows.
+    auto projector(stream& s, const R* p, size Bn, size T) const {
+        return [this, &s, p, Bn, T](llama_projection k, R* y, const R* x) {
+            const auto [in, out_features] = m_body.config().projection_shape(k);
+            op::matmul_forward(s, y, x, p + m_body.weight(k), m_body.bias(p, k), Bn, T, in, out_features);
+        };
+    }
 
     body m_body;
 };

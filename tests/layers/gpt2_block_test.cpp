@@ -23,6 +23,7 @@ namespace {
 static_assert(check_layer<gpt2_block<float, cpu_backend>>());
 static_assert(overwrites_dinp_v<gpt2_block<float, cpu_backend>>);  // its residual gradient lives in dinp
 static_assert(check_decodes<gpt2_block<float, cpu_backend>>());
+static_assert(check_recomputes_part<gpt2_block<float, cpu_backend>>());  // keeps attention's output when recomputing
 
 const gpt_config tiny{.vocab_size = 11, .max_seq = 8, .n_layer = 1, .n_head = 2, .n_embd = 6};
 

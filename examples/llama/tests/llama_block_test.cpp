@@ -27,6 +27,7 @@ namespace st = strata::testing;
 
 static_assert(strata::check_layer<llama_block<float, strata::cpu_backend>>());
 static_assert(strata::check_layer<llama_block<double, strata::cpu_backend>>());
+static_assert(strata::check_recomputes_part<llama_block<float, strata::cpu_backend>>());  // selective recompute
 #ifdef STRATA_TESTS_WITH_CUDA
 static_assert(strata::check_layer<llama_block<float, strata::cuda_backend>>());
 #endif
