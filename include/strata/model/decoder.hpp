@@ -220,12 +220,7 @@ public:
         return block_flops(batch, seq);
     }
     // Elements of one recomputing block's kept part (0: the Block names none, it cannot keep parts).
-    std::size_t block_part_floats(std::size_t batch, std::size_t seq) const {
-        if constexpr (RecomputesPart<Block>)
-            return Block::kept_part(m_block_config, batch, seq).floats;
-        else
-            return 0;
-    }
+    std::size_t block_part_floats(std::size_t batch, std::size_t seq) const { return kept_part(batch, seq).floats; }
     double head_flops(std::size_t batch, std::size_t seq) const {
         return Norm::flops(m_norm_config, batch, seq) +
                2.0 * static_cast<double>(batch * seq * m_config.n_embd * m_config.vocab_size);
@@ -276,12 +271,11 @@ public:
             m_tokens.emplace_back(backend, shape{BT}, "act.targets");
             m_block_elements = Block::activation_floats(m.m_block_config, batch, seq);
             if (kept.parts(m_blocks) > 0) {
-                if constexpr (RecomputesPart<Block>)
-                    m_part = Block::kept_part(m.m_block_config, batch, seq);
-                else
+                if constexpr (!RecomputesPart<Block>)
                     throw error("the recomputing blocks cannot keep part of their activations: the block names no "
                                 "such part",
                                 "keep_parts needs a Block with kept_part and recompute (nn/layer.hpp, RecomputesPart)");
+                m_part_room = m.block_part_floats(batch, seq);
             }
             static constexpr const char* names[] = {"block_inputs", "block",  "workspace", "norm_out",
                                                     "norm",         "logits", "losses",    "lse",
@@ -331,21 +325,22 @@ public:
         R* dlogits_chunk() { return data(8); }
         R* dnorm_out() { return data(9); }
         R* dx(std::size_t which, std::size_t BTC) { return data(10) + which * BTC; }
-        // Recomputing block `layer`'s kept part (keeps_part), kept apart from the shared buffer:
-        // saved after its forward, put back in place before its recompute.
-        void save_part(std::size_t layer, stream& s) {
-            ops<backend_type>::copy(s, part(layer), block(layer) + m_part.offset, m_part.floats);
+        // Recomputing block `layer`'s kept part (keeps_part) for the micro-batch's shape, kept
+        // apart from the shared buffer: saved after its forward, put back before its recompute.
+        void save_part(std::size_t layer, activation_part part, stream& s) {
+            ops<backend_type>::copy(s, part_buffer(layer), block(layer) + part.offset, part.floats);
         }
-        void restore_part(std::size_t layer, stream& s) {
-            ops<backend_type>::copy(s, block(layer) + m_part.offset, part(layer), m_part.floats);
+        void restore_part(std::size_t layer, activation_part part, stream& s) {
+            ops<backend_type>::copy(s, block(layer) + part.offset, part_buffer(layer), part.floats);
         }
 
     private:
         R* data(std::size_t i) { return m_buffers[i].device_data().get(); }
-        R* part(std::size_t layer) { return data(11) + (layer - m_kept) * m_part.floats; }
+        // Each part's room: its size at the activations' batch x seq (smaller micro-batches' fit).
+        R* part_buffer(std::size_t layer) { return data(11) + (layer - m_kept) * m_part_room; }
         std::size_t m_batch, m_seq, m_kept, m_blocks;
         bool m_offload_inputs, m_keep_parts;
-        activation_part m_part{};
+        std::size_t m_part_room = 0;
         offloaded_inputs<R, backend_type> m_offloaded;
         std::size_t m_vocab, m_head_chunk_rows, m_block_elements = 0;
         std::vector<tiered_tensor<std::int32_t, device_tier, backend_type>> m_tokens;
@@ -452,7 +447,7 @@ private:
             const R* p = bind.params(g, s, group_use::forward);
             if (training) act.save_input(l, BTC, s);  // offloaded: to the host before its slot is reused
             block_forward(s, p, act, l, batch, seq);
-            if (training && act.keeps_part(l)) act.save_part(l, s);
+            if (training && act.keeps_part(l)) act.save_part(l, kept_part(batch, seq), s);
             bind.done(g, s, group_use::forward);
         }
     }
@@ -486,11 +481,17 @@ private:
                         seq);
     }
 
-    // A recomputing block's recompute from its kept part (act.keeps_part(l)).
+    activation_part kept_part(std::size_t batch, std::size_t seq) const {
+        if constexpr (RecomputesPart<Block>)
+            return Block::kept_part(m_block_config, batch, seq);
+        else
+            return {};
+    }
+    // A recomputing block's recompute from its kept part (act.keeps_part(l)), at the micro-batch's shape.
     void block_recompute(stream& s, const R* p, activations& act, std::size_t l, std::size_t batch,
                          std::size_t seq) const {
         if constexpr (RecomputesPart<Block>) {
-            act.restore_part(l, s);
+            act.restore_part(l, kept_part(batch, seq), s);
             m_block.recompute(s, p, act.block(l), act.block_input(l, batch * seq * m_config.n_embd), act.workspace(),
                               batch, seq);
         }
