@@ -212,12 +212,13 @@ public:
     layer_flops block_flops(std::size_t batch, std::size_t seq) const {
         return flops_split<Block>(m_block_config, batch, seq);
     }
-    // One recomputing block's recompute: its forward again, or with kept parts the Block's
-    // recompute (RecomputesPart) alone.
-    layer_flops block_recompute_flops(std::size_t batch, std::size_t seq, bool keep_parts) const {
+    // A recomputing block's recompute from its kept part (the Block's recompute, RecomputesPart;
+    // none when the Block names no part).
+    layer_flops block_part_recompute_flops(std::size_t batch, std::size_t seq) const {
         if constexpr (RecomputesPart<Block>)
-            if (keep_parts) return Block::recompute_flops(m_block_config, batch, seq);
-        return block_flops(batch, seq);
+            return Block::recompute_flops(m_block_config, batch, seq);
+        else
+            return {};
     }
     // Elements of one recomputing block's kept part (0: the Block names none, it cannot keep parts).
     std::size_t block_part_floats(std::size_t batch, std::size_t seq) const { return kept_part(batch, seq).floats; }

@@ -203,23 +203,27 @@ inline work_times times_of(const memory_plan& p, const plan_request& r, const ma
     const model_footprint& f = r.model;
     work_times w;
     const double mem = m.device_memory, eb = static_cast<double>(f.element_bytes);
-    const double attention = 3.0 * f.block_attention_flops / std::max(m.attention_flops, 1.0);
+    // Attention's forward + backward seconds for `flops` counted forward FLOPs.
+    const auto attention_of = [&](double flops) { return 3.0 * flops / std::max(m.attention_flops, 1.0); };
+    const double attention = attention_of(f.block_attention_flops);
     // A block's forward writes its saved activations and reads them in its backward, twice over
     // (elementwise work reads its input and writes its output).
+    const auto forward_of = [&](double gemm_flops, double attention_flops, double activation_bytes) {
+        return seconds_of(gemm_flops, m.gemm_flops) + attention_forward_share * attention_of(attention_flops) +
+               2.0 * activation_bytes / mem;
+    };
     const double elementwise = 2.0 * static_cast<double>(f.block_activation_bytes) / mem;
-    w.block_forward = seconds_of(f.block_gemm_flops, m.gemm_flops) + attention_forward_share * attention + elementwise;
+    w.block_forward = forward_of(f.block_gemm_flops, f.block_attention_flops, static_cast<double>(f.block_activation_bytes));
     w.block_backward = seconds_of(2.0 * f.block_gemm_flops, m.gemm_flops) + (1 - attention_forward_share) * attention +
                        2.0 * elementwise;
     w.block_recompute = w.block_forward;
     if (p.kept_parts > 0) {
-        // The block's recompute from its part: its own FLOPs; the rest of the activations written;
-        // the part copied out after the forward and back before the recompute (read and write each).
+        // The block's recompute from its part: its own FLOPs, the rest of the activations written,
+        // and the part copied out after the forward and back before the recompute (read and write each).
         const double part = static_cast<double>(f.block_part_bytes);
         const double rest = std::max(0.0, static_cast<double>(f.block_activation_bytes) - part);
-        w.block_recompute = seconds_of(f.block_part_recompute_gemm_flops, m.gemm_flops) +
-                            attention_forward_share * 3.0 * f.block_part_recompute_attention_flops /
-                                std::max(m.attention_flops, 1.0) +
-                            2.0 * rest / mem + 4.0 * part / mem;
+        w.block_recompute = forward_of(f.block_part_recompute_gemm_flops, f.block_part_recompute_attention_flops, rest) +
+                            4.0 * part / mem;
     }
     const double input = static_cast<double>(f.block_input_bytes);
     w.input_save = seconds_of(input, m.d2h);

@@ -114,13 +114,11 @@ model_footprint footprint_of(const Model& model, std::size_t batch, std::size_t 
         f.head_flops = model.head_flops(batch, seq);
         f.logits_bytes = batch * seq * model.vocab_size() * sizeof(R);
     }
-    if constexpr (requires { model.block_part_floats(batch, seq); model.block_recompute_flops(batch, seq, true); }) {
+    if constexpr (requires { model.block_part_floats(batch, seq); model.block_part_recompute_flops(batch, seq); }) {
         f.block_part_bytes = model.block_part_floats(batch, seq) * sizeof(R);
-        if (f.block_part_bytes > 0) {
-            const layer_flops recompute = model.block_recompute_flops(batch, seq, true);
-            f.block_part_recompute_gemm_flops = recompute.gemm;
-            f.block_part_recompute_attention_flops = recompute.attention;
-        }
+        const layer_flops recompute = model.block_part_recompute_flops(batch, seq);
+        f.block_part_recompute_gemm_flops = recompute.gemm;
+        f.block_part_recompute_attention_flops = recompute.attention;
     }
     return f;
 }
