@@ -169,7 +169,9 @@ public:
 
     // Selective recompute (strata's RecomputesPart, nn/layer.hpp): a recomputing caller keeps
     // attention's statistics and output (att_saved, atty: adjacent in acts); recompute runs the
-    // rest of forward but down_proj and the residual add, which backward does not read.
+    // rest of forward but down_proj and the residual add, whose outputs backward does not read.
+    // `skipped(down, act)` is told of the projection left out and its input (an adapter on it
+    // redoes what its backward reads: llama_lora_block).
     static strata::activation_part kept_part(const llama_block_config& c, size Bn, size T) {
         const size BT = Bn * T, A = c.attn_channels();
         return {.offset = BT * c.n_embd + BT + BT * c.qkv_channels() + (c.grouped() ? BT * 3 * A : 0) + BT * 3 * A,
@@ -180,12 +182,13 @@ public:
         const double A = double(c.attn_channels()), QKV = double(c.qkv_channels());
         return {.gemm = 2.0 * BT * (C * QKV + A * C + 2.0 * C * H), .attention = 0.0};  // qkv, o, gate, up
     }
-    template <class Project>
-    void recompute(stream& s, const R* p, R* acts, const R* inp, R* workspace, size Bn, size T,
-                   Project&& project) const {
+    template <class Project, class Skipped>
+    void recompute(stream& s, const R* p, R* acts, const R* inp, R* workspace, size Bn, size T, Project&& project,
+                   Skipped&& skipped) const {
         const saved a = carve(acts, Bn, T);
         qkv_forward(s, p, a, inp, Bn, T, project);
         after_attention(s, p, a, inp, workspace, Bn, T, project);
+        skipped(llama_projection::down, static_cast<const R*>(a.act));
     }
 
     // Incremental decoding (strata's Decodes, nn/layer.hpp): the cache row of position t is its
@@ -422,7 +425,7 @@ public:
         return body::recompute_flops(c, Bn, T);
     }
     void recompute(stream& s, const R* p, R* acts, const R* inp, R* workspace, size Bn, size T) const {
-        m_body.recompute(s, p, acts, inp, workspace, Bn, T, projector(s, p, Bn, T));
+        m_body.recompute(s, p, acts, inp, workspace, Bn, T, projector(s, p, Bn, T), [](llama_projection, const R*) {});
     }
 
     // Incremental decoding (strata's Decodes): see llama_block_body::decode.

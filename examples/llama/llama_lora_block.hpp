@@ -8,7 +8,8 @@
 // "<projection>.lora_B" (r, out), e.g. "mlp.down_proj.lora_A" (H, r); the layout puts them first,
 // so the gradient block holds only them. The forward and backward are llama_block_body's, the
 // plain block's, with the adapted projections plugged in; backward stops below the lowest
-// targeted projection when the caller wants no input gradient.
+// targeted projection when the caller wants no input gradient. Like the plain block it recomputes
+// from a kept part (attention's output: strata's RecomputesPart, selective recompute).
 //
 // Targets are the stems of llama_projection_names. PEFT's usual target_modules q_proj, k_proj,
 // v_proj, o_proj, gate_proj, up_proj, down_proj map one to one, except that the block fuses q|k|v:
@@ -19,7 +20,7 @@
 // Glossary: B batch, T time, C channels, H hidden size of the MLP, r the adapters' rank.
 #pragma once
 
-#include "../lora/lora_linear.hpp"  // lora::lora_forward, lora_backward, init_lora_adapters
+#include "../lora/lora_linear.hpp"  // lora::lora_forward, lora_xa, lora_backward, init_lora_adapters
 #include "llama_block.hpp"          // llama_block, llama_block_body, llama_projection
 
 #include <strata/backend/backend.hpp>      // strata::Backend
@@ -172,16 +173,34 @@ public:
     }
 
     void forward(stream& s, const R* p, R* out, R* acts, const R* x, R* work, size Bn, size T) const {
-        R* low = work + plain_workspace(m_c, Bn, T);
-        m_body.forward(s, p, out, acts, x, work, Bn, T, [&](llama_projection k, R* y, const R* in) {
-            const auto [n_in, n_out] = m_c.base.projection_shape(k);
-            const adapter& a = m_adapter[index(k)];
-            if (a.on)
-                lora::lora_forward<Bk>(s, y, xa(acts, a, Bn, T), low, in, p + m_body.weight(k), m_body.bias(p, k),
-                                       p + a.A, p + a.B, Bn, T, n_in, n_out, m_c.rank, m_c.scaling());
-            else
-                op::matmul_forward(s, y, in, p + m_body.weight(k), m_body.bias(p, k), Bn, T, n_in, n_out);
-        });
+        m_body.forward(s, p, out, acts, x, work, Bn, T, projector(s, p, acts, work, Bn, T));
+    }
+
+    // Selective recompute (strata's RecomputesPart): the plain block's kept part (attention's
+    // output) and recompute (no attention, no down_proj), with the adapters' x A of every
+    // projection backward reads: down_proj's is redone alone where it is targeted (lora_xa, one
+    // thin GEMM: the same bits as forward's).
+    static strata::activation_part kept_part(const config_type& c, size Bn, size T) {
+        return body::kept_part(c.base, Bn, T);
+    }
+    static strata::layer_flops recompute_flops(const config_type& c, size Bn, size T) {
+        double adapters = 0.0;
+        for (llama_projection k : llama_projections)
+            if (c.targets_projection(llama_projection_names[index(k)])) {
+                const auto [in, out] = c.base.projection_shape(k);
+                adapters += 2.0 * double(Bn) * double(T) * double(c.rank) * double(k == llama_projection::down ? in : in + out);
+            }
+        const strata::layer_flops plain = body::recompute_flops(c.base, Bn, T);
+        return {.gemm = plain.gemm + adapters, .attention = plain.attention};
+    }
+    void recompute(stream& s, const R* p, R* acts, const R* x, R* work, size Bn, size T) const {
+        m_body.recompute(s, p, acts, x, work, Bn, T, projector(s, p, acts, work, Bn, T),
+                         [&](llama_projection k, const R* in) {
+                             const adapter& a = m_adapter[index(k)];
+                             if (!a.on) return;
+                             lora::lora_xa<Bk>(s, xa(acts, a, Bn, T), in, p + a.A, Bn, T,
+                                               m_c.base.projection_shape(k)[0], m_c.rank, m_c.scaling());
+                         });
     }
 
     // Incremental decoding (strata's Decodes): the plain block's cache and decode, an adapted
@@ -248,6 +267,20 @@ private:
     }
     R* xa(R* acts, const adapter& a, size Bn, size T) const {
         return acts + body::activation_floats(m_c.base, Bn, T) + a.saved * Bn * T * m_c.rank;
+    }
+    // What each projection does in forward and recompute: y = x W (+ b), plus the adapter's term
+    // (its x A saved in acts) where targeted; the low-rank product in work after the body's.
+    auto projector(stream& s, const R* p, R* acts, R* work, size Bn, size T) const {
+        R* low = work + plain_workspace(m_c, Bn, T);
+        return [this, &s, p, acts, low, Bn, T](llama_projection k, R* y, const R* in) {
+            const auto [n_in, n_out] = m_c.base.projection_shape(k);
+            const adapter& a = m_adapter[index(k)];
+            if (a.on)
+                lora::lora_forward<Bk>(s, y, xa(acts, a, Bn, T), low, in, p + m_body.weight(k), m_body.bias(p, k),
+                                       p + a.A, p + a.B, Bn, T, n_in, n_out, m_c.rank, m_c.scaling());
+            else
+                op::matmul_forward(s, y, in, p + m_body.weight(k), m_body.bias(p, k), Bn, T, n_in, n_out);
+        };
     }
 
     llama_lora_config m_c;

@@ -14,20 +14,21 @@
 // Backward computes only what some adapter or the caller needs: with dinp = null it stops below
 // the lowest targeted projection (only the MLP targeted: attention's backward never runs).
 // forward writes everything backward reads from the parameters and the input alone, so it can be
-// recomputed (activation checkpointing) with the same bits. With no targets the block is a frozen
-// plain GPT-2 block.
+// recomputed (activation checkpointing) with the same bits; like the plain block it also recomputes
+// from a kept part (attention's output: strata's RecomputesPart, selective recompute). With no
+// targets the block is a frozen plain GPT-2 block.
 //
 // Glossary: B batch, T time, C channels (n_embd), NH heads, r the adapters' rank.
 #pragma once
 
-#include "lora_linear.hpp"  // lora_forward, lora_backward, init_lora_adapters
+#include "lora_linear.hpp"  // lora_forward, lora_xa, lora_backward, init_lora_adapters
 
 #include <strata/backend/backend.hpp>      // strata::Backend
 #include <strata/core/error.hpp>           // strata::error
 #include <strata/core/rng.hpp>             // strata::rng
 #include <strata/model/gpt.hpp>            // strata::gpt_config, strata::gpt_block_params
-#include <strata/nn/gpt2_block.hpp>        // strata::gpt2_block (its initialization of the base)
-#include <strata/nn/layer.hpp>             // strata::Layer
+#include <strata/nn/gpt2_block.hpp>        // strata::gpt2_block (its initialization of the base, its kept part)
+#include <strata/nn/layer.hpp>             // strata::Layer, strata::activation_part, strata::layer_flops
 #include <strata/nn/ops.hpp>               // strata::ops
 #include <strata/tensor/param_layout.hpp>  // strata::param_spec, strata::param_layout
 
@@ -187,18 +188,38 @@ public:
     }
 
     void forward(stream& s, const R* p, R* out, R* acts, const R* x, R* work, size B, size T) const {
-        const size BT = B * T, C = m_c.n_embd, NH = m_c.n_head;
         const saved a = carve(acts, B, T);
-        op::layernorm_forward(s, a.ln1, a.ln1_stats, a.ln1_stats + BT, x, p + m_ln1_w, p + m_ln1_b, B, T, C);
-        project(s, 0, a.qkv, a.ln1, p, a, work, B, T);
-        op::attention_forward(s, a.atty, a.att_saved, a.qkv, B, T, C, NH);
-        project(s, 1, a.attproj, a.atty, p, a, work, B, T);
-        op::residual_forward(s, a.res2, x, a.attproj, BT * C);
-        op::layernorm_forward(s, a.ln2, a.ln2_stats, a.ln2_stats + BT, a.res2, p + m_ln2_w, p + m_ln2_b, B, T, C);
-        project(s, 2, a.fch, a.ln2, p, a, work, B, T);
-        op::gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
+        qkv_forward(s, p, a, x, work, B, T);
+        op::attention_forward(s, a.atty, a.att_saved, a.qkv, B, T, m_c.n_embd, m_c.n_head);
+        after_attention(s, p, a, x, work, B, T);
         project(s, 3, a.fcproj, a.fch_gelu, p, a, work, B, T);
-        op::residual_forward(s, out, a.res2, a.fcproj, BT * C);
+        op::residual_forward(s, out, a.res2, a.fcproj, B * T * m_c.n_embd);
+    }
+
+    // Selective recompute (strata's RecomputesPart, nn/layer.hpp), as strata::gpt2_block: a
+    // recomputing caller keeps attention's statistics and output (att_saved, atty: adjacent in
+    // acts, where the plain block has them); recompute runs the rest of forward but attention and
+    // the MLP projection, whose output backward does not read. Backward does read that projection's
+    // adapter product x A where it is targeted: recompute redoes that thin GEMM alone.
+    static strata::activation_part kept_part(const config_type& c, size B, size T) {
+        return strata::gpt2_block<R, Bk>::kept_part(c.base(), B, T);
+    }
+    static strata::layer_flops recompute_flops(const config_type& c, size B, size T) {
+        const double BT = double(B) * double(T), r = double(c.rank);
+        double adapters = 0.0;
+        for (const std::string& proj : c.targets) {
+            const projection_shape shape = gpt2_projection_shape(proj, c.n_embd);
+            adapters += 2.0 * BT * r * double(proj == gpt2_projections[3] ? shape.in : shape.in + shape.out);
+        }
+        const strata::layer_flops plain = strata::gpt2_block<R, Bk>::recompute_flops(c.base(), B, T);
+        return {.gemm = plain.gemm + adapters, .attention = plain.attention};
+    }
+    void recompute(stream& s, const R* p, R* acts, const R* x, R* work, size B, size T) const {
+        const saved a = carve(acts, B, T);
+        qkv_forward(s, p, a, x, work, B, T);
+        after_attention(s, p, a, x, work, B, T);
+        if (const projection& pr = m_proj[3]; pr.lora)
+            lora_xa<Bk>(s, xa_of(a, pr, B, T), a.fch_gelu, p + pr.A, B, T, pr.in, m_c.rank, m_c.scaling());
     }
 
     void backward(stream& s, const R* p, R* g, R* dinp, const R* dout, const R* acts, const R* x, R* w, size B,
@@ -288,11 +309,30 @@ private:
         return a;
     }
 
+    // forward up to attention: ln_1, then q|k|v
+    void qkv_forward(stream& s, const R* p, const saved& a, const R* x, R* work, size B, size T) const {
+        const size BT = B * T, C = m_c.n_embd;
+        op::layernorm_forward(s, a.ln1, a.ln1_stats, a.ln1_stats + BT, x, p + m_ln1_w, p + m_ln1_b, B, T, C);
+        project(s, 0, a.qkv, a.ln1, p, a, work, B, T);
+    }
+    // forward from attention's output to the MLP's activation (fch_gelu)
+    void after_attention(stream& s, const R* p, const saved& a, const R* x, R* work, size B, size T) const {
+        const size BT = B * T, C = m_c.n_embd;
+        project(s, 1, a.attproj, a.atty, p, a, work, B, T);
+        op::residual_forward(s, a.res2, x, a.attproj, BT * C);
+        op::layernorm_forward(s, a.ln2, a.ln2_stats, a.ln2_stats + BT, a.res2, p + m_ln2_w, p + m_ln2_b, B, T, C);
+        project(s, 2, a.fch, a.ln2, p, a, work, B, T);
+        op::gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
+    }
+
+    // A targeted projection's saved x A (B, T, r).
+    R* xa_of(const saved& a, const projection& pr, size B, size T) const { return a.xa + pr.xa_index * B * T * m_c.rank; }
+
     // y = x W + b (+ the adapter's term when targeted); `low` is scratch.
     void project(stream& s, size k, R* y, const R* x, const R* p, const saved& a, R* low, size B, size T) const {
         const projection& pr = m_proj[k];
         if (pr.lora)
-            lora_forward<Bk>(s, y, a.xa + pr.xa_index * B * T * m_c.rank, low, x, p + pr.W, p + pr.b, p + pr.A,
+            lora_forward<Bk>(s, y, xa_of(a, pr, B, T), low, x, p + pr.W, p + pr.b, p + pr.A,
                              p + pr.B, B, T, pr.in, pr.out, m_c.rank, m_c.scaling());
         else
             op::matmul_forward(s, y, x, p + pr.W, p + pr.b, B, T, pr.in, pr.out);
@@ -303,7 +343,7 @@ private:
                           R* dxa, size B, size T) const {
         const projection& pr = m_proj[k];
         if (pr.lora)
-            lora_backward<Bk>(s, dx, g + pr.A, g + pr.B, dxa, dy, x, a.xa + pr.xa_index * B * T * m_c.rank, p + pr.W,
+            lora_backward<Bk>(s, dx, g + pr.A, g + pr.B, dxa, dy, x, xa_of(a, pr, B, T), p + pr.W,
                               p + pr.A, p + pr.B, B, T, pr.in, pr.out, m_c.rank, m_c.scaling());
         else if (dx != nullptr)  // frozen: the input gradient only
             op::matmul_backward(s, dx, static_cast<R*>(nullptr), static_cast<R*>(nullptr), dy, x, p + pr.W, B, T,

@@ -35,6 +35,19 @@ namespace lora {
 
 // ---- the adapted projection, as ops<B> calls ---------------------------------------------------
 
+// xa = scaling * (x A): what lora_forward saves for backward, alone (a recompute that skips the
+// projection's output still owes backward its xa: the same calls, the same bits).
+template <strata::Backend Bk, class R>
+void lora_xa(typename Bk::stream& s,
+             R* xa,       // (B, T, r)
+             const R* x,  // (B, T, C)
+             const R* A,  // (C, r)
+             std::size_t B, std::size_t T, std::size_t C, std::size_t r, double scaling) {
+    using op = strata::ops<Bk>;
+    op::matmul_forward(s, xa, x, A, static_cast<const R*>(nullptr), B, T, C, r);
+    op::scale_inplace(s, xa, scaling, B * T * r);
+}
+
 // out = x W + b + xa B, where xa = scaling * (x A) is kept for backward. bias may be null.
 // `low` is scratch for the low-rank product. Scaling xa (r wide) rather than the product (OC wide)
 // is the cheaper of the two equal forms; with B = 0 the added term is exactly zero, so the output
@@ -52,8 +65,7 @@ void lora_forward(typename Bk::stream& s,
                   std::size_t B, std::size_t T, std::size_t C, std::size_t OC, std::size_t r, double scaling) {
     using op = strata::ops<Bk>;
     op::matmul_forward(s, out, x, W, bias, B, T, C, OC);
-    op::matmul_forward(s, xa, x, A, static_cast<const R*>(nullptr), B, T, C, r);
-    op::scale_inplace(s, xa, scaling, B * T * r);
+    lora_xa<Bk>(s, xa, x, A, B, T, C, r, scaling);
     op::matmul_forward(s, low, xa, Bw, static_cast<const R*>(nullptr), B, T, r, OC);
     op::add_inplace(s, out, low, B * T * OC);
 }

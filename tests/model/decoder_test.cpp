@@ -9,6 +9,7 @@
 //   gradient and moment bytes less host memory.
 #include "support/placements.hpp"  // test::streamed_trainer
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+#include "support/policy_gradients.hpp"  // test::policy_gradients
 #include "support/random_batch.hpp"  // test::random_batches
 
 #include <strata/model/decoder.hpp>
@@ -276,54 +277,17 @@ TEST_CASE_TEMPLATE("kept parts at a micro-batch smaller than the activations: th
     auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
     if (!made) return;
     B& backend = *made;
-    auto s = backend.make_stream("kept parts");
     const gpt_config c{.vocab_size = 23, .max_seq = 16, .n_layer = 3, .n_head = 2, .n_embd = 8};
     gpt_model<float, B> model(c);
-    // Each group's weights (a seed fixes them) and a gradient block, on the device.
-    struct binder {
-        std::vector<tiered_tensor<float, device_tier, B>> weights, gradients;
-        const float* params(std::size_t g, typename B::stream&, group_use) { return weights[g].device_data().get(); }
-        float* grads(std::size_t g, typename B::stream&) { return gradients[g].device_data().get(); }
-        void done(std::size_t, typename B::stream&, group_use) {}
-    };
-    rng gen(5);
-    std::vector<tiered_tensor<float, host_tier, B>> host;
-    binder bind;
-    for (std::size_t g = 0; g < model.groups().size(); ++g) {
-        const std::size_t n = model.groups()[g].numel();
-        host.emplace_back(backend, shape{n}, "weights");
-        model.initialize(g, host.back().span(), gen);
-        bind.weights.emplace_back(backend, shape{n}, "params");
-        bind.weights.back().copy_from(host.back(), s).wait();
-        bind.gradients.emplace_back(backend, shape{n}, "grads");
-    }
-    // Activations for 3 x 16; the micro-batch is 2 x 11.
-    const std::size_t batch = 2, seq = 11;
-    tiered_tensor<std::int32_t, host_tier, B> tokens(backend, shape{3 * 16}, "tokens");  // the first 2 x 11 are read
-    for (std::size_t i = 0; i < 3 * 16; ++i) tokens.span()[i] = static_cast<std::int32_t>((7 * i + 3) % c.vocab_size);
-    auto gradients = [&](kept_activations kept) {
-        typename gpt_model<float, B>::activations act(backend, model, 3, 16, kept);
-        act.tokens_tensor().copy_from(tokens, s);
-        act.targets_tensor().copy_from(tokens, s);
-        std::vector<std::vector<float>> out;
-        for (auto& g : bind.gradients) ops<B>::zero(s, g.device_data().get(), g.shape().numel());
-        model.forward_backward(bind, act, batch, seq, 1.0, s);
-        for (auto& g : bind.gradients) {
-            tiered_tensor<float, host_tier, B> h(backend, shape{g.shape().numel()}, "grads");
-            h.copy_from(g, s).wait();
-            out.emplace_back(h.span().begin(), h.span().end());
-        }
-        return out;
-    };
-    const auto all = gradients(kept_activations::all());
+    test::policy_gradients<float, B, gpt_model<float, B>> gradients(backend, model, c.vocab_size, 5);
+    const test::micro_batch_shape shape{.rows = 3, .cols = 16, .batch = 2, .seq = 11};  // 2 x 11 in 3 x 16
+    const auto all = gradients(kept_activations::all(), shape);
     for (kept_activations kept : {kept_activations{0, false, true}, kept_activations{1, false, true},
                                   kept_activations{0, true, true}, kept_activations::none()}) {
         CAPTURE(kept.count);
         CAPTURE(kept.offload_inputs);
         CAPTURE(kept.keep_parts);
-        const auto got = gradients(kept);
-        for (std::size_t g = 0; g < all.size(); ++g)
-            CHECK(std::memcmp(all[g].data(), got[g].data(), all[g].size() * sizeof(float)) == 0);
+        CHECK(gradients.same_bits(gradients(kept, shape), all));
     }
 }
 

@@ -31,6 +31,7 @@ namespace st = strata::testing;
 
 static_assert(strata::check_layer<llama_lora_block<float, strata::cpu_backend>>());
 static_assert(strata::check_layer<llama_lora_block<double, strata::cpu_backend>>());
+static_assert(strata::check_recomputes_part<llama_lora_block<float, strata::cpu_backend>>());  // selective recompute
 
 // C = 8, 4 query heads of 2 sharing 2 key/value heads, q/k/v biases (Qwen2), hidden 12, r = 2,
 // alpha / r = 1.5: every tensor small enough for finite differences of every element.
@@ -135,6 +136,13 @@ TEST_CASE("llama_lora_block: FLOPs are the plain block's and each adapter's two 
     const double adapters = 2 * BT * r * ((8 + 16) + (8 + 8) + 2 * (8 + 12) + (12 + 8));
     CHECK(L::flops(all_five, B, T) == llama_block<float, strata::cpu_backend>::flops(all_five.base, B, T) + adapters);
     CHECK(L::flops(frozen, B, T) == llama_block<float, strata::cpu_backend>::flops(frozen.base, B, T));
+    // Recompute from the kept part: the plain block's, each adapter's two thin GEMMs but down_proj's
+    // x B (its output is not recomputed, its x A is: backward reads it).
+    using plain = llama_block<float, strata::cpu_backend>;
+    const double recomputed_adapters = 2 * BT * r * ((8 + 16) + (8 + 8) + 2 * (8 + 12) + 12);
+    CHECK(L::recompute_flops(all_five, B, T).gemm == plain::recompute_flops(all_five.base, B, T).gemm + recomputed_adapters);
+    CHECK(L::recompute_flops(frozen, B, T).gemm == plain::recompute_flops(frozen.base, B, T).gemm);
+    CHECK(L::kept_part(all_five, B, T).floats == plain::kept_part(all_five.base, B, T).floats);
 }
 
 TEST_CASE("llama_lora_block: PEFT's target names map to the block's projections; others are refused") {

@@ -13,6 +13,7 @@
 #include "../../lora/tests/finetune_support.hpp"  // text, options, same, finetune, run
 #include "io/scratch_dir.hpp"       // scratch_dir
 #include "support/backends.hpp"     // STRATA_TEST_BACKENDS, make_backend
+#include "support/policy_gradients.hpp"  // test::policy_gradients
 
 #include <strata/io/safetensors.hpp>          // strata::safetensors_file
 #include <strata/plan/planner.hpp>            // plan, footprint_of
@@ -113,6 +114,23 @@ TEST_CASE_TEMPLATE("llama LoRA: only the adapters move, the loss on new text fal
     const auto loaded = download_blocks(t, resident_t::state_kind::params);
     for (std::size_t g = 0; g < model.group_count(); ++g) CHECK(same(loaded[g], resident.params[g]));
     CHECK(t.evaluate(text(3, 1000)) == resident.after);
+}
+
+TEST_CASE_TEMPLATE("llama LoRA under every activation policy (kept parts at a smaller micro-batch too): the "
+                   "adapters' gradients of keeping every block, bitwise", B, STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!made) return;
+    const auto model = llama::make_llama_lora_model<B>(base_config, adapters);
+    test::policy_gradients<float, B, std::remove_const_t<decltype(model)>> gradients(*made, model, base_config.vocab, 5);
+    const test::micro_batch_shape shape{.rows = 3, .cols = 8, .batch = 2, .seq = 7};  // 2 x 7 in 3 x 8
+    const auto all = gradients(kept_activations::all(), shape);
+    for (kept_activations kept : {kept_activations{0, false, true}, kept_activations{1, false, true},
+                                  kept_activations{0, true, true}, kept_activations::none()}) {
+        CAPTURE(kept.count);
+        CAPTURE(kept.offload_inputs);
+        CAPTURE(kept.keep_parts);
+        CHECK(gradients.same_bits(gradients(kept, shape), all));
+    }
 }
 
 TEST_CASE("llama LoRA: the planner sees the frozen base (gradients and moments are the adapters' only)") {

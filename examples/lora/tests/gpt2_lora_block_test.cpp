@@ -29,8 +29,10 @@ namespace st = strata::testing;
 
 static_assert(strata::check_layer<gpt2_lora_block<float, strata::cpu_backend>>());
 static_assert(strata::check_layer<gpt2_lora_block<double, strata::cpu_backend>>());
+static_assert(strata::check_recomputes_part<gpt2_lora_block<float, strata::cpu_backend>>());  // selective recompute
 #ifdef STRATA_TESTS_WITH_CUDA
 static_assert(strata::check_layer<gpt2_lora_block<float, strata::cuda_backend>>());
+static_assert(strata::check_recomputes_part<gpt2_lora_block<float, strata::cuda_backend>>());
 #endif
 
 // C = 6 in 2 heads, r = 2, alpha / r = 1.5: small enough for finite differences of every element.
@@ -132,6 +134,13 @@ TEST_CASE("gpt2_lora_block: FLOPs are the plain block's and each adapter's two t
     CHECK(L::flops(all_four, B, T) == strata::gpt2_block<float, strata::cpu_backend>::flops(all_four.base(), B, T) +
                                           adapters);
     CHECK(L::flops(frozen, B, T) == strata::gpt2_block<float, strata::cpu_backend>::flops(frozen.base(), B, T));
+    // Recompute from the kept part: the plain block's, each adapter's two thin GEMMs but the MLP
+    // projection's x B (its output is not recomputed, its x A is: backward reads it).
+    using plain = strata::gpt2_block<float, strata::cpu_backend>;
+    const double recomputed_adapters = 2 * BT * r * ((6 + 18) + (6 + 6) + (6 + 24) + 24);
+    CHECK(L::recompute_flops(all_four, B, T).gemm == plain::recompute_flops(all_four.base(), B, T).gemm + recomputed_adapters);
+    CHECK(L::recompute_flops(frozen, B, T).gemm == plain::recompute_flops(frozen.base(), B, T).gemm);
+    CHECK(L::kept_part(all_four, B, T).floats == plain::kept_part(all_four.base(), B, T).floats);
 }
 
 TEST_CASE("gpt2_lora_block: an unknown or repeated target, or a bad shape, is refused with a hint") {

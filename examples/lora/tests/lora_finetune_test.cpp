@@ -10,6 +10,7 @@
 #include "finetune_support.hpp"  // text, options, same, finetune, run
 #include "io/scratch_dir.hpp"    // scratch_dir
 #include "support/backends.hpp"  // STRATA_TEST_BACKENDS, make_backend
+#include "support/policy_gradients.hpp"  // test::policy_gradients
 
 #include <strata/nn/cpu_ops.hpp>
 #include <strata/plan/planner.hpp>
@@ -104,6 +105,24 @@ TEST_CASE_TEMPLATE("a LoRA fine-tune moves only the adapters, lowers the loss on
     const double merged_loss = t.evaluate(text(3, 1000));
     MESSAGE("merged model's loss " << merged_loss << ", LoRA model's " << resident.after);
     CHECK(std::abs(merged_loss - resident.after) < 1e-5 * resident.after);
+}
+
+TEST_CASE_TEMPLATE("a LoRA model under every activation policy (kept parts at a smaller micro-batch too): the "
+                   "adapters' gradients of keeping every block, bitwise", B, STRATA_TEST_BACKENDS) {
+    auto made = test::make_backend<B>({.device_bytes = 64 << 20, .host_bytes = 64 << 20});
+    if (!made) return;
+    const auto model = lora::make_gpt2_lora_model<B>(base_config, adapters);
+    test::policy_gradients<float, B, std::remove_const_t<decltype(model)>> gradients(*made, model,
+                                                                                    base_config.vocab_size, 5);
+    const test::micro_batch_shape shape{.rows = 3, .cols = 8, .batch = 2, .seq = 7};  // 2 x 7 in 3 x 8
+    const auto all = gradients(kept_activations::all(), shape);
+    for (kept_activations kept : {kept_activations{0, false, true}, kept_activations{1, false, true},
+                                  kept_activations{0, true, true}, kept_activations::none()}) {
+        CAPTURE(kept.count);
+        CAPTURE(kept.offload_inputs);
+        CAPTURE(kept.keep_parts);
+        CHECK(gradients.same_bits(gradients(kept, shape), all));
+    }
 }
 
 TEST_CASE("the planner: a LoRA fine-tune needs the full fine-tune's host bytes minus the frozen tensors' state") {
