@@ -10,12 +10,13 @@
 #include <strata/core/format.hpp>             // fmt::format
 #include <strata/plan/calibrate.hpp>          // calibrated_rates, calibration_options, gemm_shape
 #include <strata/plan/cost_model.hpp>         // step_prediction
-#include <strata/plan/machine_file.hpp>       // read_machine_file, machine_rates
+#include <strata/plan/machine_file.hpp>       // read_machine_file, machine_rates, attention_rate
 #include <strata/plan/planner.hpp>            // memory_plan, plan_request, tier_bytes, link_bandwidths
 #include <strata/plan/prediction_table.hpp>   // prediction_table
 
 #include <CLI/CLI.hpp>  // CLI::App
 
+#include <algorithm>   // std::max
 #include <filesystem>  // std::filesystem::path
 #include <iostream>    // std::cerr
 #include <optional>    // std::optional
@@ -54,12 +55,17 @@ void check_machine_flags(const Args& a) {
                     "drop one of them");
 }
 
-// The rates the plan is made with: --machine's file, else this machine's calibration at the
+// The rates the plan is made with: --machine's file (its attention rate the one for the model's
+// head size, where the file lists rates by head size), else this machine's calibration at the
 // model's shapes (`shapes`: its GEMMs and attention), read from the cache when it has them. The
 // probe backend B is made here with the default budgets and gone before the run's is made.
 template <Backend B, class Args>
 machine_rates machine_for_plan(const Args& a, calibration_options shapes) {
-    if (!a.machine.empty()) return read_machine_file(a.machine);
+    if (!a.machine.empty()) {
+        machine_rates m = read_machine_file(a.machine);
+        m.attention_flops = attention_rate(m, shapes.attention.channels / std::max<std::size_t>(shapes.attention.heads, 1));
+        return m;
+    }
     shapes.storage_dir = a.storage_dir;
     shapes.recalibrate = a.recalibrate;
     B probe(tier_options{});

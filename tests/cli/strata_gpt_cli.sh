@@ -533,6 +533,11 @@ big=(--data "$work/data.txt" --n-layer 96 --n-head 80 --n-embd 10240 --seq-len 1
 grep -q "^machine: h200-1.5tb-4nvme (--machine .*; planned, nothing allocated)" "$work/big.log" || fail "--machine: $(head -6 "$work/big.log")"
 grep -q "memory plan: streamed placement" "$work/big.log" || fail "--machine 120B not streamed: $(cat "$work/big.log")"
 grep -Eq "^budget +132.00 GiB +1.35 TiB +20.00 TiB" "$work/big.log" || fail "--machine's budgets not used: $(cat "$work/big.log")"
+# the file's attention rate for the model's head size: 128 (10240 / 80) here, 64 for the XL shape
+grep -q "^machine: .*attention 26 TFLOP/s" "$work/big.log" || fail "--machine: not head size 128's attention rate: $(head -3 "$work/big.log")"
+"$gpt" train --data "$work/data.txt" --n-layer 48 --n-head 25 --n-embd 1600 --seq-len 1024 --batch 1 \
+  --machine "$machines/h200.json" --plan --out "$work/xl" > "$work/xl.log"
+grep -q "^machine: .*attention 51 TFLOP/s" "$work/xl.log" || fail "--machine: not head size 64's attention rate: $(head -3 "$work/xl.log")"
 [[ -e "$work/big" ]] && fail "--machine --plan created its --out"
 refuses "memory plan: streamed placement with" "$gpt" train "${big[@]}" --machine "$machines/h200.json" --plan --out "$work/big"
 grep -q "host needs" "$work/refused.err" || fail "the 120B refusal on h200.json names no tier: $(cat "$work/refused.err")"

@@ -1,6 +1,6 @@
 // Machine files (plan/machine_file.hpp): the shipped ones read back with their units converted,
 // a machine round-trips through JSON, and a malformed file is refused naming the field.
-#include <strata/plan/machine_file.hpp>  // machine_from_json, machine_to_json, read_machine_file
+#include <strata/plan/machine_file.hpp>  // machine_from_json, machine_to_json, read_machine_file, attention_rate
 
 #include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE
 
@@ -63,6 +63,27 @@ TEST_CASE("machine file: fields in their units become base units") {
     CHECK(machine_from_json(j, "test.json").device_optimizer.at("adafactor") == doctest::Approx(6.5e9));
 }
 
+TEST_CASE("machine file: attention rates by head size; a plan takes its model's head size's, or the nearest listed") {
+    const machine_rates plain = machine_from_json(valid(), "test.json");
+    CHECK(plain.attention_flops_by_head_size.empty());  // optional
+    CHECK(attention_rate(plain, 64) == doctest::Approx(15e12));  // without them: attention_TFLOPS at any head size
+    json j = valid();
+    j["attention_TFLOPS_by_head_size"] = {{"64", 50}, {"128", 26}};
+    const machine_rates m = machine_from_json(j, "test.json");
+    CHECK(m.attention_flops == doctest::Approx(15e12));
+    CHECK(m.attention_flops_by_head_size.at(64) == doctest::Approx(50e12));
+    CHECK(attention_rate(m, 64) == doctest::Approx(50e12));
+    CHECK(attention_rate(m, 128) == doctest::Approx(26e12));
+    CHECK(attention_rate(m, 32) == doctest::Approx(50e12));   // below every listed size: the smallest's
+    CHECK(attention_rate(m, 256) == doctest::Approx(26e12));  // above: the largest's
+    CHECK(attention_rate(m, 80) == doctest::Approx(50e12));   // 80/64 = 1.25 < 128/80 = 1.6
+    CHECK(attention_rate(m, 112) == doctest::Approx(26e12));  // 112/64 = 1.75 > 128/112 = 1.14
+    CHECK(attention_rate(m, 90) == doctest::Approx(50e12));   // 90/64 = 1.41 < 128/90 = 1.42
+    json tie = valid();
+    tie["attention_TFLOPS_by_head_size"] = {{"32", 40}, {"128", 20}};
+    CHECK(attention_rate(machine_from_json(tie, "test.json"), 64) == doctest::Approx(40e12));  // a tie: the smaller's
+}
+
 TEST_CASE("machine file: a machine round-trips through its JSON") {
     const machine_rates m = machine_from_json(valid(), "test.json");
     const machine_rates back = machine_from_json(json::parse(machine_to_json(m, "notes").dump()), "round trip");
@@ -78,6 +99,12 @@ TEST_CASE("machine file: a machine round-trips through its JSON") {
     machine_rates d = m;
     d.device_optimizer = {{"adafactor", 6.5e9}, {"adamw", 120e9}};
     CHECK(machine_from_json(json::parse(machine_to_json(d).dump()), "round trip").device_optimizer == d.device_optimizer);
+    CHECK_FALSE(machine_to_json(m).contains("attention_TFLOPS_by_head_size"));  // written only where given
+    d.attention_flops_by_head_size = {{64, 50e12}, {128, 26e12}};
+    const machine_rates by_size = machine_from_json(json::parse(machine_to_json(d).dump()), "round trip");
+    REQUIRE(by_size.attention_flops_by_head_size.size() == 2);
+    CHECK(by_size.attention_flops_by_head_size.at(64) == doctest::Approx(50e12));
+    CHECK(by_size.attention_flops_by_head_size.at(128) == doctest::Approx(26e12));
 }
 
 TEST_CASE("machine file: the shipped machines read") {
@@ -89,6 +116,7 @@ TEST_CASE("machine file: the shipped machines read") {
     CHECK(h200.host_optimizer.at("adamw") == doctest::Approx(4.82e9));
     CHECK(h200.device_optimizer.at("adafactor") == doctest::Approx(6.0e9));
     CHECK_FALSE(h200.device_optimizer.contains("adamw"));  // memory-bound: costed from device_memory
+    CHECK(attention_rate(h200, 64) > 1.5 * attention_rate(h200, 128));  // GPT-2's head size against Llama's
     const machine_rates big = read_machine_file(machines / "h200-1.5tb-4nvme.json");
     CHECK(big.budgets.host == std::size_t(1380) << 30);
     CHECK(big.budgets.storage == std::size_t(20) << 40);
@@ -127,6 +155,19 @@ TEST_CASE("machine file: a malformed file is refused naming the field") {
     CHECK(refusal(with("device_optimizer_Gparams_per_s", json{{"adafactor", "6"}}))
               .find("field 'device_optimizer_Gparams_per_s.adafactor' is a string") != std::string::npos);
     CHECK(refusal(json::array()).find("not a JSON object") != std::string::npos);
+    CHECK(refusal(with("attention_TFLOPS_by_head_size", 50)).find("field 'attention_TFLOPS_by_head_size' must be") !=
+          std::string::npos);
+    CHECK(refusal(with("attention_TFLOPS_by_head_size", json::object()))
+              .find("field 'attention_TFLOPS_by_head_size' must be") != std::string::npos);
+    CHECK(refusal(with("attention_TFLOPS_by_head_size", json{{"sixty-four", 50}}))
+              .find("field 'attention_TFLOPS_by_head_size.sixty-four' names no head size") != std::string::npos);
+    CHECK(refusal(with("attention_TFLOPS_by_head_size", json{{"0", 50}}))
+              .find("field 'attention_TFLOPS_by_head_size.0' names no head size") != std::string::npos);
+    CHECK(refusal(with("attention_TFLOPS_by_head_size", json{{"64", "50"}}))
+              .find("field 'attention_TFLOPS_by_head_size.64' is a string") != std::string::npos);
+    CHECK(refusal(with("attention_TFLOPS_by_head_size", json{{"64", 0}}))
+              .find("field 'attention_TFLOPS_by_head_size.64' is 0") != std::string::npos);
+    CHECK(refusal(with("attention_TFLOPS_by_head_size", json{{"64", 50}})).empty());
     // negative, zero
     CHECK(refusal(with("d2h_GBps", -1)).find("field 'd2h_GBps' is negative") != std::string::npos);
     CHECK(refusal(with("storage_budget", -5)).find("field 'storage_budget' is negative") != std::string::npos);

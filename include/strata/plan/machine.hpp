@@ -8,9 +8,11 @@
 
 #include <strata/plan/memory_plan.hpp>  // tier_bytes
 
-#include <cstddef>  // std::size_t
-#include <map>      // std::map
-#include <string>   // std::string
+#include <algorithm>  // std::max
+#include <cmath>      // std::abs, std::log
+#include <cstddef>    // std::size_t
+#include <map>        // std::map
+#include <string>     // std::string
 
 namespace strata {
 
@@ -32,6 +34,10 @@ struct machine_rates {
     double gemm_flops = 0;
     double attention_flops = 0;
     double device_memory = 0;
+    // Optional: causal attention's rate (FLOP/s, counted as attention_flops is) at given head sizes.
+    // The kernels' rate differs by head size (at head size 64 about twice the 128's on the H200),
+    // and a machine file plans for models of any; attention_rate() reads the model's from here.
+    std::map<std::size_t, double> attention_flops_by_head_size;
 
     // The host optimizer's update rate with every core, parameters per second, per optimizer
     // (keys: a registered optimizer's name: "adamw", "sgd", ...).
@@ -42,5 +48,18 @@ struct machine_rates {
     // sums and passes are not).
     std::map<std::string, double> device_optimizer;
 };
+
+// The attention rate a plan for a model of head size `head_size` uses: the rate listed for that
+// head size, else for the nearest one listed (by ratio: 96 takes 64's or 128's, whichever is
+// nearer, the smaller on a tie), else attention_flops.
+inline double attention_rate(const machine_rates& m, std::size_t head_size) {
+    double best = m.attention_flops, distance = 0;
+    bool found = false;
+    for (const auto& [listed, rate] : m.attention_flops_by_head_size) {
+        const double d = std::abs(std::log(double(listed) / double(std::max<std::size_t>(head_size, 1))));
+        if (!found || d < distance) best = rate, distance = d, found = true;
+    }
+    return best;
+}
 
 }  // namespace strata

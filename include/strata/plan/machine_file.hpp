@@ -9,14 +9,16 @@
 //     "h2d_GBps": 55.4, "d2h_GBps": 55.3, "duplex_GBps": 99,
 //     "storage_read_GBps": 2.0, "storage_write_GBps": 1.4,
 //     "gemm_TFLOPS": 47.3, "attention_TFLOPS": 20, "device_memory_GBps": 4000,
+//     "attention_TFLOPS_by_head_size": {"64": 50, "128": 26},                 (optional)
 //     "host_optimizer_Gparams_per_s": {"adamw": 4.86, "sgd": 6.8},
 //     "device_optimizer_Gparams_per_s": {"adafactor": 6.0}                   (optional)
 //   }
 //
 // Units are in the key names: GB = 1e9 bytes, TFLOPS = 1e12 FLOP per second, Gparams = 1e9
 // parameters. Budgets are byte counts written as the command line's budgets are ("132G", binary
-// units) or as plain numbers of bytes. Every field but "notes" and "device_optimizer_Gparams_per_s"
-// is required; a rate must be positive, a budget non-negative (the device's and the host's
+// units) or as plain numbers of bytes. Every field but "notes", "attention_TFLOPS_by_head_size"
+// (a plan takes the rate of the model's head size, or the nearest listed, over attention_TFLOPS:
+// machine.hpp's attention_rate) and "device_optimizer_Gparams_per_s" is required; a rate must be positive, a budget non-negative (the device's and the host's
 // positive); the optimizer objects name optimizers the library has, the host's at least adamw and
 // sgd; the device's may name none (an optimizer without a device rate is modelled as memory-bound:
 // plan/machine.hpp); any other key is refused. Each refusal names the field.
@@ -63,6 +65,7 @@ inline constexpr std::array<machine_rate_field, 8> machine_rate_fields{{
 inline constexpr std::array<std::string_view, 3> machine_budget_keys{"device_budget", "host_budget", "storage_budget"};
 inline constexpr std::string_view host_optimizer_key = "host_optimizer_Gparams_per_s";
 inline constexpr std::string_view device_optimizer_key = "device_optimizer_Gparams_per_s";
+inline constexpr std::string_view attention_by_head_size_key = "attention_TFLOPS_by_head_size";
 // The optimizers whose rates every machine file gives (the calibration has measured them since
 // machine files exist); any other registered optimizer's rate is optional: without it, a plan for
 // that optimizer comes from the fixed rules.
@@ -70,7 +73,7 @@ inline constexpr std::array<std::string_view, 2> machine_file_optimizers{"adamw"
 
 inline bool is_machine_file_key(std::string_view key) {
     if (key == "name" || key == "notes" || key == "host_cores" || key == host_optimizer_key ||
-        key == device_optimizer_key)
+        key == device_optimizer_key || key == attention_by_head_size_key)
         return true;
     for (std::string_view k : machine_budget_keys)
         if (key == k) return true;
@@ -82,7 +85,8 @@ inline bool is_machine_file_key(std::string_view key) {
 inline std::string machine_file_keys() {
     std::string keys = "name, notes, device_budget, host_budget, storage_budget, host_cores";
     for (const auto& f : machine_rate_fields) keys += ", " + std::string(f.key);
-    return keys + ", " + std::string(host_optimizer_key) + ", " + std::string(device_optimizer_key);
+    return keys + ", " + std::string(attention_by_head_size_key) + ", " + std::string(host_optimizer_key) + ", " +
+           std::string(device_optimizer_key);
 }
 
 // Reads the fields of one machine file (`source` names it in errors).
@@ -144,6 +148,25 @@ public:
         return rates;
     }
 
+    // An object of attention rates per head size ({"64": 50}), TFLOP/s, as FLOP/s per head size.
+    std::map<std::size_t, double> head_size_rates(const nlohmann::json& v, std::string_view key) const {
+        if (!v.is_object() || v.empty())
+            refuse(key, "must be an object of rates per head size (it is " + v.dump() + ")",
+                   "write e.g. {\"64\": 50, \"128\": 26}: causal attention's TFLOP/s at each head size");
+        std::map<std::size_t, double> rates;
+        for (const auto& [size, value] : v.items()) {
+            const std::string field = std::string(key) + "." + size;
+            std::size_t head_size = 0;
+            const bool whole = !size.empty() && size.size() <= 4 &&
+                               size.find_first_not_of("0123456789") == std::string::npos;
+            if (whole) head_size = std::stoul(size);
+            if (!whole || head_size == 0)
+                refuse(field, "names no head size", "the keys are head sizes, whole numbers like \"64\" or \"128\"");
+            rates[head_size] = number(value, field, false) * 1e12;
+        }
+        return rates;
+    }
+
 private:
     const nlohmann::json& m_json;
     std::string m_source;
@@ -177,6 +200,8 @@ inline machine_rates machine_from_json(const nlohmann::json& j, const std::strin
         in.refuse("host_cores", "must be a positive whole number (it is " + cores.dump() + ")", "write e.g. 16");
     m.host_cores = cores.get<std::size_t>();
     for (const auto& f : detail::machine_rate_fields) m.*f.member = in.number(in.field(f.key), f.key, false) * f.unit;
+    if (const auto by_size = j.find(detail::attention_by_head_size_key); by_size != j.end())
+        m.attention_flops_by_head_size = in.head_size_rates(*by_size, detail::attention_by_head_size_key);
     const nlohmann::json& optimizers = in.field(detail::host_optimizer_key);
     m.host_optimizer = in.optimizer_rates(optimizers, detail::host_optimizer_key);
     if (const auto device = j.find(detail::device_optimizer_key); device != j.end())
@@ -199,6 +224,11 @@ inline nlohmann::ordered_json machine_to_json(const machine_rates& m, const std:
     j["storage_budget"] = m.budgets.storage;
     j["host_cores"] = m.host_cores;
     for (const auto& f : detail::machine_rate_fields) j[std::string(f.key)] = m.*f.member / f.unit;
+    if (!m.attention_flops_by_head_size.empty()) {
+        nlohmann::ordered_json by_size = nlohmann::ordered_json::object();
+        for (const auto& [size, rate] : m.attention_flops_by_head_size) by_size[std::to_string(size)] = rate / 1e12;
+        j[std::string(detail::attention_by_head_size_key)] = by_size;
+    }
     nlohmann::ordered_json optimizers = nlohmann::ordered_json::object();
     for (const auto& [name, rate] : m.host_optimizer) optimizers[name] = rate / 1e9;
     j[std::string(detail::host_optimizer_key)] = optimizers;
