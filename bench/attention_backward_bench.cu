@@ -4,8 +4,8 @@
 // NH=12, HS=64) and at long context (B=1, T=32768 and 65536). Prints, per shape and algorithm,
 // ms per backward, the ratio to recompute, TFLOP/s counting the 5 causal products, the workspace,
 // the backward's time over the forward's (timed first, same shape), and checks on the results:
-// max |difference| to recompute relative to max |recompute|, and whether a second run gives the
-// same bits.
+// max |difference| to recompute relative to max |recompute|, whether a second run gives the same
+// bits, and a hash of the result (at head size 64 the wide and the 128-thread blocks must agree).
 //
 // Usage: strata_bench_attention [B T NH NKV HS]...   (five numbers per extra shape; NKV < NH runs
 // the key-tile backward alone, recompute being multi-head only). STRATA_ATTN_PARTIALS_BUDGET_MB
@@ -123,36 +123,44 @@ void run(const shape& s, std::size_t partials_budget) {
                 "backward)); out, lse hash %016llx %016llx\n",
                 forward_ms, flops / 5.0 * 2.0 / (forward_ms * 1e9),
                 static_cast<unsigned long long>(fnv1a(out.download())), static_cast<unsigned long long>(fnv1a(lse.download())));
-    std::printf("  %-10s %10s %8s %9s %12s %14s %10s %9s\n", "algo", "ms", "ratio", "TFLOP/s", "workspace MB",
-                "max|diff| rel", "repeatable", "bwd/fwd");
+    std::printf("  %-12s %10s %8s %9s %12s %14s %10s %9s %17s\n", "algo", "ms", "ratio", "TFLOP/s", "workspace MB",
+                "max|diff| rel", "repeatable", "bwd/fwd", "dqkv hash");
 
     std::vector<float> reference;
     double reference_ms = 0;
     // partials at the library's bound (in bands where the triangle is larger), then in one band
     // (the whole triangle) where that differs and fits STRATA_ATTN_PARTIALS_BUDGET_MB.
+    // At head size 64 the key-tile rows run in the kernels' wide blocks (256 threads); the "-128"
+    // rows run the 128-thread blocks of the other head sizes, for the same bits (the hash column).
     struct variant {
         attention_backward_algo algo;
         std::size_t limit;
         const char* label;
+        int threads = 0;
     };
     const std::size_t one_band = static_cast<std::size_t>(-1);
     const bool banded = gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS) > 1;
-    for (const variant& v : {variant{attention_backward_algo::recompute, gpu::attention_partials_limit_bytes, "recompute"},
-                             variant{attention_backward_algo::partials, gpu::attention_partials_limit_bytes, "partials"},
+    const bool wide = gpu::attention_detail::padded_head_size(s.HS) == gpu::attention_detail::wide::D;
+    const std::size_t bound = gpu::attention_partials_limit_bytes;
+    for (const variant& v : {variant{attention_backward_algo::recompute, bound, "recompute"},
+                             variant{attention_backward_algo::partials, bound, "partials-128", 128},
+                             variant{attention_backward_algo::partials, bound, "partials"},
                              variant{attention_backward_algo::partials, one_band, "partials-1"},
-                             variant{attention_backward_algo::ordered, gpu::attention_partials_limit_bytes, "ordered"}}) {
+                             variant{attention_backward_algo::ordered, bound, "ordered-128", 128},
+                             variant{attention_backward_algo::ordered, bound, "ordered"}}) {
         const attention_backward_algo algo = v.algo;
         if (algo == attention_backward_algo::recompute && !multi_head) continue;
+        if (v.threads != 0 && !wide) continue;  // the same kernel as the row after it
         if (const char* only = std::getenv("STRATA_ATTN_ALGOS"); only && !std::strstr(only, v.label)) continue;
         if (v.limit == one_band && !banded) continue;  // the row above was one band already
         const std::size_t bytes = gpu::attention_backward_workspace(algo, s.B, s.T, s.NH, s.HS, v.limit);
         if (algo == attention_backward_algo::partials && bytes > std::max(partials_budget, gpu::attention_partials_limit_bytes)) {
-            std::printf("  %-10s skipped: workspace %.0f MB above the budget (STRATA_ATTN_PARTIALS_BUDGET_MB)\n",
+            std::printf("  %-12s skipped: workspace %.0f MB above the budget (STRATA_ATTN_PARTIALS_BUDGET_MB)\n",
                         v.label, bytes / 1e6);
             continue;
         }
         if (algo == attention_backward_algo::partials && v.limit != one_band)
-            std::printf("  %-10s %zu band(s) of query tiles\n", v.label,
+            std::printf("  %-12s %zu band(s) of query tiles\n", v.label,
                         gpu::attention_partials_bands(s.B, s.T, s.NH, s.HS, v.limit));
         void* workspace = nullptr;
         if (bytes > 0) check(cudaMalloc(&workspace, bytes), "cudaMalloc (workspace)");
@@ -161,7 +169,7 @@ void run(const shape& s, std::size_t partials_budget) {
                 gpu::attention_backward(dqkv.p, lse.p, dout.p, out.p, qkv.p, s.B, s.T, A, s.NH, nullptr);
             else
                 gpu::attention_backward_key_tiles(dqkv.p, lse.p, dout.p, out.p, qkv.p, s.B, s.T, s.NH, s.NKV, s.HS,
-                                                  algo, workspace, bytes, nullptr, v.limit);
+                                                  algo, workspace, bytes, nullptr, v.limit, v.threads);
         };
         dqkv.zero();
         const double ms = milliseconds(reps, backward);
@@ -183,9 +191,10 @@ void run(const shape& s, std::size_t partials_budget) {
                 size = std::max(size, static_cast<double>(std::abs(reference[i])));
             }
         }
-        std::printf("  %-10s %10.3f %8.3f %9.1f %12.1f %14.3g %10s %9.2f\n", v.label, ms,
+        std::printf("  %-12s %10.3f %8.3f %9.1f %12.1f %14.3g %10s %9.2f  %016llx\n", v.label, ms,
                     reference_ms > 0 ? reference_ms / ms : 1.0, flops / ms * 1e-9, bytes / 1e6,
-                    size > 0 ? diff / size : 0.0, repeatable ? "yes" : "NO", forward_ms > 0 ? ms / forward_ms : 0.0);
+                    size > 0 ? diff / size : 0.0, repeatable ? "yes" : "NO", forward_ms > 0 ? ms / forward_ms : 0.0,
+                    static_cast<unsigned long long>(fnv1a(first)));
     }
     std::printf("  (ratio: the first row's ms / this row's; max|diff| rel: against the first row)\n");
 }

@@ -1,7 +1,8 @@
 // cuda attention backward by key tiles (kernels/cuda/attention_backward.cuh): both dq orders
 // (partials, ordered) against the CPU kernel (the oracle) and against attention.cuh's two-kernel
 // backward, at T = 1 .. 8192, odd lengths, every padded head size, grouped-query heads; bitwise
-// reproducibility, the two orders' identical bits, and the errors it throws.
+// reproducibility, the two orders' identical bits, at head size 64 the wide and the 128-thread
+// blocks' identical bits, and the errors it throws.
 //
 // Glossary: B batch, T time, NH query heads, NKV key/value heads, HS head size, A = NH HS,
 // KV = NKV HS. GQA's reference: k and v expanded to NH heads (head h reads kv head h / (NH / NKV)),
@@ -148,6 +149,16 @@ void compare_backward(const shape& s, unsigned seed, bool with_cpu = true, std::
         const std::vector<float> got = d_dqkv.download(), again = d_dqkv_again.download();
         CHECK_MESSAGE(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)) == 0,
                       "two backward runs on the same inputs differ");
+        if (gpu::attention_detail::padded_head_size(s.HS) == gpu::attention_detail::wide::D) {
+            // The wide blocks (the choice at head size 64) and the 128-thread ones: the same bits.
+            device_buffer<float> d_narrow(c.dqkv_start, offset);
+            gpu::attention_backward_key_tiles(d_narrow.get(), c.d_lse.get(), c.d_dout.get(), c.d_out.get(),
+                                              c.d_qkv.get(), s.B, s.T, s.NH, s.NKV, s.HS, algo, workspace.get(), bytes,
+                                              nullptr, gpu::attention_partials_limit_bytes, 128);
+            const std::vector<float> narrow = d_narrow.download();
+            CHECK_MESSAGE(std::memcmp(got.data(), narrow.data(), got.size() * sizeof(float)) == 0,
+                          "the wide (256-thread) and 128-thread blocks must give the same bits");
+        }
         const part_errors vs_gpu = compare(got, c.expected_gpu, c.dqkv_start, s);
         check_errors(vs_gpu, "the two-kernel backward");
         MESSAGE("B=" << s.B << " T=" << s.T << " NH=" << s.NH << " NKV=" << s.NKV << " HS=" << s.HS
@@ -283,6 +294,13 @@ TEST_CASE("cuda attention backward by key tiles refuses bad heads, a small works
                     strata::error);  // HS 129
     CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 8, 2, 2, 64,
                                                       attention_backward_algo::recompute, none, 0, nullptr),
+                    strata::error);
+    // Blocks of 256 threads exist at head size 64 only; other sizes are refused.
+    CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 8, 2, 2, 128, ordered, none,
+                                                      1 << 20, nullptr, gpu::attention_partials_limit_bytes, 256),
+                    strata::error);
+    CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 8, 2, 2, 64, ordered, none,
+                                                      1 << 20, nullptr, gpu::attention_partials_limit_bytes, 64),
                     strata::error);
     const std::size_t needed = gpu::attention_backward_workspace(attention_backward_algo::partials, 1, 640, 2, 64);
     device_buffer<std::byte> workspace(needed);

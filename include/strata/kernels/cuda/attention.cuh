@@ -129,14 +129,15 @@ __device__ inline void copy_async_wait() {
 // vector16 (HS and ld multiples of 4, src 16-byte aligned: GPT-2's shapes) copies 16 bytes per
 // instruction, else 4 (any HS): a thread copies one piece of every row_step-th row, coalesced
 // along channels, with only a pointer and a row index live across the loop.
-template <int D, int smem_ld = head_tile<D>::ld>
+// block_threads: the block's size (the key-tile backward's wide blocks have 256).
+template <int D, int smem_ld = head_tile<D>::ld, int block_threads = threads>
 __device__ void load_tile_async(float* tile_smem,  // (64, D), rows smem_ld apart
                                 const float* src,  // (rows, HS), rows ld apart
                                 std::size_t ld, int rows, int HS, bool vector16) {
     if (vector16) {
         constexpr int pieces = D / 4;  // 16-byte pieces per row
-        static_assert(threads % pieces == 0, "attention: a block copies whole rows per step");
-        constexpr int row_step = threads / pieces;
+        static_assert(block_threads % pieces == 0, "attention: a block copies whole rows per step");
+        constexpr int row_step = block_threads / pieces;
         const int d = static_cast<int>(threadIdx.x) % pieces * 4, r0 = static_cast<int>(threadIdx.x) / pieces;
         const bool channel_inside = d < HS;  // HS % 4 == 0: a piece is wholly inside or outside
 #pragma unroll 4
@@ -146,8 +147,8 @@ __device__ void load_tile_async(float* tile_smem,  // (64, D), rows smem_ld apar
             copy_async16(tile_smem + r * smem_ld + d, inside ? src + r * ld + d : src, inside ? 16 : 0);
         }
     } else {
-        static_assert(threads % D == 0, "attention: a block copies whole rows per step");
-        constexpr int row_step = threads / D;
+        static_assert(block_threads % D == 0, "attention: a block copies whole rows per step");
+        constexpr int row_step = block_threads / D;
         const int d = static_cast<int>(threadIdx.x) % D, r0 = static_cast<int>(threadIdx.x) / D;
         const bool channel_inside = d < HS;
 #pragma unroll 4

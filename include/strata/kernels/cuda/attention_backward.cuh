@@ -273,6 +273,127 @@ __device__ inline void store_release(int* p, int v) {
     asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+// The key-tile backward at head size 64 in wide blocks: 256 threads, a 16 x 16 grid (ty, tx), each
+// thread 4 x 4 elements of a (64, 64) tile where the 128-thread blocks take 4 x 8. The same tiles,
+// products and summation orders, so the same bits; half the registers per thread (dk, dv 2 x 16,
+// a score tile 16), so two blocks of 8 warps fit a multiprocessor where the 128-thread kernel
+// (255 registers, spilling) ran two blocks of 4: its schedulers had ~2 warps each and issued on 53 %
+// of cycles (Nsight Compute, H100, B=1 T=16384 NH=12, 2026-12-06), its FMA pipe 43 % busy.
+namespace wide {
+constexpr int threads = 256;
+constexpr int grid_x = 16;  // tx: threads along a score row; ty: 16 rows of the grid
+constexpr int rows = 4;     // a thread's score rows: ty + 16 i (keys)
+constexpr int cols = 4;     // a thread's score columns: tx + 16 j (queries); its head channels 4 tx .. 4 tx + 3
+constexpr int D = 64;
+constexpr int ld = head_tile<D>::ld;  // 68: rows r and r + 8 share a bank group, so a warp's 16 B rows take 2 wavefronts
+// P^T and dS^T rows 80 floats apart: a warp's two key rows (ty, ty + 1) are 16 banks apart, so its
+// scalar stores hit 32 distinct banks; 16-byte aligned for the float4 reads.
+constexpr int score_ld = 80;
+constexpr int score_size = tile * score_ld;
+constexpr int smem_floats = 4 * head_tile<D>::size + 2 * score_size + 2 * tile;  // K V Q dO, P^T dS^T, lse Dsum
+
+// acc[i][j] = A[ty + 16 i] . B[tx + 16 j] over the 64 channels in order (tile_dot's sums).
+__device__ inline void tile_dot(float (&acc)[rows][cols], const float* A, const float* B, int ty, int tx) {
+#pragma unroll
+    for (int i = 0; i < rows; ++i)
+#pragma unroll
+        for (int j = 0; j < cols; ++j) acc[i][j] = 0.f;
+#pragma unroll
+    for (int d = 0; d < D; d += 4) {
+        float4 a[rows], b[cols];
+#pragma unroll
+        for (int i = 0; i < rows; ++i) a[i] = *reinterpret_cast<const float4*>(A + (ty + grid_x * i) * ld + d);
+#pragma unroll
+        for (int j = 0; j < cols; ++j) b[j] = *reinterpret_cast<const float4*>(B + (tx + grid_x * j) * ld + d);
+#pragma unroll
+        for (int i = 0; i < rows; ++i)
+#pragma unroll
+            for (int j = 0; j < cols; ++j) {
+                acc[i][j] = fmaf(a[i].x, b[j].x, acc[i][j]);
+                acc[i][j] = fmaf(a[i].y, b[j].y, acc[i][j]);
+                acc[i][j] = fmaf(a[i].z, b[j].z, acc[i][j]);
+                acc[i][j] = fmaf(a[i].w, b[j].w, acc[i][j]);
+            }
+    }
+}
+
+// acc[i][n] += sum_c P[ty + 16 i][c] * V[c][4 tx + n], c = 0 .. 63 in order (tile_mma's sums).
+__device__ inline void tile_mma(float (&acc)[rows][cols], const float* P, const float* V, int ty, int tx) {
+#pragma unroll 2
+    for (int c = 0; c < tile; c += 4) {
+        float4 p[rows];
+#pragma unroll
+        for (int i = 0; i < rows; ++i) p[i] = *reinterpret_cast<const float4*>(P + (ty + grid_x * i) * score_ld + c);
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) {
+            const float4 v = *reinterpret_cast<const float4*>(V + (c + cc) * ld + 4 * tx);
+#pragma unroll
+            for (int i = 0; i < rows; ++i) {
+                const float pc = cc == 0 ? p[i].x : cc == 1 ? p[i].y : cc == 2 ? p[i].z : p[i].w;
+                acc[i][0] = fmaf(pc, v.x, acc[i][0]);
+                acc[i][1] = fmaf(pc, v.y, acc[i][1]);
+                acc[i][2] = fmaf(pc, v.z, acc[i][2]);
+                acc[i][3] = fmaf(pc, v.w, acc[i][3]);
+            }
+        }
+    }
+}
+
+// acc[i][n] += sum_c St[c][4 ty + i] * K[c][4 tx + n], c = 0 .. 63 in order: dQ = dS K with dS
+// stored transposed (tile_mma_transposed's sums); a thread owns query rows 4 ty .. 4 ty + 3.
+__device__ inline void tile_mma_transposed(float (&acc)[rows][cols], const float* St, const float* K, int ty, int tx) {
+#pragma unroll 4
+    for (int c = 0; c < tile; ++c) {
+        const float4 p = *reinterpret_cast<const float4*>(St + c * score_ld + 4 * ty);
+        const float4 v = *reinterpret_cast<const float4*>(K + c * ld + 4 * tx);
+        const float pc[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+        for (int i = 0; i < rows; ++i) {
+            acc[i][0] = fmaf(pc[i], v.x, acc[i][0]);
+            acc[i][1] = fmaf(pc[i], v.y, acc[i][1]);
+            acc[i][2] = fmaf(pc[i], v.z, acc[i][2]);
+            acc[i][3] = fmaf(pc[i], v.w, acc[i][3]);
+        }
+    }
+}
+
+// ordered: dq[4 ty + i][4 tx + n] += acc in place through L2 (add_dq_in_place's way: every load
+// before any store; float4 where `vector`; the same additions old + acc).
+__device__ inline void add_dq_in_place(float* dq, std::size_t ld_dq, const float (&acc)[rows][cols], int valid_rows,
+                                       int HS, bool vector, int ty, int tx) {
+    const int d0 = 4 * tx;
+    float old[rows][cols];
+#pragma unroll
+    for (int i = 0; i < rows; ++i) {
+        const float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld_dq;
+        const bool inside = 4 * ty + i < valid_rows;
+        if (vector) {
+            const float4 o = inside && d0 < HS ? __ldcg(reinterpret_cast<const float4*>(row + d0))
+                                               : make_float4(0.f, 0.f, 0.f, 0.f);
+            old[i][0] = o.x, old[i][1] = o.y, old[i][2] = o.z, old[i][3] = o.w;
+        } else {
+#pragma unroll
+            for (int n = 0; n < cols; ++n) old[i][n] = inside && d0 + n < HS ? __ldcg(row + d0 + n) : 0.f;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < rows; ++i) {
+        if (4 * ty + i >= valid_rows) continue;
+        float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld_dq;
+        if (vector) {
+            if (d0 < HS)
+                __stcg(reinterpret_cast<float4*>(row + d0), make_float4(old[i][0] + acc[i][0], old[i][1] + acc[i][1],
+                                                                        old[i][2] + acc[i][2], old[i][3] + acc[i][3]));
+        } else {
+#pragma unroll
+            for (int n = 0; n < cols; ++n)
+                if (d0 + n < HS) __stcg(row + d0 + n, old[i][n] + acc[i][n]);
+        }
+    }
+}
+
+}  // namespace wide
+
 }  // namespace attention_detail
 
 // Dsum[b, h, t] = dout[b, t, h] . out[b, t, h], one warp per row, lanes over channels then a fixed
@@ -477,6 +598,177 @@ __global__ void __launch_bounds__(attention_detail::threads)
     add_dk_dv<D>(dqkv + row0 * ld + A + g * HS, ld, KV, k0, T, HS, dk, dv, ty, tx);
 }
 
+// attention_backward_key_tile_kernel at head size 64 in wide blocks (attention_detail::wide): the
+// same work, copies, synchronization and dq order, the same bits; 256 threads of 4 x 4 elements.
+template <class Real, bool ordered>
+__global__ void __launch_bounds__(attention_detail::wide::threads, 2)
+    attention_backward_key_tile_wide_kernel(Real* __restrict__ dqkv, Real* __restrict__ dq_partials,
+                                            int* __restrict__ counters, int* __restrict__ ticket_counter,
+                                            const Real* __restrict__ lse, const Real* __restrict__ Dsum,
+                                            const Real* __restrict__ dout, const Real* __restrict__ qkv, int T, int NH,
+                                            int NKV, int HS, float scale, float scale_log2, bool vector16,
+                                            bool dq_vector16, int q_first, int q_end) {
+    using namespace attention_detail;
+    namespace w = attention_detail::wide;
+    static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
+    constexpr int D = w::D;
+    using shape = head_tile<D>;
+    extern __shared__ float4 smem_f4[];
+    float* Ks = reinterpret_cast<float*>(smem_f4);  // (64, D + 4)
+    float* Vs = Ks + shape::size;                   // (64, D + 4)
+    float* Qs = Vs + shape::size;                   // (64, D + 4)
+    float* dOs = Qs + shape::size;                  // (64, D + 4)
+    float* Pts = dOs + shape::size;                 // (64 keys, w::score_ld): P^T
+    float* dSts = Pts + w::score_size;              // (64 keys, w::score_ld): dS^T / sqrt(HS)
+    float* lse_s = dSts + w::score_size;            // (64 queries)
+    float* Dsum_s = lse_s + tile;                   // (64 queries)
+    __shared__ int ticket;
+
+    const int tx = threadIdx.x % w::grid_x, ty = threadIdx.x / w::grid_x;
+    const int n_tiles = (T + tile - 1) / tile;
+    int bg, kt;
+    if constexpr (ordered) {
+        if (threadIdx.x == 0) ticket = atomicAdd(ticket_counter, 1);
+        __syncthreads();
+        bg = ticket / n_tiles;
+        kt = n_tiles - 1 - ticket % n_tiles;
+    } else {
+        bg = static_cast<int>(blockIdx.x);
+        kt = static_cast<int>(blockIdx.y);
+    }
+    const int b = bg / NKV, g = bg % NKV, group = NH / NKV;
+    const int k0 = kt * tile;
+    const int A = NH * HS, KV = NKV * HS;
+    const std::size_t ld = static_cast<std::size_t>(A) + 2 * static_cast<std::size_t>(KV);
+    const std::size_t row0 = static_cast<std::size_t>(b) * T;
+    const float* k = qkv + row0 * ld + A + g * HS;
+    const float* v = k + KV;
+    const int first_tile = kt > q_first ? kt : q_first;
+    const int tiles_per_head = q_end - first_tile;
+    const int steps = group * tiles_per_head;
+
+    auto head_of = [&](int s) { return g * group + s / tiles_per_head; };
+    auto tile_of = [&](int s) { return first_tile + s % tiles_per_head; };
+    auto load_query_side = [&](int s) {
+        const int h = head_of(s), q0 = tile_of(s) * tile, rows = min(tile, T - q0);
+        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
+        load_tile_async<D, shape::ld, w::threads>(Qs, qkv + (row0 + q0) * ld + h * HS, ld, rows, HS, vector16);
+        load_lse_async(lse_s, lse + bh * T, q0, T);
+        load_lse_async(Dsum_s, Dsum + bh * T, q0, T);
+    };
+    auto load_dout = [&](int s) {
+        const int h = head_of(s), q0 = tile_of(s) * tile;
+        load_tile_async<D, shape::ld, w::threads>(dOs, dout + (row0 + q0) * A + h * HS, A, min(tile, T - q0), HS,
+                                                  vector16);
+    };
+
+    load_tile_async<D, shape::ld, w::threads>(Ks, k + k0 * ld, ld, min(tile, T - k0), HS, vector16);
+    load_tile_async<D, shape::ld, w::threads>(Vs, v + k0 * ld, ld, min(tile, T - k0), HS, vector16);
+    load_query_side(0);
+    copy_async_commit();
+    load_dout(0);
+    copy_async_commit();
+
+    float dk[w::rows][w::cols] = {};
+    float dv[w::rows][w::cols] = {};
+    for (int s = 0; s < steps; ++s) {
+        const int h = head_of(s), qt = tile_of(s), q0 = qt * tile;
+        const bool diagonal = qt == kt, last = s == steps - 1;
+        copy_async_wait<1>();
+        __syncthreads();  // Q, lse, Dsum of step s visible
+        {
+            float st[w::rows][w::cols];
+            w::tile_dot(st, Ks, Qs, ty, tx);  // S^T = K Q^T
+            float lse2[w::cols];
+#pragma unroll
+            for (int j = 0; j < w::cols; ++j) lse2[j] = lse_s[tx + w::grid_x * j] * log2e;
+#pragma unroll
+            for (int i = 0; i < w::rows; ++i) {
+                const int key = ty + w::grid_x * i;
+#pragma unroll
+                for (int j = 0; j < w::cols; ++j) {
+                    const int query = tx + w::grid_x * j;
+                    const bool seen = q0 + query < T && (!diagonal || key <= query);
+                    Pts[key * w::score_ld + query] = seen ? exp2f(st[i][j] * scale_log2 - lse2[j]) : 0.f;
+                }
+            }
+        }
+        copy_async_wait<0>();
+        __syncthreads();  // dO of step s visible
+        {
+            float dpt[w::rows][w::cols];
+            w::tile_dot(dpt, Vs, dOs, ty, tx);  // dP^T = V dO^T
+            float row_term[w::cols];
+#pragma unroll
+            for (int j = 0; j < w::cols; ++j) row_term[j] = Dsum_s[tx + w::grid_x * j];
+#pragma unroll
+            for (int i = 0; i < w::rows; ++i) {
+                const int key = ty + w::grid_x * i;
+#pragma unroll
+                for (int j = 0; j < w::cols; ++j) {
+                    const int query = tx + w::grid_x * j;
+                    const float p = Pts[key * w::score_ld + query];
+                    dSts[key * w::score_ld + query] = p * (dpt[i][j] - row_term[j]) * scale;
+                }
+            }
+        }
+        __syncthreads();  // P^T, dS^T visible
+        w::tile_mma(dk, dSts, Qs, ty, tx);  // dK += dS^T Q
+        __syncthreads();  // everyone is done with Qs, lse_s, Dsum_s
+        if (!last) {
+            load_query_side(s + 1);
+            copy_async_commit();
+        }
+        w::tile_mma(dv, Pts, dOs, ty, tx);  // dV += P^T dO
+
+        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
+        float dq[w::rows][w::cols] = {};
+        w::tile_mma_transposed(dq, dSts, Ks, ty, tx);  // this key tile's dQ(qt) contribution dS K
+        int* turn = nullptr;
+        if constexpr (ordered) {
+            turn = counters + bh * n_tiles + qt;
+            if (threadIdx.x == 0)
+                while (load_acquire(turn) != qt - kt) __nanosleep(64);
+            __syncthreads();  // the earlier key tiles' additions are visible to the whole block
+            w::add_dq_in_place(dqkv + (row0 + q0) * ld + h * HS, ld, dq, min(tile, T - q0), HS, dq_vector16, ty, tx);
+            __threadfence();  // this thread's additions, before the release below
+        } else {
+            const int W = q_end - q_first;
+            float* tile_rows =
+                dq_partials + (bh * band_tiles(q_first, W) + band_tile_index(kt, qt, q_first, W)) * tile * D;
+#pragma unroll
+            for (int i = 0; i < w::rows; ++i)
+                *reinterpret_cast<float4*>(tile_rows + static_cast<std::size_t>(4 * ty + i) * D + 4 * tx) =
+                    make_float4(dq[i][0], dq[i][1], dq[i][2], dq[i][3]);
+        }
+        __syncthreads();  // everyone is done with dOs, Pts, dSts (ordered: and has added, fenced, its dq)
+        if constexpr (ordered)
+            if (threadIdx.x == 0) store_release(turn, qt - kt + 1);
+        if (!last) {
+            load_dout(s + 1);
+            copy_async_commit();
+        }
+    }
+
+    // dK, dV of the key tile: rows k0 + ty + 16 i, channels 4 tx .. 4 tx + 3 (this block alone writes them).
+    float* dk_head = dqkv + row0 * ld + A + g * HS;
+#pragma unroll
+    for (int i = 0; i < w::rows; ++i) {
+        const int t = k0 + ty + w::grid_x * i;
+        if (t >= T) continue;
+        float* dk_row = dk_head + t * ld;
+        float* dv_row = dk_row + KV;
+#pragma unroll
+        for (int n = 0; n < w::cols; ++n) {
+            const int d = 4 * tx + n;
+            if (d < HS) {
+                dk_row[d] += dk[i][n];
+                dv_row[d] += dv[i][n];
+            }
+        }
+    }
+}
+
 // partials: dq[b, t, h] += c(qt, qt) + c(qt-1, qt) + ... + c(0, qt), one thread per element of the
 // band's rows [64 q_first, min(64 q_end, T)), in that order (ordered's order: the same bits).
 template <class Real, int D>
@@ -526,6 +818,33 @@ inline void check_key_tile_shape(std::size_t B, std::size_t T, std::size_t NH, s
 
 }  // namespace attention_detail
 
+namespace attention_detail {
+
+// A key-tile kernel with its block size and shared memory (allowed on the way here).
+template <class Real>
+struct key_tile_launch {
+    void (*kernel)(Real*, Real*, int*, int*, const Real*, const Real*, const Real*, const Real*, int, int, int, int,
+                   float, float, bool, bool, int, int);
+    unsigned threads;
+    int smem_floats;
+};
+template <class Real, int D, bool ordered>
+key_tile_launch<Real> key_tile_kernel(bool wide) {
+    if constexpr (D == wide::D) {
+        if (wide) {
+            const key_tile_launch<Real> k{attention_backward_key_tile_wide_kernel<Real, ordered>, wide::threads,
+                                          wide::smem_floats};
+            allow_shared_memory(k.kernel, k.smem_floats, "attention_backward_key_tile_wide_kernel");
+            return k;
+        }
+    }
+    const key_tile_launch<Real> k{attention_backward_key_tile_kernel<Real, D, ordered>, threads, dkdv_smem<D>};
+    allow_shared_memory(k.kernel, k.smem_floats, "attention_backward_key_tile_kernel");
+    return k;
+}
+
+}  // namespace attention_detail
+
 // The most device memory the library's multi-head attention backward takes as workspace (the one
 // place this bound is stated): 2 GiB. partials' whole triangle is B NH T^2 D / 32 bytes, about
 // T / 128 times attention's output (B, T, NH HS): at T <= 2048 no more than one GPT-2 block's saved
@@ -571,7 +890,9 @@ inline attention_backward_algo attention_backward_pick(std::size_t B, std::size_
 // or ordered; `workspace` holds attention_backward_workspace(algo, B, T, NH, HS, limit_bytes) bytes
 // (device memory, contents irrelevant, used until the launches on `stream` finish). Bitwise
 // reproducible; with partials in several bands, dk and dv are summed per band, then the bands in
-// order (other bits than one band; dq's bits are the same).
+// order (other bits than one band; dq's bits are the same). block_threads: 0 runs the kernels'
+// choice (wide blocks of 256 threads at head size 64, 128 elsewhere); 128 or 256 (head size 64
+// only) asks for one: both give the same bits (tests and bench/attention_backward_bench.cu compare them).
 template <class Real>
 void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
                                   const Real* lse,   // (B, NH, T)
@@ -580,12 +901,19 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
                                   const Real* qkv,   // (B, T, (NH + 2 NKV) HS)
                                   std::size_t B, std::size_t T, std::size_t NH, std::size_t NKV, std::size_t HS,
                                   attention_backward_algo algo, void* workspace, std::size_t workspace_bytes,
-                                  cudaStream_t stream, std::size_t limit_bytes = attention_partials_limit_bytes) {
+                                  cudaStream_t stream, std::size_t limit_bytes = attention_partials_limit_bytes,
+                                  int block_threads = 0) {
     static_assert(std::is_same_v<Real, float>, "attention (cuda): strict FP32 kernels; Real must be float");
     using namespace attention_detail;
     if (algo == attention_backward_algo::recompute)
         throw error("attention_backward_key_tiles: algo 'recompute' is attention_backward (attention.cuh)",
                     "call attention_backward for it, or pass partials or ordered");
+    const bool wide_possible = padded_head_size(HS) == wide::D;
+    if (block_threads != 0 && block_threads != threads && !(block_threads == wide::threads && wide_possible))
+        throw error("attention backward (cuda): blocks of " + std::to_string(block_threads) + " threads at head size " +
+                        std::to_string(HS),
+                    "pass 0 (the kernels' choice), 128, or 256 at head sizes 33 .. 64");
+    const bool wide = wide_possible && block_threads != threads;
     check_key_tile_shape(B, T, NH, NKV, HS);
     if (B == 0 || T == 0) return;
     const key_tile_workspace layout = key_tile_layout(algo, B, T, NH, HS, limit_bytes);
@@ -613,21 +941,19 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
             if (cudaMemsetAsync(counters, 0, (B * NH * n + 1) * sizeof(int), stream) != cudaSuccess)
                 throw error("attention backward (cuda): cudaMemsetAsync of the dq counters failed",
                             "check the workspace pointer: it must be device memory");
-            const auto kernel = attention_backward_key_tile_kernel<Real, D, true>;
-            allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_key_tile_kernel");
+            const key_tile_launch<Real> k = key_tile_kernel<Real, D, true>(wide);
             const auto blocks = static_cast<unsigned>(B * NKV * n);
-            kernel<<<blocks, threads, dkdv_smem<D> * sizeof(float), stream>>>(
+            k.kernel<<<blocks, k.threads, k.smem_floats * sizeof(float), stream>>>(
                 dqkv, nullptr, counters, counters + B * NH * n, lse, Dsum, dout, qkv, t, nh, nkv, hs,
                 score_scale(HS), score_scale_log2(HS), vector16, dq_vector16, 0, static_cast<int>(n));
             check_launch("attention_backward_key_tile_kernel");
         } else {
             Real* partials = reinterpret_cast<Real*>(bytes + layout.partials);
-            const auto kernel = attention_backward_key_tile_kernel<Real, D, false>;
-            allow_shared_memory(kernel, dkdv_smem<D>, "attention_backward_key_tile_kernel");
+            const key_tile_launch<Real> k = key_tile_kernel<Real, D, false>(wide);
             for (std::size_t q0 = 0; q0 < n;) {  // one band of query tiles [q0, q_end) after another
                 const std::size_t q_end = layout.band_room == 0 ? n : band_end(q0, n, layout.band_room);
                 const dim3 grid(static_cast<unsigned>(B * NKV), static_cast<unsigned>(q_end));
-                kernel<<<grid, threads, dkdv_smem<D> * sizeof(float), stream>>>(
+                k.kernel<<<grid, k.threads, k.smem_floats * sizeof(float), stream>>>(
                     dqkv, partials, nullptr, nullptr, lse, Dsum, dout, qkv, t, nh, nkv, hs, score_scale(HS),
                     score_scale_log2(HS), vector16, dq_vector16, static_cast<int>(q0), static_cast<int>(q_end));
                 check_launch("attention_backward_key_tile_kernel");
@@ -647,7 +973,7 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
     prefix void attention_backward_key_tiles<float>(float*, const float*, const float*, const float*, const float*, \
                                                     std::size_t, std::size_t, std::size_t, std::size_t, std::size_t,  \
                                                     attention_backward_algo, void*, std::size_t, cudaStream_t,     \
-                                                    std::size_t);
+                                                    std::size_t, int);
 STRATA_CUDA_ATTENTION_KEY_TILES_INSTANCES(extern template)
 
 }  // namespace strata::kernels::cuda
