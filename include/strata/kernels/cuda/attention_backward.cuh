@@ -52,7 +52,9 @@
 // Both give the same bits (the same float additions in the same order), run to run.
 //
 // Arithmetic is FP32 FMA on the CUDA cores, the forward's (attention.cuh) tile products and
-// shared-memory layout; no TF32.
+// shared-memory layout; no TF32. At head size 64 the blocks are wide (attention_detail::wide: 256
+// threads of 4 x 4 elements instead of 128 of 4 x 8, twice the warps per multiprocessor): the same
+// products and sums, so the same bits.
 #pragma once
 
 #include <strata/core/error.hpp>            // strata::error
