@@ -281,14 +281,7 @@ TEST_CASE_TEMPLATE("kept parts at a micro-batch smaller than the activations: th
     gpt_model<float, B> model(c);
     test::policy_gradients<float, B, gpt_model<float, B>> gradients(backend, model, c.vocab_size, 5);
     const test::micro_batch_shape shape{.rows = 3, .cols = 16, .batch = 2, .seq = 11};  // 2 x 11 in 3 x 16
-    const auto all = gradients(kept_activations::all(), shape);
-    for (kept_activations kept : {kept_activations{0, false, true}, kept_activations{1, false, true},
-                                  kept_activations{0, true, true}, kept_activations::none()}) {
-        CAPTURE(kept.count);
-        CAPTURE(kept.offload_inputs);
-        CAPTURE(kept.keep_parts);
-        CHECK(gradients.same_bits(gradients(kept, shape), all));
-    }
+    gradients.check_every_policy(shape);
 }
 
 }  // namespace decoder_test

@@ -3,8 +3,8 @@
 // parts) gives the gradients of keeping every block, bitwise:
 //
 //   test::policy_gradients<float, B, decltype(model)> grads(backend, model, vocab, 5);
-//   const auto all = grads(kept_activations::all(), {.rows = 3, .cols = 16, .batch = 2, .seq = 11});
-//   CHECK(grads.same_bits(grads(kept_activations{0, false, true}, shape), all));
+//   grads.check_every_policy({.rows = 3, .cols = 16, .batch = 2, .seq = 11});  // doctest CHECKs
+//   const auto all = grads(kept_activations::all(), shape);                  // or one policy's
 //
 // Every tensor's weights are drawn from the seed (a normal of deviation 0.2), not the model's own
 // initialization: a fresh LoRA adapter's B is zero, which would make its A's gradient zero under
@@ -19,6 +19,8 @@
 #include <strata/stream/group_binder.hpp>     // group_use
 #include <strata/core/shape.hpp>            // shape
 #include <strata/tensor/tiered_tensor.hpp>    // tiered_tensor, host_tier, device_tier
+
+#include <doctest/doctest.h>  // CHECK, CAPTURE
 
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int32_t, std::uint64_t
@@ -65,6 +67,19 @@ public:
             out.emplace_back(h.span().begin(), h.span().end());
         }
         return out;
+    }
+
+    // Every policy that recomputes (none kept; some kept; inputs offloaded; kept parts with each)
+    // gives the gradients of keeping every block, bitwise (doctest CHECKs, the policy captured).
+    void check_every_policy(micro_batch_shape m) {
+        const auto all = (*this)(kept_activations::all(), m);
+        for (kept_activations kept : {kept_activations{0, false, true}, kept_activations{1, false, true},
+                                      kept_activations{0, true, true}, kept_activations::none()}) {
+            CAPTURE(kept.count);
+            CAPTURE(kept.offload_inputs);
+            CAPTURE(kept.keep_parts);
+            CHECK(same_bits((*this)(kept, m), all));
+        }
     }
 
     // The same bits in every group (== would take -0 for 0 and refuse NaN for NaN).

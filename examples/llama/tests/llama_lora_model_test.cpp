@@ -123,14 +123,7 @@ TEST_CASE_TEMPLATE("llama LoRA under every activation policy (kept parts at a sm
     const auto model = llama::make_llama_lora_model<B>(base_config, adapters);
     test::policy_gradients<float, B, std::remove_const_t<decltype(model)>> gradients(*made, model, base_config.vocab, 5);
     const test::micro_batch_shape shape{.rows = 3, .cols = 8, .batch = 2, .seq = 7};  // 2 x 7 in 3 x 8
-    const auto all = gradients(kept_activations::all(), shape);
-    for (kept_activations kept : {kept_activations{0, false, true}, kept_activations{1, false, true},
-                                  kept_activations{0, true, true}, kept_activations::none()}) {
-        CAPTURE(kept.count);
-        CAPTURE(kept.offload_inputs);
-        CAPTURE(kept.keep_parts);
-        CHECK(gradients.same_bits(gradients(kept, shape), all));
-    }
+    gradients.check_every_policy(shape);
 }
 
 TEST_CASE("llama LoRA: the planner sees the frozen base (gradients and moments are the adapters' only)") {

@@ -115,14 +115,7 @@ TEST_CASE_TEMPLATE("a LoRA model under every activation policy (kept parts at a 
     test::policy_gradients<float, B, std::remove_const_t<decltype(model)>> gradients(*made, model,
                                                                                     base_config.vocab_size, 5);
     const test::micro_batch_shape shape{.rows = 3, .cols = 8, .batch = 2, .seq = 7};  // 2 x 7 in 3 x 8
-    const auto all = gradients(kept_activations::all(), shape);
-    for (kept_activations kept : {kept_activations{0, false, true}, kept_activations{1, false, true},
-                                  kept_activations{0, true, true}, kept_activations::none()}) {
-        CAPTURE(kept.count);
-        CAPTURE(kept.offload_inputs);
-        CAPTURE(kept.keep_parts);
-        CHECK(gradients.same_bits(gradients(kept, shape), all));
-    }
+    gradients.check_every_policy(shape);
 }
 
 TEST_CASE("the planner: a LoRA fine-tune needs the full fine-tune's host bytes minus the frozen tensors' state") {
