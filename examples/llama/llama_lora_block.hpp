@@ -138,13 +138,7 @@ public:
         return plain_workspace(c, Bn, T) + std::max(Bn * T * widest, Bn * T * c.rank + 2 * c.base.n_embd);
     }
     static double flops(const config_type& c, size Bn, size T) {
-        double adapters = 0.0;
-        for (llama_projection k : llama_projections)
-            if (c.targets_projection(llama_projection_names[index(k)])) {
-                const auto [in, out] = c.base.projection_shape(k);
-                adapters += 2.0 * double(Bn) * double(T) * double(c.rank) * double(in + out);
-            }
-        return llama_block<R, Bk>::flops(c.base, Bn, T) + adapters;
+        return llama_block<R, Bk>::flops(c.base, Bn, T) + adapter_flops(c, Bn, T, false);
     }
     static double attention_flops(const config_type& c, size Bn, size T) {
         return llama_block<R, Bk>::attention_flops(c.base, Bn, T);
@@ -184,14 +178,8 @@ public:
         return body::kept_part(c.base, Bn, T);
     }
     static strata::layer_flops recompute_flops(const config_type& c, size Bn, size T) {
-        double adapters = 0.0;
-        for (llama_projection k : llama_projections)
-            if (c.targets_projection(llama_projection_names[index(k)])) {
-                const auto [in, out] = c.base.projection_shape(k);
-                adapters += 2.0 * double(Bn) * double(T) * double(c.rank) * double(k == llama_projection::down ? in : in + out);
-            }
         const strata::layer_flops plain = body::recompute_flops(c.base, Bn, T);
-        return {.gemm = plain.gemm + adapters, .attention = plain.attention};
+        return {.gemm = plain.gemm + adapter_flops(c, Bn, T, true), .attention = plain.attention};
     }
     void recompute(stream& s, const R* p, R* acts, const R* x, R* work, size Bn, size T) const {
         m_body.recompute(s, p, acts, x, work, Bn, T, projector(s, p, acts, work, Bn, T),
@@ -262,6 +250,18 @@ private:
     };
 
     static constexpr size index(llama_projection k) { return static_cast<size>(k); }
+    // The adapters' thin GEMMs, x A (in r) and xa B (r out) each; in a recompute from the kept part
+    // down_proj's output is not recomputed, so its adapter runs x A alone.
+    static double adapter_flops(const config_type& c, size Bn, size T, bool recompute) {
+        double adapters = 0.0;
+        for (llama_projection k : llama_projections)
+            if (c.targets_projection(llama_projection_names[index(k)])) {
+                const auto [in, out] = c.base.projection_shape(k);
+                const bool output_skipped = recompute && k == llama_projection::down;
+                adapters += 2.0 * double(Bn) * double(T) * double(c.rank) * double(output_skipped ? in : in + out);
+            }
+        return adapters;
+    }
     static size plain_workspace(const config_type& c, size Bn, size T) {
         return llama_block<R, Bk>::workspace_floats(c.base, Bn, T);
     }

@@ -142,13 +142,8 @@ public:
                op::attention_workspace(B, T, C, c.n_head);
     }
     static double flops(const config_type& c, size B, size T) {
-        const double BT = double(B) * double(T), C = double(c.n_embd), r = double(c.rank);
-        double adapters = 0.0;
-        for (const std::string& proj : c.targets) {
-            const projection_shape shape = gpt2_projection_shape(proj, c.n_embd);
-            adapters += 2.0 * BT * r * double(shape.in + shape.out);
-        }
-        return 2.0 * BT * 12.0 * C * C + attention_flops(c, B, T) + adapters;
+        const double BT = double(B) * double(T), C = double(c.n_embd);
+        return 2.0 * BT * 12.0 * C * C + attention_flops(c, B, T) + adapter_flops(c, B, T, false);
     }
     static double attention_flops(const config_type& c, size B, size T) {
         return 4.0 * double(B) * double(T) * double(T) * double(c.n_embd);
@@ -205,14 +200,8 @@ public:
         return strata::gpt2_block<R, Bk>::kept_part(c.base(), B, T);
     }
     static strata::layer_flops recompute_flops(const config_type& c, size B, size T) {
-        const double BT = double(B) * double(T), r = double(c.rank);
-        double adapters = 0.0;
-        for (const std::string& proj : c.targets) {
-            const projection_shape shape = gpt2_projection_shape(proj, c.n_embd);
-            adapters += 2.0 * BT * r * double(proj == gpt2_projections[3] ? shape.in : shape.in + shape.out);
-        }
         const strata::layer_flops plain = strata::gpt2_block<R, Bk>::recompute_flops(c.base(), B, T);
-        return {.gemm = plain.gemm + adapters, .attention = plain.attention};
+        return {.gemm = plain.gemm + adapter_flops(c, B, T, true), .attention = plain.attention};
     }
     void recompute(stream& s, const R* p, R* acts, const R* x, R* work, size B, size T) const {
         const saved a = carve(acts, B, T);
@@ -323,6 +312,19 @@ private:
         op::layernorm_forward(s, a.ln2, a.ln2_stats, a.ln2_stats + BT, a.res2, p + m_ln2_w, p + m_ln2_b, B, T, C);
         project(s, 2, a.fch, a.ln2, p, a, work, B, T);
         op::gelu_forward(s, a.fch_gelu, a.fch, BT * 4 * C);
+    }
+
+    // The adapters' thin GEMMs, x A (in r) and xa B (r out) each; in a recompute from the kept part
+    // the MLP projection's output is not recomputed, so its adapter runs x A alone.
+    static double adapter_flops(const config_type& c, size B, size T, bool recompute) {
+        const double BT = double(B) * double(T), r = double(c.rank);
+        double adapters = 0.0;
+        for (const std::string& proj : c.targets) {
+            const projection_shape shape = gpt2_projection_shape(proj, c.n_embd);
+            const bool output_skipped = recompute && proj == gpt2_projections[3];
+            adapters += 2.0 * BT * r * double(output_skipped ? shape.in : shape.in + shape.out);
+        }
+        return adapters;
     }
 
     // A targeted projection's saved x A (B, T, r).
