@@ -281,18 +281,35 @@ __device__ inline void store_release(int* p, int v) {
 // a score tile 16), so two blocks of 8 warps fit a multiprocessor where the 128-thread kernel
 // (255 registers, spilling) ran two blocks of 4: its schedulers had ~2 warps each and issued on 53 %
 // of cycles (Nsight Compute, H100, B=1 T=16384 NH=12, 2026-12-06), its FMA pipe 43 % busy.
+//
+// Where the threads sit (place): shared memory serves a float4 read half a warp at a time, one
+// wavefront per 128 bytes that the half-warp's distinct addresses span (bank-conflict free). A
+// product step reads 4 float4 of rows owned by ty and 4 of rows owned by tx for 64 FMAs, so a
+// half-warp of 4 ty x 4 tx (4 distinct rows, 64 bytes, on each side) takes one wavefront per read:
+// 16 per 64 FMAs. A half-warp of 1 ty x 16 tx, the first version's (tx = threadIdx % 16), took 2 on
+// the tx side: 24 per 64 FMAs, shared memory 72 % busy at an FMA pipe 43.6 % busy (Nsight Compute,
+// H100, 2026-12-06), the short-scoreboard stall 37 % of its cycles. A warp is 4 ty x 8 tx.
 namespace wide {
 constexpr int threads = 256;
 constexpr int grid_x = 16;  // tx: threads along a score row; ty: 16 rows of the grid
 constexpr int rows = 4;     // a thread's score rows: ty + 16 i (keys)
 constexpr int cols = 4;     // a thread's score columns: tx + 16 j (queries); its head channels 4 tx .. 4 tx + 3
 constexpr int D = 64;
-constexpr int ld = head_tile<D>::ld;  // 68: rows r and r + 8 share a bank group, so a warp's 16 B rows take 2 wavefronts
-// P^T and dS^T rows 80 floats apart: a warp's two key rows (ty, ty + 1) are 16 banks apart, so its
-// scalar stores hit 32 distinct banks; 16-byte aligned for the float4 reads.
-constexpr int score_ld = 80;
+constexpr int ld = head_tile<D>::ld;  // 68: rows r .. r + 3 in 4 distinct 16-byte bank groups
+// P^T and dS^T rows 72 floats apart (8 banks): a warp's 4 key rows x 8 queries hit 32 distinct
+// banks with their scalar stores, and a half-warp's 4 key rows' float4 reads 4 distinct bank
+// groups; 16-byte aligned for the float4 reads.
+constexpr int score_ld = 72;
 constexpr int score_size = tile * score_ld;
 constexpr int smem_floats = 4 * head_tile<D>::size + 2 * score_size + 2 * tile;  // K V Q dO, P^T dS^T, lse Dsum
+
+// Thread `thread`'s (ty, tx): warp w holds ty 4 (w / 2) .. + 3 and tx 8 (w % 2) .. + 7, each
+// half-warp 4 x 4 of them (lanes tx-fastest).
+struct place {
+    int ty, tx;
+    __device__ explicit place(int thread)
+        : ty(4 * (thread / 64) + thread % 16 / 4), tx(8 * (thread / 32 % 2) + 4 * (thread / 16 % 2) + thread % 4) {}
+};
 
 // acc[i][j] = A[ty + 16 i] . B[tx + 16 j] over the 64 channels in order (tile_dot's sums).
 __device__ inline void tile_dot(float (&acc)[rows][cols], const float* A, const float* B, int ty, int tx) {
@@ -360,36 +377,40 @@ __device__ inline void tile_mma_transposed(float (&acc)[rows][cols], const float
 }
 
 // ordered: dq[4 ty + i][4 tx + n] += acc in place through L2 (add_dq_in_place's way: every load
-// before any store; float4 where `vector`; the same additions old + acc).
+// before any store; float4 where `vector`; the same additions old + acc). Rows addressed from one
+// base by int offsets (64 rows of a qkv row's width: far below 2^31): four 64-bit row pointers
+// next to dk, dv, acc and old made ptxas spill 84 bytes at the 128-register cap; this way 16.
 __device__ inline void add_dq_in_place(float* dq, std::size_t ld_dq, const float (&acc)[rows][cols], int valid_rows,
                                        int HS, bool vector, int ty, int tx) {
     const int d0 = 4 * tx;
+    const int ld = static_cast<int>(ld_dq);
+    float* base = dq + 4 * ty * static_cast<std::size_t>(ld) + d0;
     float old[rows][cols];
 #pragma unroll
     for (int i = 0; i < rows; ++i) {
-        const float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld_dq;
+        const float* row = base + i * ld;
         const bool inside = 4 * ty + i < valid_rows;
         if (vector) {
-            const float4 o = inside && d0 < HS ? __ldcg(reinterpret_cast<const float4*>(row + d0))
+            const float4 o = inside && d0 < HS ? __ldcg(reinterpret_cast<const float4*>(row))
                                                : make_float4(0.f, 0.f, 0.f, 0.f);
             old[i][0] = o.x, old[i][1] = o.y, old[i][2] = o.z, old[i][3] = o.w;
         } else {
 #pragma unroll
-            for (int n = 0; n < cols; ++n) old[i][n] = inside && d0 + n < HS ? __ldcg(row + d0 + n) : 0.f;
+            for (int n = 0; n < cols; ++n) old[i][n] = inside && d0 + n < HS ? __ldcg(row + n) : 0.f;
         }
     }
 #pragma unroll
     for (int i = 0; i < rows; ++i) {
         if (4 * ty + i >= valid_rows) continue;
-        float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld_dq;
+        float* row = base + i * ld;
         if (vector) {
             if (d0 < HS)
-                __stcg(reinterpret_cast<float4*>(row + d0), make_float4(old[i][0] + acc[i][0], old[i][1] + acc[i][1],
-                                                                        old[i][2] + acc[i][2], old[i][3] + acc[i][3]));
+                __stcg(reinterpret_cast<float4*>(row), make_float4(old[i][0] + acc[i][0], old[i][1] + acc[i][1],
+                                                                   old[i][2] + acc[i][2], old[i][3] + acc[i][3]));
         } else {
 #pragma unroll
             for (int n = 0; n < cols; ++n)
-                if (d0 + n < HS) __stcg(row + d0 + n, old[i][n] + acc[i][n]);
+                if (d0 + n < HS) __stcg(row + n, old[i][n] + acc[i][n]);
         }
     }
 }
@@ -626,7 +647,8 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
     float* Dsum_s = lse_s + tile;                   // (64 queries)
     __shared__ int ticket;
 
-    const int tx = threadIdx.x % w::grid_x, ty = threadIdx.x / w::grid_x;
+    const w::place at(static_cast<int>(threadIdx.x));
+    const int tx = at.tx, ty = at.ty;
     const int n_tiles = (T + tile - 1) / tile;
     int bg, kt;
     if constexpr (ordered) {
