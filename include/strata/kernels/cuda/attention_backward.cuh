@@ -2,9 +2,9 @@
 // deterministic, grouped-query heads. The alternative to attention.cuh's two-kernel backward,
 // chosen by attention_backward_algo. ops<cuda_backend>::attention_backward runs `partials` where
 // its workspace takes at most attention_partials_limit_bytes, `ordered` at long context
-// (attention_backward_pick says where): measured (bench/attention_backward_bench.cu), partials is
-// 1.18-1.21x the two-kernel backward at B=8 T=1024 NH=12 HS=64, `ordered` 1.15x at T = 32768 ..
-// 131072 (H100), and at head size 128 both 1.4x or more.
+// (attention_backward_pick says where): measured (bench/attention_backward_bench.cu, H100,
+// 2026-12-06), partials is 1.31x the two-kernel backward at B=8 T=1024 NH=12 HS=64, `ordered`
+// 1.22x at T = 16384 and 1.29x at 65536, and at head size 128 both 1.4x or more.
 //
 // Glossary: B batch, T time, NH query heads, NKV key/value heads (NKV divides NH; NKV == NH is
 // multi-head attention), HS head size, A = NH HS, KV = NKV HS, D the head size padded to the
@@ -281,35 +281,21 @@ __device__ inline void store_release(int* p, int v) {
 // a score tile 16), so two blocks of 8 warps fit a multiprocessor where the 128-thread kernel
 // (255 registers, spilling) ran two blocks of 4: its schedulers had ~2 warps each and issued on 53 %
 // of cycles (Nsight Compute, H100, B=1 T=16384 NH=12, 2026-12-06), its FMA pipe 43 % busy.
-//
-// Where the threads sit (place): shared memory serves a float4 read half a warp at a time, one
-// wavefront per 128 bytes that the half-warp's distinct addresses span (bank-conflict free). A
-// product step reads 4 float4 of rows owned by ty and 4 of rows owned by tx for 64 FMAs, so a
-// half-warp of 4 ty x 4 tx (4 distinct rows, 64 bytes, on each side) takes one wavefront per read:
-// 16 per 64 FMAs. A half-warp of 1 ty x 16 tx, the first version's (tx = threadIdx % 16), took 2 on
-// the tx side: 24 per 64 FMAs, shared memory 72 % busy at an FMA pipe 43.6 % busy (Nsight Compute,
-// H100, 2026-12-06), the short-scoreboard stall 37 % of its cycles. A warp is 4 ty x 8 tx.
+// What bounds it now is shared memory (79 % busy at an FMA pipe 47.5 % busy): 8 float4 reads per
+// 64 FMAs of a 4 x 4 thread tile. A warp is 2 ty x 16 tx; placing it as 4 x 8 (half-warps of
+// 4 x 4) left the wavefront count exactly the same and ran 0-1 % slower (measured, H100).
 namespace wide {
 constexpr int threads = 256;
 constexpr int grid_x = 16;  // tx: threads along a score row; ty: 16 rows of the grid
 constexpr int rows = 4;     // a thread's score rows: ty + 16 i (keys)
 constexpr int cols = 4;     // a thread's score columns: tx + 16 j (queries); its head channels 4 tx .. 4 tx + 3
 constexpr int D = 64;
-constexpr int ld = head_tile<D>::ld;  // 68: rows r .. r + 3 in 4 distinct 16-byte bank groups
-// P^T and dS^T rows 72 floats apart (8 banks): a warp's 4 key rows x 8 queries hit 32 distinct
-// banks with their scalar stores, and a half-warp's 4 key rows' float4 reads 4 distinct bank
-// groups; 16-byte aligned for the float4 reads.
-constexpr int score_ld = 72;
+constexpr int ld = head_tile<D>::ld;  // 68: rows r and r + 8 share a bank group, so a warp's 16 B rows take 2 wavefronts
+// P^T and dS^T rows 80 floats apart: a warp's two key rows (ty, ty + 1) are 16 banks apart, so its
+// scalar stores hit 32 distinct banks; 16-byte aligned for the float4 reads.
+constexpr int score_ld = 80;
 constexpr int score_size = tile * score_ld;
 constexpr int smem_floats = 4 * head_tile<D>::size + 2 * score_size + 2 * tile;  // K V Q dO, P^T dS^T, lse Dsum
-
-// Thread `thread`'s (ty, tx): warp w holds ty 4 (w / 2) .. + 3 and tx 8 (w % 2) .. + 7, each
-// half-warp 4 x 4 of them (lanes tx-fastest).
-struct place {
-    int ty, tx;
-    __device__ explicit place(int thread)
-        : ty(4 * (thread / 64) + thread % 16 / 4), tx(8 * (thread / 32 % 2) + 4 * (thread / 16 % 2) + thread % 4) {}
-};
 
 // acc[i][j] = A[ty + 16 i] . B[tx + 16 j] over the 64 channels in order (tile_dot's sums).
 __device__ inline void tile_dot(float (&acc)[rows][cols], const float* A, const float* B, int ty, int tx) {
@@ -379,7 +365,9 @@ __device__ inline void tile_mma_transposed(float (&acc)[rows][cols], const float
 // ordered: dq[4 ty + i][4 tx + n] += acc in place through L2 (add_dq_in_place's way: every load
 // before any store; float4 where `vector`; the same additions old + acc). Rows addressed from one
 // base by int offsets (64 rows of a qkv row's width: far below 2^31): four 64-bit row pointers
-// next to dk, dv, acc and old made ptxas spill 84 bytes at the 128-register cap; this way 16.
+// next to dk, dv, acc and old made ptxas spill 32 bytes in the ordered kernel at the 128-register
+// cap (25.3 M local-memory requests in all at B=1 T=16384, Nsight Compute); this way none:
+// ordered 1.122x -> 1.222x the two-kernel backward at T = 16384 (H100, 2026-12-06).
 __device__ inline void add_dq_in_place(float* dq, std::size_t ld_dq, const float (&acc)[rows][cols], int valid_rows,
                                        int HS, bool vector, int ty, int tx) {
     const int d0 = 4 * tx;
@@ -647,8 +635,7 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
     float* Dsum_s = lse_s + tile;                   // (64 queries)
     __shared__ int ticket;
 
-    const w::place at(static_cast<int>(threadIdx.x));
-    const int tx = at.tx, ty = at.ty;
+    const int tx = threadIdx.x % w::grid_x, ty = threadIdx.x / w::grid_x;
     const int n_tiles = (T + tile - 1) / tile;
     int bg, kt;
     if constexpr (ordered) {
@@ -897,10 +884,11 @@ inline std::size_t attention_partials_bands(std::size_t B, std::size_t T, std::s
 //   - else at D = 64 ordered, below it the two-kernel backward (recompute).
 // Measured on an H100 (docs/benchmarks.md, 2026-12-06): at D = 128 banded partials are 1.15x
 // ordered at T = 16384 and 1.10x at 32768 (GQA 32/8: a block walks 4 heads per band); at D = 64
-// ordered is 1.14-1.15x recompute from T = 32768 to 131072, and as fast as banded partials at
-// 65536 (50 bands) but 1.12x them at 131072 (477 narrow bands: each key tile's block is set up
-// and its dk, dv added once per band). A function of the shape alone: the same choice, so the same
-// bits, on every run of a shape.
+// (wide blocks, ninth session) ordered is 1.22x recompute at T = 16384 and 1.29x at 65536, where
+// it is 1.02x banded partials (50 bands; 1.12x them at 131072 before, 477 narrow bands: each key
+// tile's block is set up and its dk, dv added once per band); partials in 4 bands are 1.06x
+// ordered at T = 16384, not taken (a gain at middle lengths only, other dk, dv bits per band
+// count). A function of the shape alone: the same choice, so the same bits, on every run of a shape.
 inline attention_backward_algo attention_backward_pick(std::size_t B, std::size_t T, std::size_t NH, std::size_t HS,
                                                        std::size_t limit_bytes = attention_partials_limit_bytes) {
     const auto partials = attention_detail::key_tile_layout(attention_backward_algo::partials, B, T, NH, HS, limit_bytes);
