@@ -821,10 +821,13 @@ inline void check_key_tile_shape(std::size_t B, std::size_t T, std::size_t NH, s
                     "use more heads so that the head size is at most 128");
     constexpr std::size_t int_max = 0x7fffffff;
     const std::size_t n = (T + tile - 1) / tile;
-    if (T > int_max || n > 65535 || B * NKV * n > int_max || (NH + 2 * NKV) * HS > int_max || B * NH > int_max)
+    // A tile's rows are int offsets apart in the wide kernel's dq addition: 64 qkv rows within 2^31.
+    if (T > int_max || n > 65535 || B * NKV * n > int_max || tile * (NH + 2 * NKV) * HS > int_max || B * NH > int_max)
         throw error("attention backward (cuda): B=" + std::to_string(B) + ", T=" + std::to_string(T) +
-                        ", NH=" + std::to_string(NH) + ", NKV=" + std::to_string(NKV) + " is beyond the kernels' grid",
-                    "T is at most 65535 * 64, B * NKV * ceil(T / 64) at most 2^31 - 1");
+                        ", NH=" + std::to_string(NH) + ", NKV=" + std::to_string(NKV) + ", HS=" + std::to_string(HS) +
+                        " is beyond the kernels' grid",
+                    "T is at most 65535 * 64, B * NKV * ceil(T / 64) at most 2^31 - 1, (NH + 2 NKV) HS at most "
+                    "2^25 - 1");
 }
 
 }  // namespace attention_detail
