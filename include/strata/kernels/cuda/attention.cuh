@@ -48,10 +48,11 @@ namespace attention_detail {
 
 // Tiling shared by the three kernels. A block of 128 threads is a 16 x 8 grid (ty, tx); for a
 // (64, 64) score tile, thread (ty, tx) owns rows ty + 16*i (i < 4) and columns tx + 8*j (j < 8).
-// The strided ownership makes every shared-memory read below bank-conflict free (see tile_dot).
+// The strided ownership makes every shared-memory read below bank-conflict free (see tile_dot),
+// and place() puts the threads of a warp where each read costs the fewest wavefronts.
 constexpr int tile = 64;          // queries per query tile = keys per key tile
 constexpr int threads = 128;
-constexpr int tile_x = 8;         // threads along a score row; they reduce with __shfl_xor 1, 2, 4
+constexpr int tile_x = 8;         // threads along a score row; they reduce with __shfl_xor 1, 4, 8 (place)
 constexpr int rows_per_thread = 4;
 constexpr int cols_per_thread = 8;
 // Occupancy at D = 64 (nvcc 13, plain __launch_bounds__(128), no spills): the forward gets 168
@@ -60,6 +61,28 @@ constexpr int cols_per_thread = 8;
 // and spill instead. (D = 128: the forward runs 2 blocks with P in K's buffer, below; dk/dv and dq
 // 1 block, and dk/dv spills 80 bytes.)
 constexpr float log2e = 1.4426950408889634f;
+
+// Where thread `thread` of a block sits in a grid of grid_x threads per row: (ty, tx). A warp is
+// 4 ty x 8 tx, lane bits 0, 2, 3 giving tx and bits 1, 4 giving ty. Shared memory returns 128
+// bytes a cycle to the registers, so a warp's float4 read takes 4 wavefronts, or 2 where lanes n
+// and n^1 (or n and n^2) read the same address. Every product reads one factor's rows by ty and
+// the other's by tx: lanes n, n^1 share ty (their row of the first factor) and lanes n, n^2 share
+// tx (their row of the second), so both reads take 2. (Lanes 0-7 along tx, as before, shared
+// only the ty side: 4 wavefronts for every tx-side read.) Which thread owns which elements does
+// not change any sum or its order: the same bits whatever the placement.
+struct thread_place {
+    int ty, tx;
+};
+template <int grid_x>
+__device__ inline thread_place place(int thread) {
+    static_assert(grid_x % 8 == 0, "attention: a warp spans 8 threads of a row");
+    const int lane = thread % 32, warp = thread / 32;
+    const int tx = (lane & 1) | ((lane >> 1) & 6);         // lane bits 0, 2, 3
+    const int ty = ((lane >> 1) & 1) | ((lane >> 3) & 2);  // lane bits 1, 4
+    constexpr int warps_x = grid_x / 8;
+    return {ty + 4 * (warp / warps_x), tx + 8 * (warp % warps_x)};
+}
+
 constexpr float ln2 = 0.6931471805599453f;
 
 // A (64, D) tile of q, k, v, dout in shared memory, rows D + 4 floats apart: 16-byte aligned rows
@@ -252,16 +275,17 @@ __device__ inline void tile_mma(float (&acc)[rows_per_thread][head_tile<D>::out_
     }
 }
 
-// Sum over the 8 threads tx of one score row (consecutive lanes of one warp).
+// Sum over the 8 threads tx of one score row: lanes that differ in bits 0, 2, 3 (place), tx bit 0,
+// then 1, then 2, as the sums have always run.
 __device__ inline float row_sum(float x) {
     x += __shfl_xor_sync(0xffffffffu, x, 1);
-    x += __shfl_xor_sync(0xffffffffu, x, 2);
-    return x + __shfl_xor_sync(0xffffffffu, x, 4);
+    x += __shfl_xor_sync(0xffffffffu, x, 4);
+    return x + __shfl_xor_sync(0xffffffffu, x, 8);
 }
 __device__ inline float row_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
 }
 
 // Dsum[r] = dout[r] . out[r] for the 64 rows of a query tile (the softmax backward's row term),
@@ -336,7 +360,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
     float* Vs = Ks + forward_k_floats<D>;           // (64, D + 4)
     float* Ps = p_in_k ? Ks : Vs + shape::size;     // (64, score_ld)
 
-    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const thread_place at = place<tile_x>(static_cast<int>(threadIdx.x));
+    const int ty = at.ty, tx = at.tx;
     const int n_tiles = static_cast<int>(gridDim.y);
     const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -451,7 +476,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
     float* lse_s = dSts + shape::score_size;        // (64 queries)
     float* Dsum = lse_s + tile;                     // (64 queries)
 
-    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const thread_place at = place<tile_x>(static_cast<int>(threadIdx.x));
+    const int ty = at.ty, tx = at.tx;
     const int n_tiles = static_cast<int>(gridDim.y);
     const int kt = static_cast<int>(blockIdx.y);
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -568,7 +594,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
     float* lse_s = dSs + shape::score_size;         // (64 queries)
     float* Dsum = lse_s + tile;                     // (64 queries)
 
-    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const thread_place at = place<tile_x>(static_cast<int>(threadIdx.x));
+    const int ty = at.ty, tx = at.tx;
     const int n_tiles = static_cast<int>(gridDim.y);
     const int qt = n_tiles - 1 - static_cast<int>(blockIdx.y);
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;

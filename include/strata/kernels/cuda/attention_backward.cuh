@@ -290,10 +290,10 @@ constexpr int grid_x = 16;  // tx: threads along a score row; ty: 16 rows of the
 constexpr int rows = 4;     // a thread's score rows: ty + 16 i (keys)
 constexpr int cols = 4;     // a thread's score columns: tx + 16 j (queries); its head channels 4 tx .. 4 tx + 3
 constexpr int D = 64;
-constexpr int ld = head_tile<D>::ld;  // 68: rows r and r + 8 share a bank group, so a warp's 16 B rows take 2 wavefronts
-// P^T and dS^T rows 80 floats apart: a warp's two key rows (ty, ty + 1) are 16 banks apart, so its
-// scalar stores hit 32 distinct banks; 16-byte aligned for the float4 reads.
-constexpr int score_ld = 80;
+constexpr int ld = head_tile<D>::ld;  // 68: a warp's 8 tx rows (16 B each) fill 32 distinct banks
+// P^T and dS^T rows 72 floats apart: a warp's four key rows (ty .. ty + 3, place) are 8 banks
+// apart, so its scalar stores (4 keys x 8 queries) hit 32 distinct banks; 16-byte aligned rows.
+constexpr int score_ld = 72;
 constexpr int score_size = tile * score_ld;
 constexpr int smem_floats = 4 * head_tile<D>::size + 2 * score_size + 2 * tile;  // K V Q dO, P^T dS^T, lse Dsum
 
@@ -459,7 +459,8 @@ __global__ void __launch_bounds__(attention_detail::threads)
     float* Dsum_s = lse_s + tile;                   // (64 queries)
     __shared__ int ticket;
 
-    const int tx = threadIdx.x % tile_x, ty = threadIdx.x / tile_x;
+    const thread_place at = place<tile_x>(static_cast<int>(threadIdx.x));
+    const int ty = at.ty, tx = at.tx;
     const int n_tiles = (T + tile - 1) / tile;
     int bg, kt;
     if constexpr (ordered) {
@@ -635,7 +636,8 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
     float* Dsum_s = lse_s + tile;                   // (64 queries)
     __shared__ int ticket;
 
-    const int tx = threadIdx.x % w::grid_x, ty = threadIdx.x / w::grid_x;
+    const thread_place at = place<w::grid_x>(static_cast<int>(threadIdx.x));
+    const int ty = at.ty, tx = at.tx;
     const int n_tiles = (T + tile - 1) / tile;
     int bg, kt;
     if constexpr (ordered) {
