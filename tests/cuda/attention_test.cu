@@ -11,7 +11,7 @@
 #include <string>     // std::string
 #include <vector>     // std::vector
 
-#include <doctest/doctest.h>  // TEST_CASE, CHECK, MESSAGE, INFO
+#include <doctest/doctest.h>  // TEST_CASE, CHECK, REQUIRE, CAPTURE, MESSAGE, INFO
 
 #include "support/skip.hpp"  // strata::test::skip
 
@@ -19,6 +19,7 @@
 #include <strata/core/error.hpp>             // strata::error
 #include <strata/kernels/cpu/attention.hpp>  // cpu::attention_forward, cpu::attention_backward
 #include <strata/kernels/cuda/attention.cuh> // cuda::attention_forward, cuda::attention_backward
+#include <strata/kernels/cuda/attention_backward.cuh>  // attention_detail::wide (the placement case)
 
 #include <cuda_runtime.h>  // cudaMalloc, cudaMemcpy, cudaEvent_t
 
@@ -308,6 +309,53 @@ TEST_CASE("cuda attention speed at the GPT-2 124M shape (B=8, T=1024, C=768, NH=
     // What the timed runs produced must still be numbers (the timing itself is not asserted).
     const std::vector<float> timed_out = out.download();
     CHECK(std::all_of(timed_out.begin(), timed_out.end(), [](float x) { return std::isfinite(x); }));
+}
+
+// The placement of threads (host arithmetic: runs without a GPU). Each block's threads cover its
+// grid once; in every warp lanes n, n^1 share ty and n, n^2 share tx (a float4 read of either
+// factor then takes 2 shared-memory wavefronts, not 4); a warp's 4 ty and 8 tx are consecutive
+// from multiples of 4 and 8 (the bank arguments of the tiles' strides); and row_sum's lanes (bits
+// 0, 2, 3) are the 8 tx of one ty, in tx bit order.
+template <int grid_x>
+void check_placement(int threads) {
+    namespace d = gpu::attention_detail;
+    CAPTURE(grid_x);
+    const int rows = threads / grid_x;
+    std::vector<int> seen(static_cast<std::size_t>(threads), 0);
+    for (int t = 0; t < threads; ++t) {
+        const d::thread_place p = d::place<grid_x>(t);
+        REQUIRE(p.ty >= 0);
+        REQUIRE(p.ty < rows);
+        REQUIRE(p.tx >= 0);
+        REQUIRE(p.tx < grid_x);
+        ++seen[static_cast<std::size_t>(p.ty * grid_x + p.tx)];
+    }
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    for (int warp = 0; warp < threads / 32; ++warp) {
+        const d::thread_place first = d::place<grid_x>(32 * warp);
+        CHECK(first.ty % 4 == 0);
+        CHECK(first.tx % 8 == 0);
+        for (int lane = 0; lane < 32; ++lane) {
+            CAPTURE(warp);
+            CAPTURE(lane);
+            const d::thread_place p = d::place<grid_x>(32 * warp + lane);
+            CHECK(p.ty == d::place<grid_x>(32 * warp + (lane ^ 1)).ty);
+            CHECK(p.tx == d::place<grid_x>(32 * warp + (lane ^ 2)).tx);
+            CHECK(p.ty - first.ty < 4);
+            CHECK(p.tx - first.tx < 8);
+            const int bits[3] = {1, 4, 8};  // row_sum's shuffles, tx bit 0, 1, 2
+            for (int b = 0; b < 3; ++b) {
+                const d::thread_place q = d::place<grid_x>(32 * warp + (lane ^ bits[b]));
+                CHECK(q.ty == p.ty);
+                CHECK((q.tx ^ p.tx) == (1 << b));
+            }
+        }
+    }
+}
+
+TEST_CASE("cuda attention's thread placement: a grid covered once, lanes paired for shared-memory reads") {
+    check_placement<gpu::attention_detail::tile_x>(gpu::attention_detail::threads);
+    check_placement<gpu::attention_detail::wide::grid_x>(gpu::attention_detail::wide::threads);
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ constexpr int cols_per_thread = 8;
 // and spill instead. (D = 128: the forward runs 2 blocks with P in K's buffer, below; dk/dv and dq
 // 1 block, and dk/dv spills 80 bytes.)
 constexpr float log2e = 1.4426950408889634f;
+constexpr float ln2 = 0.6931471805599453f;
 
 // Where thread `thread` of a block sits in a grid of grid_x threads per row: (ty, tx). A warp is
 // 4 ty x 8 tx, lane bits 0, 2, 3 giving tx and bits 1, 4 giving ty. Shared memory returns 128
@@ -73,17 +74,17 @@ constexpr float log2e = 1.4426950408889634f;
 struct thread_place {
     int ty, tx;
 };
+// Thread bits 0, 2, 3 are tx bits 0, 1, 2 and bits 1, 4 ty bits 0, 1; then the warp: with 16 tx
+// per row its bit 0 is tx bit 3, the rest are ty's higher bits. (Masks of the thread index:
+// ptxas recomputes them where lane and warp arithmetic cost the wide ordered kernel 16 bytes of
+// spills.)
 template <int grid_x>
-__device__ inline thread_place place(int thread) {
-    static_assert(grid_x % 8 == 0, "attention: a warp spans 8 threads of a row");
-    const int lane = thread % 32, warp = thread / 32;
-    const int tx = (lane & 1) | ((lane >> 1) & 6);         // lane bits 0, 2, 3
-    const int ty = ((lane >> 1) & 1) | ((lane >> 3) & 2);  // lane bits 1, 4
-    constexpr int warps_x = grid_x / 8;
-    return {ty + 4 * (warp / warps_x), tx + 8 * (warp % warps_x)};
+__host__ __device__ constexpr thread_place place(int thread) {
+    static_assert(grid_x == 8 || grid_x == 16, "attention: 8 or 16 threads along a score row");
+    constexpr int warp_shift = grid_x == 16 ? 4 : 3;  // ty bit 2 from thread bit 5 or 6
+    return {((thread >> 1) & 1) | ((thread >> 3) & 2) | ((thread >> warp_shift) & ~3),
+            (thread & 1) | ((thread >> 1) & 6) | (grid_x == 16 ? (thread >> 2) & 8 : 0)};
 }
-
-constexpr float ln2 = 0.6931471805599453f;
 
 // A (64, D) tile of q, k, v, dout in shared memory, rows D + 4 floats apart: 16-byte aligned rows
 // whose float4 groups start in different banks for consecutive rows.

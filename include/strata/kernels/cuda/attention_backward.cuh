@@ -214,17 +214,21 @@ __device__ inline void tile_mma_transposed(float (&acc)[rows_per_thread][dq_cols
 // part, in place through L2 (__ldcg/__stcg: no stale L1 line of another block's addition). Every
 // load is issued before any store, so their L2 latencies overlap; float4 where `vector` (rows
 // 16-byte aligned, HS a multiple of 4: a group of 4 columns is then wholly inside HS or outside).
-// The additions are old + acc, whatever the path: the same bits.
+// The additions are old + acc, whatever the path: the same bits. Rows from one base by int
+// offsets, as in wide::add_dq_in_place (ptxas: the head-size-128 ordered kernel's spill loads
+// 272 -> 252 bytes, head size 64's 80 -> 44).
 template <int D>
 __device__ inline void add_dq_in_place(float* dq,  // (rows, HS), rows ld apart: one query tile of one head
                                        std::size_t ld, const float (&acc)[rows_per_thread][dq_cols<D>],
                                        int first_group, int rows, int HS, bool vector, int ty, int tx) {
     using shape = head_tile<D>;
     constexpr int vec = shape::vec;
+    const int ld_rows = static_cast<int>(ld);  // 64 rows of a qkv row's width: within 2^31 (check_key_tile_shape)
+    float* base = dq + static_cast<std::size_t>(4 * ty) * ld;
     float old[rows_per_thread][dq_cols<D>];
 #pragma unroll
     for (int i = 0; i < rows_per_thread; ++i) {
-        const float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld;
+        const float* row = base + i * ld_rows;
         const bool inside = 4 * ty + i < rows;
 #pragma unroll
         for (int g = 0; g < dq_groups<D>; ++g) {
@@ -245,7 +249,7 @@ __device__ inline void add_dq_in_place(float* dq,  // (rows, HS), rows ld apart:
 #pragma unroll
     for (int i = 0; i < rows_per_thread; ++i) {
         if (4 * ty + i >= rows) continue;
-        float* row = dq + static_cast<std::size_t>(4 * ty + i) * ld;
+        float* row = base + i * ld_rows;
 #pragma unroll
         for (int g = 0; g < dq_groups<D>; ++g) {
             const int d0 = shape::column((first_group + g) * vec, tx);
@@ -823,7 +827,7 @@ inline void check_key_tile_shape(std::size_t B, std::size_t T, std::size_t NH, s
                     "use more heads so that the head size is at most 128");
     constexpr std::size_t int_max = 0x7fffffff;
     const std::size_t n = (T + tile - 1) / tile;
-    // A tile's rows are int offsets apart in the wide kernel's dq addition: 64 qkv rows within 2^31.
+    // A tile's rows are int offsets apart in both key-tile kernels' dq additions: 64 qkv rows within 2^31.
     if (T > int_max || n > 65535 || B * NKV * n > int_max || tile * (NH + 2 * NKV) * HS > int_max || B * NH > int_max)
         throw error("attention backward (cuda): B=" + std::to_string(B) + ", T=" + std::to_string(T) +
                         ", NH=" + std::to_string(NH) + ", NKV=" + std::to_string(NKV) + ", HS=" + std::to_string(HS) +
