@@ -285,9 +285,10 @@ __device__ inline void store_release(int* p, int v) {
 // a score tile 16), so two blocks of 8 warps fit a multiprocessor where the 128-thread kernel
 // (255 registers, spilling) ran two blocks of 4: its schedulers had ~2 warps each and issued on 53 %
 // of cycles (Nsight Compute, H100, B=1 T=16384 NH=12, 2026-12-06), its FMA pipe 43 % busy.
-// What bounds it now is shared memory (79 % busy at an FMA pipe 47.5 % busy): 8 float4 reads per
-// 64 FMAs of a 4 x 4 thread tile. A warp is 2 ty x 16 tx; placing it as 4 x 8 (half-warps of
-// 4 x 4) left the wavefront count exactly the same and ran 0-1 % slower (measured, H100).
+// A warp is 4 ty x 8 tx placed by attention_detail::place: 8 float4 reads per 64 FMAs of a 4 x 4
+// thread tile at 2 wavefronts each. (As 2 ty x 16 tx with tx in lane bits 0-3 the tx-side reads
+// took 4: shared memory was 79 % busy at an FMA pipe 47.5 % busy; now 52 % at 54 %, 1.07x,
+// Nsight Compute, H100, B=1 T=16384, 2026-12-06.)
 namespace wide {
 constexpr int threads = 256;
 constexpr int grid_x = 16;  // tx: threads along a score row; ty: 16 rows of the grid
