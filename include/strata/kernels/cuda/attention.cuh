@@ -206,9 +206,9 @@ __device__ inline void load_vec(float (&dst)[n], const float* src) {
 
 // acc[i][j] = A[ty + 16i] . B[tx + 8j] over D channels, channel order 0, 1, ..., D-1 (the same
 // order, hence the same bits, in the forward and both backward kernels).
-// Per 4 channels a warp reads 4 float4 of A (4 distinct rows) and 8 of B (8 distinct rows); a row
-// stride of D + 4 floats puts consecutive rows in different 16-byte bank groups (D/4 + 1 is odd),
-// so each read is one conflict-free wavefront, for 128 FMAs per thread.
+// Per 4 channels a thread reads 4 float4 of A and 8 of B for 128 FMAs; a warp's reads touch 4
+// distinct rows of A and 8 of B, which a row stride of D + 4 floats puts in distinct 16-byte bank
+// groups (D/4 + 1 is odd): no conflict, and 2 wavefronts per read with place()'s lane pairs.
 template <int D>
 __device__ inline void tile_dot(float (&acc)[rows_per_thread][cols_per_thread],
                                 const float* A,  // (64, D + 4): rows of the score tile
@@ -242,7 +242,8 @@ __device__ inline void tile_dot(float (&acc)[rows_per_thread][cols_per_thread],
 
 // acc[i][n] += sum_c P[ty + 16i][c] * V[c][column(n)], c = 0, 1, ..., 63 in order.
 // P rows are read as float4 (4 distinct rows per warp; stride 72 puts them in bank groups 0, 2,
-// 4, 6; so does D + 8 = 136), V rows as float4 (8 lanes tx read one contiguous 128-byte run): 12 wavefronts per 128 FMAs.
+// 4, 6; so does D + 8 = 136), V rows as float4 (8 lanes tx read one contiguous 128-byte run):
+// 12 reads of 2 wavefronts each (place) per 128 FMAs.
 template <int D>
 __device__ inline void tile_mma(float (&acc)[rows_per_thread][head_tile<D>::out_cols],
                                 const float* P,  // (64, score_ld): the score-shaped left factor
