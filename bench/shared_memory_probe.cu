@@ -1,11 +1,13 @@
 // What a warp's float4 shared-memory read costs, by which lanes share an address (the rule behind
 // attention_detail::place). Each pattern gives lane l a row r(l) of a (64, 68) float tile; every
-// thread of 4 blocks of 256 per multiprocessor then reads float4s of its row, 64 reads unrolled per iteration,
-// and the cycles per warp read and multiprocessor (clock64) are printed next to the pattern's
-// prediction: 2 wavefronts (cycles of the shared-memory pipe) where lanes n and n^1 or n and n^2
-// read the same address, 4 otherwise. Measured on an H100 (Nsight Compute's
+// thread of 4 blocks of 256 per multiprocessor then reads float4s of its row, 64 reads unrolled
+// per iteration, and the cycles per warp read and multiprocessor (clock64) are printed next to
+// the pattern's prediction: 2 wavefronts (cycles of the shared-memory pipe) where lanes n and n^1
+// or n and n^2 read the same address, 4 otherwise. Measured on an H100 (Nsight Compute's
 // l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld, 2026-12-06): exactly that, whatever the
 // number of distinct rows. Run: strata_bench_shared_memory_probe (no arguments).
+#include <strata/kernels/cuda/attention.cuh>  // attention_detail::place, the kernels' placement
+
 #include <cuda_runtime.h>
 
 #include <cstdio>   // std::printf
@@ -43,8 +45,8 @@ __device__ int row_of(int p, int lane) {
     case 3: return lane & 7;
     case 4: return lane >> 1;
     case 5: return (lane & 1) | ((lane >> 2) << 1);
-    case 6: return ((lane >> 1) & 1) | ((lane >> 3) & 2);
-    case 7: return (lane & 1) | ((lane >> 1) & 6);
+    case 6: return strata::kernels::cuda::attention_detail::place<8>(lane).ty;
+    case 7: return strata::kernels::cuda::attention_detail::place<8>(lane).tx;
     default: return lane;
     }
 }
@@ -95,7 +97,8 @@ int main() {
     for (int p = 0; p < pattern_count; ++p) {
         probe<<<blocks, threads>>>(out, cycles, p);  // warm-up
         probe<<<blocks, threads>>>(out, cycles, p);
-        if (!ok(cudaMemcpy(host.data(), cycles, sizeof(long long) * host.size(), cudaMemcpyDeviceToHost), "probe")) return EXIT_FAILURE;
+        if (!ok(cudaMemcpy(host.data(), cycles, sizeof(long long) * host.size(), cudaMemcpyDeviceToHost), "probe"))
+            return EXIT_FAILURE;
         double mean = 0;
         for (long long c : host) mean += static_cast<double>(c) / blocks;
         std::printf("  %-58s %10d %12.2f\n", patterns[p].name, patterns[p].wavefronts, mean / reads_per_sm);
