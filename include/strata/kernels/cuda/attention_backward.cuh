@@ -215,7 +215,7 @@ __device__ inline void tile_mma_transposed(float (&acc)[rows_per_thread][dq_cols
 // load is issued before any store, so their L2 latencies overlap; float4 where `vector` (rows
 // 16-byte aligned, HS a multiple of 4: a group of 4 columns is then wholly inside HS or outside).
 // The additions are old + acc, whatever the path: the same bits. Rows from one base by int
-// offsets, as in wide::load_dq and store_dq (ptxas: the head-size-128 ordered kernel's spill loads
+// offsets, as in wide::add_dq_in_place (ptxas: the head-size-128 ordered kernel's spill loads
 // 272 -> 252 bytes, head size 64's 80 -> 44).
 template <int D>
 __device__ inline void add_dq_in_place(float* dq,  // (rows, HS), rows ld apart: one query tile of one head
@@ -367,20 +367,18 @@ __device__ inline void tile_mma_transposed(float (&acc)[rows][cols], const float
     }
 }
 
-// ordered: dq[4 ty + i][4 tx + n] += acc in place through L2 (__ldcg/__stcg), in two halves:
-// load_dq reads this thread's old dq (zeros outside the tile's rows or HS), store_dq writes
-// old + acc: the same additions as the 128-thread add_dq_in_place, the same bits. The kernel
-// issues the loads before its last product (dS K), once the earlier key tiles' additions are
-// visible, so that their L2 latency passes behind that product. float4 where `vector`. Rows
-// addressed from one base by int offsets (64 rows of a qkv row's width: far below 2^31): four
-// 64-bit row pointers next to dk, dv, acc and old made ptxas spill 32 bytes in the ordered kernel
-// at the 128-register cap (25.3 M local-memory requests in all at B=1 T=16384, Nsight Compute);
-// this way none: ordered 1.122x -> 1.222x the two-kernel backward at T = 16384 (H100, 2026-12-06).
-__device__ inline void load_dq(float (&old)[rows][cols], const float* dq, std::size_t ld_dq, int valid_rows, int HS,
-                               bool vector, int ty, int tx) {
+// ordered: dq[4 ty + i][4 tx + n] += acc in place through L2 (add_dq_in_place's way: every load
+// before any store; float4 where `vector`; the same additions old + acc). Rows addressed from one
+// base by int offsets (64 rows of a qkv row's width: far below 2^31): four 64-bit row pointers
+// next to dk, dv, acc and old made ptxas spill 32 bytes in the ordered kernel at the 128-register
+// cap (25.3 M local-memory requests in all at B=1 T=16384, Nsight Compute); this way none:
+// ordered 1.122x -> 1.222x the two-kernel backward at T = 16384 (H100, 2026-12-06).
+__device__ inline void add_dq_in_place(float* dq, std::size_t ld_dq, const float (&acc)[rows][cols], int valid_rows,
+                                       int HS, bool vector, int ty, int tx) {
     const int d0 = 4 * tx;
     const int ld = static_cast<int>(ld_dq);
-    const float* base = dq + 4 * ty * static_cast<std::size_t>(ld) + d0;
+    float* base = dq + 4 * ty * static_cast<std::size_t>(ld) + d0;
+    float old[rows][cols];
 #pragma unroll
     for (int i = 0; i < rows; ++i) {
         const float* row = base + i * ld;
@@ -394,12 +392,6 @@ __device__ inline void load_dq(float (&old)[rows][cols], const float* dq, std::s
             for (int n = 0; n < cols; ++n) old[i][n] = inside && d0 + n < HS ? __ldcg(row + n) : 0.f;
         }
     }
-}
-__device__ inline void store_dq(float* dq, std::size_t ld_dq, const float (&old)[rows][cols],
-                                const float (&acc)[rows][cols], int valid_rows, int HS, bool vector, int ty, int tx) {
-    const int d0 = 4 * tx;
-    const int ld = static_cast<int>(ld_dq);
-    float* base = dq + 4 * ty * static_cast<std::size_t>(ld) + d0;
 #pragma unroll
     for (int i = 0; i < rows; ++i) {
         if (4 * ty + i >= valid_rows) continue;
@@ -691,11 +683,10 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
     // Thread 0 fences for the whole block after barriers have ordered every thread's additions
     // before it (the PTX memory model's causality order is cumulative: cooperative groups' grid
     // sync fences so), in the next step after its second barrier: the fence's wait for L2 then
-    // overlaps the other warps' dP^T product instead of holding the block between two barriers.
-    // The block of key tile kt-1 needs it at its same step, three products later. (Before: a
-    // fence per thread, the turn and the dq addition between barriers of their own after the last
-    // product: 1.014-1.019x slower; the early loads and the merged barrier with a fence per thread:
-    // 1-2 % slower still. H100, 2026-12-07.)
+    // overlaps the other warps' dP^T product instead of holding the block before a barrier. The
+    // block of key tile kt-1 needs it at its same step, three products later. (A fence per thread
+    // after its additions, before the step's last barrier: this kernel 1.032-1.033x slower; with
+    // the old dq rows loaded before dS K as well, 1.014-1.019x; H100, 2026-12-07.)
     auto release = [&](int s) {
         const int qt = tile_of(s);
         __threadfence();
@@ -715,7 +706,7 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
         const int h = head_of(s), qt = tile_of(s), q0 = qt * tile;
         const bool diagonal = qt == kt, last = s == steps - 1;
         copy_async_wait<1>();
-        __syncthreads();  // Q, lse, Dsum of step s visible (ordered: and step s-1's dq additions made)
+        __syncthreads();  // Q, lse, Dsum of step s visible
         {
             float st[w::rows][w::cols];
             w::tile_dot(st, Ks, Qs, ty, tx);  // S^T = K Q^T
@@ -756,29 +747,21 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
         }
         __syncthreads();  // P^T, dS^T visible
         w::tile_mma(dk, dSts, Qs, ty, tx);  // dK += dS^T Q
-        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
-        if constexpr (ordered) {
-            // Key tiles kt+1 .. qt add to query tile qt before this one; the block of kt+1 went
-            // through qt a step ago, so this rarely waits. Waited for here, before the barrier the
-            // step needs anyway, so that the old dq rows can load behind the products below.
-            if (threadIdx.x == 0)
-                while (load_acquire(counters + bh * n_tiles + qt) != qt - kt) __nanosleep(64);
-        }
-        __syncthreads();  // everyone is done with Qs, lse_s, Dsum_s (ordered: the earlier key tiles' dq visible)
+        __syncthreads();  // everyone is done with Qs, lse_s, Dsum_s
         if (!last) {
             load_query_side(s + 1);
             copy_async_commit();
         }
-        float* dq_rows = dqkv + (row0 + q0) * ld + h * HS;
-        const int dq_rows_valid = min(tile, T - q0);
         w::tile_mma(dv, Pts, dOs, ty, tx);  // dV += P^T dO
-        float old[w::rows][w::cols];
-        if constexpr (ordered) w::load_dq(old, dq_rows, ld, dq_rows_valid, HS, dq_vector16, ty, tx);
 
+        const std::size_t bh = static_cast<std::size_t>(b) * NH + h;
         float dq[w::rows][w::cols] = {};
         w::tile_mma_transposed(dq, dSts, Ks, ty, tx);  // this key tile's dQ(qt) contribution dS K
         if constexpr (ordered) {
-            w::store_dq(dq_rows, ld, old, dq, dq_rows_valid, HS, dq_vector16, ty, tx);
+            if (threadIdx.x == 0)
+                while (load_acquire(counters + bh * n_tiles + qt) != qt - kt) __nanosleep(64);
+            __syncthreads();  // the earlier key tiles' additions are visible to the whole block
+            w::add_dq_in_place(dqkv + (row0 + q0) * ld + h * HS, ld, dq, min(tile, T - q0), HS, dq_vector16, ty, tx);
         } else {
             const int W = q_end - q_first;
             float* tile_rows =
