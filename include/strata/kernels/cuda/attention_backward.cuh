@@ -3,8 +3,8 @@
 // chosen by attention_backward_algo. ops<cuda_backend>::attention_backward runs `partials` where
 // its workspace takes at most attention_partials_limit_bytes, `ordered` at long context
 // (attention_backward_pick says where): measured (bench/attention_backward_bench.cu, H100,
-// 2026-12-06), partials is 1.31x the two-kernel backward at B=8 T=1024 NH=12 HS=64, `ordered`
-// 1.22x at T = 16384 and 1.29x at 65536, and at head size 128 both 1.4x or more.
+// 2026-12-06/07), partials is 1.31x the two-kernel backward at B=8 T=1024 NH=12 HS=64, `ordered`
+// 1.26x at T = 16384 and 1.33x at 65536, and at head size 128 both 1.4x or more.
 //
 // Glossary: B batch, T time, NH query heads, NKV key/value heads (NKV divides NH; NKV == NH is
 // multi-head attention), HS head size, A = NH HS, KV = NKV HS, D the head size padded to the
