@@ -680,13 +680,14 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
                                                   vector16);
     };
     // ordered: step s's dq additions are in dqkv, so the next key tile may add to its query tile.
-    // Thread 0 fences for the whole block after barriers have ordered every thread's additions
-    // before it (the PTX memory model's causality order is cumulative: cooperative groups' grid
-    // sync fences so), in the next step after its second barrier: the fence's wait for L2 then
-    // overlaps the other warps' dP^T product instead of holding the block before a barrier. The
-    // block of key tile kt-1 needs it at its same step, three products later. (A fence per thread
-    // after its additions, before the step's last barrier: this kernel 1.032-1.033x slower; with
-    // the old dq rows loaded before dS K as well, 1.014-1.019x; H100, 2026-12-07.)
+    // Thread 0 fences and releases for the whole block after barriers have ordered every thread's
+    // additions before it: the PTX memory model's causality order is cumulative (cooperative
+    // groups' grid sync releases so on sm_70+: a barrier, then one thread's atom.add.release.gpu,
+    // cooperative_groups/details/sync.h). It does so in the next step, after its second barrier,
+    // so the fence's wait for L2 overlaps the other warps' dP^T product instead of holding the
+    // block before a barrier; the block of key tile kt-1 needs the turn at its same step, three
+    // products later. Measured (H100, 2026-12-07): 1.032-1.033x over a fence per thread before
+    // the step's last barrier; loading the old dq rows before dS K as well took 1.5 % of that back.
     auto release = [&](int s) {
         const int qt = tile_of(s);
         __threadfence();
