@@ -11,7 +11,9 @@
 // STRATA_BENCH_ATTENTION_BACKWARD=two-kernel (read by this bench only) runs the CUDA model with the
 // two-kernel attention backward at every shape (ops<cuda_backend>::use_two_kernel_attention_backward)
 // instead of the library's choice, the key-tile backward where its workspace fits: the JSON line's
-// "attention_backward" says which ran.
+// "attention_backward" says which ran. STRATA_BENCH_GRADIENT_LANE=serial runs the backward's weight
+// gradients after the input gradients on the one stream (ops<cuda_backend>::set_gradient_side_lane)
+// instead of beside them: "gradient_lane" says which.
 //
 // Prints a JSON line (median ms/step, tokens/s, model TFLOP/s, peak device bytes, peak host RSS,
 // transfer hidden fraction) and, from a trace of one more step, the time per op summed over the
@@ -113,6 +115,13 @@ std::string attention_backward_name(const gpt_config& c, const args& a) {
     return "key-tile";  // partials or ordered: kernels/cuda/attention_backward.cuh's attention_backward_pick
 }
 
+// Where the backward's weight gradients run (nn/cuda_ops.hpp: set_gradient_side_lane).
+template <class B>
+std::string gradient_lane_name() {
+    if constexpr (requires { ops<B>::gradient_side_lane(); }) return ops<B>::gradient_side_lane() ? "side" : "serial";
+    return "serial";
+}
+
 // homes: every group's (none: the resident plan); streamed plans use 3 device slots.
 template <class B>
 int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_home> homes) {
@@ -165,6 +174,7 @@ int bench(B& backend, const gpt_config& c, const args& a, std::optional<group_ho
                        {"kept_blocks", std::min<std::size_t>(o.activations.count, c.n_layer)},
                        {"moments", a.placement == "streamed" ? a.moments : "device"}, {"tf32", a.tf32},
                        {"attention_backward", attention_backward_name<B>(c, a)},
+                       {"gradient_lane", gradient_lane_name<B>()},
                        {"steps", a.steps}, {"warmup", warmup}, {"init_s", init_s},
                        {"ms_per_step", median}, {"ms_min", ms.empty() ? 0 : ms.front()},
                        {"tokens_per_s", per_s(tokens)},
@@ -267,6 +277,12 @@ int main(int argc, char** argv) {
             else if (attention != nullptr && *attention != '\0')
                 throw error(std::string("STRATA_BENCH_ATTENTION_BACKWARD=") + attention + " is not a choice",
                             "two-kernel, or unset for the library's choice");
+            const char* lane = std::getenv("STRATA_BENCH_GRADIENT_LANE");
+            if (lane != nullptr && std::string(lane) == "serial")
+                ops<cuda_backend>::set_gradient_side_lane(false);
+            else if (lane != nullptr && *lane != '\0')
+                throw error(std::string("STRATA_BENCH_GRADIENT_LANE=") + lane + " is not a choice",
+                            "serial, or unset for the library's default (the side lane)");
             return run<cuda_backend>(a);
         }
 #endif

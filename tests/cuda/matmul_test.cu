@@ -187,3 +187,47 @@ TEST_CASE("cuda GEMMs are strict FP32 unless TF32 is switched on") {
     CHECK(strict < strict_tolerance);
     CHECK(tf32 > 10 * strict);  // TF32 really is different, so the default really is strict
 }
+
+TEST_CASE("cuda backward GEMMs give the same bits beside each other (side lane) as one after the other") {
+    if (!have_gpu()) return;
+    cuda_backend backend;
+    auto s = backend.make_stream("test");
+    using op = ops<cuda_backend>;
+    REQUIRE(op::gradient_side_lane());  // the default
+    const std::size_t B = 2, T = quick() ? 16 : 300, C = quick() ? 40 : 768, OC = 3 * C, V = quick() ? 101 : 50257;
+    const auto inp = random(B * T * C, 31), w = random(C * OC, 32), dout = random(B * T * OC, 33);
+    const auto dinp0 = random(B * T * C, 34), dw0 = random(C * OC, 35), db0 = random(OC, 36);
+    const auto wte = random(V * C, 37), dlogits = random(B * T * V, 38), dwte0 = random(V * C, 39);
+    for (bool tf32 : {false, true}) {
+        CAPTURE(tf32);
+        op::set_tf32(tf32);
+        std::vector<std::vector<float>> got[2];  // [side lane off, on]: dinp, dw, db, lm dinp, dwte
+        for (int on = 0; on < 2; ++on) {
+            op::set_gradient_side_lane(on == 1);
+            device_buffer g_inp(inp), g_w(w), g_dout(dout), g_dinp(dinp0), g_dw(dw0), g_db(db0), g_wte(wte),
+                g_dlogits(dlogits), g_lm_dinp(dinp0), g_dwte(dwte0);
+            // twice in a row: the second call's fork waits for the first call's join
+            for (int round = 0; round < 2; ++round) {
+                op::matmul_backward(s, g_dinp.p, g_dw.p, g_db.p, g_dout.p, g_inp.p, g_w.p, B, T, C, OC);
+                op::lm_head_backward(s, g_lm_dinp.p, g_dwte.p, g_dlogits.p, g_inp.p, g_wte.p, B, T, C, V);
+            }
+            s.synchronize();
+            got[on] = {g_dinp.get(), g_dw.get(), g_db.get(), g_lm_dinp.get(), g_dwte.get()};
+        }
+        op::set_gradient_side_lane(true);
+        op::set_tf32(false);
+        for (std::size_t i = 0; i < got[0].size(); ++i) {
+            CAPTURE(i);
+            CHECK(same_bits(got[1][i], got[0][i]));
+        }
+        // and they are the gradients: two rounds of += on the CPU
+        std::vector<float> dinp = dinp0, dw = dw0, db = db0;
+        for (int round = 0; round < 2; ++round)
+            kernels::cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), B, T,
+                                          C, OC);
+        const double tolerance = tf32 ? 1e-2 : strict_tolerance;
+        CHECK(normalized_error(got[1][0], dinp) < tolerance);
+        CHECK(normalized_error(got[1][1], dw) < tolerance);
+        CHECK(normalized_error(got[1][2], db) < strict_tolerance);
+    }
+}

@@ -33,6 +33,11 @@ struct ops<cuda_backend> {
     // GEMM math for the whole process: strict FP32 (false, the default) or TF32 tensor cores.
     static void set_tf32(bool on);
     static bool tf32();
+    // matmul_backward and lm_head_backward run the weight gradient on a second stream beside the
+    // input gradient (on, the default) or after it on the op's stream (off): the same bits either
+    // way; a switch for the whole process, for benchmarks that compare the two.
+    static void set_gradient_side_lane(bool on);
+    static bool gradient_side_lane();
 
     static void zero(stream& s, float* x, size n);
     static void copy(stream& s, float* dst, const float* src, size n);
