@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(attention_detail::threads)
                 for (int j = 0; j < cols_per_thread; ++j) {
                     const int query = tx + tile_x * j;
                     const bool seen = q0 + query < T && (!diagonal || key <= query);
-                    Pts[key * shape::score_ld + query] = seen ? exp2f(st[i][j] * scale_log2 - lse2[j]) : 0.f;
+                    Pts[key * shape::score_ld + query] = seen ? exp2_ftz(st[i][j] * scale_log2 - lse2[j]) : 0.f;
                 }
             }
         }
@@ -721,7 +721,7 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
                 for (int j = 0; j < w::cols; ++j) {
                     const int query = tx + w::grid_x * j;
                     const bool seen = q0 + query < T && (!diagonal || key <= query);
-                    Pts[key * w::score_ld + query] = seen ? exp2f(st[i][j] * scale_log2 - lse2[j]) : 0.f;
+                    Pts[key * w::score_ld + query] = seen ? exp2_ftz(st[i][j] * scale_log2 - lse2[j]) : 0.f;
                 }
             }
         }
