@@ -107,6 +107,22 @@ private:
     bool m_joined = false;
 };
 
+// A backward's input-gradient part (on the op's stream) and weight-gradient part (GEMMs on the
+// handle, other kernels on the stream it is given): beside each other on the side lane where
+// `both` says there are both to make and the side lane is on, else one after the other.
+template <class InputPart, class WeightPart>
+void both_gradients(cudaStream_t stream, bool both, InputPart input_part, WeightPart weight_part) {
+    if (both && side_lane_on.load()) {
+        gradient_fork fork(stream);
+        weight_part(fork.side_blas(), fork.side_stream());
+        input_part();
+        fork.join();
+        return;
+    }
+    input_part();
+    weight_part(blas(stream), stream);
+}
+
 int gemm_dim(std::size_t n, const char* what) {
     if (n > static_cast<std::size_t>(INT_MAX))
         throw error(std::string("GEMM dimension ") + what + " = " + std::to_string(n) + " exceeds cuBLAS's int range",
@@ -151,25 +167,21 @@ void ops<cuda_backend>::matmul_gelu_forward(stream& s, float* pre, float* out, c
 }
 // dinp (BT, C) += dout (BT, OC) @ w^T; dw (C, OC) += inp^T @ dout; dbias += column sums of dout.
 // Each of dinp, dw (a frozen weight) and dbias may be null: its work is skipped. With both
-// gradients to make, dw and dbias run on the side lane beside dinp (gradient_fork).
+// gradients to make, dw and dbias run on the side lane beside dinp (both_gradients).
 void ops<cuda_backend>::matmul_backward(stream& s, float* dinp, float* dw, float* dbias, const float* dout,
                                         const float* inp, const float* w, size B, size T, size C, size OC) {
     using namespace detail::cuda_ops;
     cuda::trace_span span(s, "matmul_backward");
     const size BT = B * T;
-    auto weight_side = [&](cublasHandle_t handle, cudaStream_t stream) {
-        if (dw) sgemm(handle, false, true, OC, C, BT, dout, OC, inp, C, 1.0f, dw, OC);
-        if (dbias) kernels::cuda::column_sum_accumulate(dbias, dout, BT, OC, stream);
-    };
-    if (dinp && (dw || dbias) && side_lane_on.load()) {
-        gradient_fork fork(s.native());
-        weight_side(fork.side_blas(), fork.side_stream());
-        sgemm(blas(s.native()), true, false, C, BT, OC, w, OC, dout, OC, 1.0f, dinp, C);
-        fork.join();
-        return;
-    }
-    if (dinp) sgemm(blas(s.native()), true, false, C, BT, OC, w, OC, dout, OC, 1.0f, dinp, C);
-    weight_side(blas(s.native()), s.native());
+    both_gradients(
+        s.native(), dinp != nullptr && (dw || dbias),
+        [&] {
+            if (dinp) sgemm(blas(s.native()), true, false, C, BT, OC, w, OC, dout, OC, 1.0f, dinp, C);
+        },
+        [&](cublasHandle_t handle, cudaStream_t stream) {
+            if (dw) sgemm(handle, false, true, OC, C, BT, dout, OC, inp, C, 1.0f, dw, OC);
+            if (dbias) kernels::cuda::column_sum_accumulate(dbias, dout, BT, OC, stream);
+        });
 }
 // logits (BT, V) = inp (BT, C) @ wte^T, wte (V, C).
 void ops<cuda_backend>::lm_head_forward(stream& s, float* logits, const float* inp, const float* wte, size B, size T,
@@ -184,16 +196,12 @@ void ops<cuda_backend>::lm_head_backward(stream& s, float* dinp, float* dwte, co
     using namespace detail::cuda_ops;
     cuda::trace_span span(s, "lm_head_backward");
     const size BT = B * T;
-    auto input_side = [&] { sgemm(blas(s.native()), false, false, C, BT, V, wte, C, dlogits, V, 1.0f, dinp, C); };
-    if (dwte && side_lane_on.load()) {
-        gradient_fork fork(s.native());
-        sgemm(fork.side_blas(), false, true, C, V, BT, inp, C, dlogits, V, 1.0f, dwte, C);
-        input_side();
-        fork.join();
-        return;
-    }
-    input_side();
-    if (dwte) sgemm(blas(s.native()), false, true, C, V, BT, inp, C, dlogits, V, 1.0f, dwte, C);
+    both_gradients(
+        s.native(), dwte != nullptr,
+        [&] { sgemm(blas(s.native()), false, false, C, BT, V, wte, C, dlogits, V, 1.0f, dinp, C); },
+        [&](cublasHandle_t handle, cudaStream_t) {
+            if (dwte) sgemm(handle, false, true, C, V, BT, inp, C, dlogits, V, 1.0f, dwte, C);
+        });
 }
 
 void ops<cuda_backend>::set_gradient_side_lane(bool on) { detail::cuda_ops::side_lane_on.store(on); }
