@@ -717,16 +717,27 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
             float lse2[w::cols];
 #pragma unroll
             for (int j = 0; j < w::cols; ++j) lse2[j] = lse_s[tx + w::grid_x * j] * log2e;
+            // P^T; only the diagonal tile and a tile past T mask (the block's branch, uniform):
+            // interior tiles skip the per-element compares and selects.
+            auto store_p = [&](auto masked) {
 #pragma unroll
-            for (int i = 0; i < w::rows; ++i) {
-                const int key = ty + w::grid_x * i;
+                for (int i = 0; i < w::rows; ++i) {
+                    const int key = ty + w::grid_x * i;
 #pragma unroll
-                for (int j = 0; j < w::cols; ++j) {
-                    const int query = tx + w::grid_x * j;
-                    const bool seen = q0 + query < T && (!diagonal || key <= query);
-                    Pts[key * w::score_ld + query] = seen ? exp2_ftz(st[i][j] * scale_log2 - lse2[j]) : 0.f;
+                    for (int j = 0; j < w::cols; ++j) {
+                        const int query = tx + w::grid_x * j;
+                        const float p = exp2_ftz(st[i][j] * scale_log2 - lse2[j]);
+                        if constexpr (decltype(masked)::value) {
+                            const bool seen = q0 + query < T && (!diagonal || key <= query);
+                            Pts[key * w::score_ld + query] = seen ? p : 0.f;
+                        } else {
+                            Pts[key * w::score_ld + query] = p;
+                        }
+                    }
                 }
-            }
+            };
+            if (diagonal || q0 + tile > T) store_p(std::true_type{});
+            else store_p(std::false_type{});
         }
         copy_async_wait<0>();
         __syncthreads();  // dO of step s visible
