@@ -10,6 +10,7 @@
 #include <algorithm>  // std::max
 #include <cmath>      // std::abs, std::isfinite
 #include <cstddef>    // std::size_t, std::byte
+#include <cstdint>    // std::uintptr_t
 #include <cstring>    // std::memcmp
 #include <string>     // std::string
 #include <vector>     // std::vector
@@ -301,6 +302,12 @@ TEST_CASE("cuda attention backward by key tiles refuses bad heads, a small works
                     strata::error);
     CHECK_THROWS_AS(gpu::attention_backward_key_tiles(none, none, none, none, none, 1, 8, 2, 2, 64, ordered, none,
                                                       1 << 20, nullptr, gpu::attention_partials_limit_bytes, 64),
+                    strata::error);
+    // Wide ordered blocks add dq four floats at a time: dqkv rows 16-byte aligned, or 128 threads.
+    std::vector<float> host_rows(8);
+    float* misaligned = host_rows.data() + (reinterpret_cast<std::uintptr_t>(host_rows.data()) % 16 == 0 ? 1 : 0);
+    CHECK_THROWS_AS(gpu::attention_backward_key_tiles(misaligned, none, none, none, none, 1, 8, 2, 2, 64, ordered, none,
+                                                      1 << 20, nullptr, gpu::attention_partials_limit_bytes, 256),
                     strata::error);
     const std::size_t needed = gpu::attention_backward_workspace(attention_backward_algo::partials, 1, 640, 2, 64);
     device_buffer<std::byte> workspace(needed);

@@ -24,9 +24,10 @@
 // no expand/reduce pass). Dsum = rowsum(dO * out) is computed once per query row beforehand
 // (attention_row_dots_kernel) and read per tile.
 //
-// dQ(qt) receives a contribution from every key tile kt <= qt, computed by different blocks. To
-// stay free of floating-point atomics, dq(qt) = dq_start + c(qt) + c(qt-1) + ... + c(0): each
-// query tile adds its key tiles' contributions in descending kt, always that order, by one of:
+// dQ(qt) receives a contribution from every key tile kt <= qt, computed by different blocks. So that
+// no floating-point addition happens in an arbitrary order, dq(qt) = dq_start + c(qt) + c(qt-1) +
+// ... + c(0): each query tile adds its key tiles' contributions in descending kt, always that
+// order, by one of:
 //   partials  each block stores its contribution c(kt, qt) in a workspace of B NH 64 n(n+1)/2 D
 //             floats (the causal triangle of tile pairs); a second kernel adds them into dqkv in
 //             the order above. The triangle grows with T^2 (214 MB at B=8, T=1024, NH=12, D=64);
@@ -46,9 +47,9 @@
 //             block, which might not have started, and the reverse order c(0) + c(1) + ... makes
 //             block kt wait one step on block kt-1 at every tile: a head's blocks started together
 //             idle 1, 2, ..., n-1 steps, half of their time. Within a head lightest first is
-//             wait-free; only the grid's last head runs alone at the end.) Each thread's in-place
-//             additions issue all their loads (float4 where rows are 16-byte aligned) before
-//             their stores.
+//             wait-free; only the grid's last head runs alone at the end.) The 128-thread blocks
+//             add by a load and a store per element (all loads first), the wide ones by float4
+//             additions performed in L2 (red.global.add: the same additions, no round trip).
 // Both give the same bits (the same float additions in the same order), run to run.
 //
 // Arithmetic is FP32 FMA on the CUDA cores, the forward's (attention.cuh) tile products and
@@ -370,44 +371,32 @@ __device__ inline void tile_mma_transposed(float (&acc)[rows][cols], const float
     }
 }
 
-// ordered: dq[4 ty + i][4 tx + n] += acc in place through L2 (add_dq_in_place's way: every load
-// before any store; float4 where `vector`; the same additions old + acc). Rows addressed from one
-// base by int offsets (64 rows of a qkv row's width: far below 2^31): four 64-bit row pointers
-// next to dk, dv, acc and old made ptxas spill 32 bytes in the ordered kernel at the 128-register
-// cap (25.3 M local-memory requests in all at B=1 T=16384, Nsight Compute); this way none:
-// ordered 1.122x -> 1.222x the two-kernel backward at T = 16384 (H100, 2026-12-06).
-__device__ inline void add_dq_in_place(float* dq, std::size_t ld_dq, const float (&acc)[rows][cols], int valid_rows,
-                                       int HS, bool vector, int ty, int tx) {
+// ordered: dq[4 ty + i][4 tx + n] += acc, four floats at a time as one addition performed in L2
+// (red.global.add.v4.f32, sm_90), issued only after the block of key tile kt+1 has released the
+// query tile: the additions old + acc that a load and a store made, in the same order, so the same
+// bits (PTX: f32 additions in L2 round to nearest even and flush subnormals, so only a subnormal
+// sum could differ), without the load's L2 round trip on the block's path. Rows 16-byte aligned,
+// HS a multiple of 4 (attention_backward_key_tiles runs the 128-thread kernel where they are not).
+// Measured against the load and store (H100, 2026-12-07, the same bits): the wide ordered backward
+// 1.018x at B=8 T=1024, 1.007x at T = 16384, 1.008x at 65536; with the next dO tile's copy issued
+// before the additions (one barrier fewer a step) 0.99x instead.
+__device__ inline void add_dq_in_l2(float* dq, std::size_t ld_dq, const float (&acc)[rows][cols], int valid_rows,
+                                    int HS, int ty, int tx) {
     const int d0 = 4 * tx;
     const int ld = static_cast<int>(ld_dq);
     float* base = dq + 4 * ty * static_cast<std::size_t>(ld) + d0;
-    float old[rows][cols];
 #pragma unroll
     for (int i = 0; i < rows; ++i) {
-        const float* row = base + i * ld;
-        const bool inside = 4 * ty + i < valid_rows;
-        if (vector) {
-            const float4 o = inside && d0 < HS ? __ldcg(reinterpret_cast<const float4*>(row))
-                                               : make_float4(0.f, 0.f, 0.f, 0.f);
-            old[i][0] = o.x, old[i][1] = o.y, old[i][2] = o.z, old[i][3] = o.w;
-        } else {
-#pragma unroll
-            for (int n = 0; n < cols; ++n) old[i][n] = inside && d0 + n < HS ? __ldcg(row + n) : 0.f;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < rows; ++i) {
-        if (4 * ty + i >= valid_rows) continue;
+        if (4 * ty + i >= valid_rows || d0 >= HS) continue;
         float* row = base + i * ld;
-        if (vector) {
-            if (d0 < HS)
-                __stcg(reinterpret_cast<float4*>(row), make_float4(old[i][0] + acc[i][0], old[i][1] + acc[i][1],
-                                                                   old[i][2] + acc[i][2], old[i][3] + acc[i][3]));
-        } else {
+#if __CUDA_ARCH__ >= 900
+        asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(row), "f"(acc[i][0]), "f"(acc[i][1]),
+                     "f"(acc[i][2]), "f"(acc[i][3])
+                     : "memory");
+#else
 #pragma unroll
-            for (int n = 0; n < cols; ++n)
-                if (d0 + n < HS) __stcg(row + n, old[i][n] + acc[i][n]);
-        }
+        for (int n = 0; n < cols; ++n) atomicAdd(row + n, acc[i][n]);
+#endif
     }
 }
 
@@ -775,8 +764,8 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
         if constexpr (ordered) {
             if (threadIdx.x == 0)
                 while (load_acquire(counters + bh * n_tiles + qt) != qt - kt) __nanosleep(64);
-            __syncthreads();  // the earlier key tiles' additions are visible to the whole block
-            w::add_dq_in_place(dqkv + (row0 + q0) * ld + h * HS, ld, dq, min(tile, T - q0), HS, dq_vector16, ty, tx);
+            __syncthreads();  // the earlier key tiles' additions performed before this block's
+            w::add_dq_in_l2(dqkv + (row0 + q0) * ld + h * HS, ld, dq, min(tile, T - q0), HS, ty, tx);
         } else {
             const int W = q_end - q_first;
             float* tile_rows =
@@ -963,7 +952,14 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
         throw error("attention backward (cuda): blocks of " + std::to_string(block_threads) + " threads at head size " +
                         std::to_string(HS),
                     "pass 0 (the kernels' choice), 128, or 256 at head sizes 33 .. 64");
-    const bool wide = wide_possible && block_threads != threads;
+    // ordered's wide blocks add dq as float4 (wide::add_dq_in_l2): 16-byte aligned dq rows only.
+    const bool dq_vector16 = rows_16_byte_aligned(HS, HS, {dqkv});
+    if (block_threads == wide::threads && wide_possible && algo == attention_backward_algo::ordered && !dq_vector16)
+        throw error("attention backward (cuda, ordered): blocks of 256 threads add dq four floats at a time, and "
+                    "dqkv's rows are not 16-byte aligned",
+                    "pass 0 (the kernels' choice: 128 threads for this layout) or 128");
+    const bool wide = wide_possible && block_threads != threads &&
+                      (algo != attention_backward_algo::ordered || dq_vector16);
     check_key_tile_shape(B, T, NH, NKV, HS);
     if (B == 0 || T == 0) return;
     const key_tile_workspace layout = key_tile_layout(algo, B, T, NH, HS, limit_bytes);
@@ -983,7 +979,6 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
     check_launch("attention_row_dots_kernel");
 
     const bool vector16 = rows_16_byte_aligned(HS, HS, {qkv, dout});
-    const bool dq_vector16 = rows_16_byte_aligned(HS, HS, {dqkv});  // ordered's float4 additions into dq
     const int t = static_cast<int>(T), nh = static_cast<int>(NH), nkv = static_cast<int>(NKV), hs = static_cast<int>(HS);
     with_padded_head_size(HS, [&]<int D>(std::integral_constant<int, D>) {
         if (algo == attention_backward_algo::ordered) {
