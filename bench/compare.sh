@@ -29,6 +29,8 @@
 #
 # Environment: OUT (default ./compare-out): results.jsonl (one record per run), logs/, compare.md,
 # traces; STRATA_GPU_BIN: a build directory that has bench/strata_bench_gpt_step (no build then);
+# STRATA_COMMIT: the commit the table names (where the binaries were built elsewhere, or this copy's
+# git history is not the tree's; default: this checkout's HEAD);
 # COMPARE_BUDGET_S; COMPARE_ONLY: a bash regular expression, only runs whose name matches;
 # COMPARE_DRY=1: the whole pipeline on the CPU with the tiny model and a CPU build (a test of this
 # script: the PyTorch rows fail where torch is absent).
@@ -119,10 +121,12 @@ run "$large-fp32-pytorch-fsdp2-offload" pytorch-fsdp2-offload "$large" fp32 150 
 run "$small-fp32-pytorch-fsdp2-offload" pytorch-fsdp2-offload "$small" fp32 90 25 python3 bench/torch_fsdp2_offload_step.py "${torch_args_small[@]}"
 
 log "table"
-if commit=$(git rev-parse --short HEAD 2>/dev/null); then
+if [[ -n ${STRATA_COMMIT:-} ]]; then
+  commit=$STRATA_COMMIT
+elif commit=$(git rev-parse --short HEAD 2>/dev/null); then
   git diff --quiet HEAD -- include src bench 2>/dev/null || commit+=" with uncommitted changes in include/ src/ bench/"
 else
-  commit=${STRATA_COMMIT:-unknown (no git here: set STRATA_COMMIT)}
+  commit="unknown (no git here: set STRATA_COMMIT)"
 fi
 gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
 python3 bench/compare_table.py "$results" --out "$OUT/compare.md" \
