@@ -616,7 +616,8 @@ __global__ void __launch_bounds__(attention_detail::wide::threads, 2)
                                             const Real* __restrict__ lse, const Real* __restrict__ Dsum,
                                             const Real* __restrict__ dout, const Real* __restrict__ qkv, int T, int NH,
                                             int NKV, int HS, float scale, float scale_log2, bool vector16,
-                                            bool dq_vector16, int q_first, int q_end) {
+                                            bool /*dq_vector16: true wherever it runs ordered*/, int q_first,
+                                            int q_end) {
     using namespace attention_detail;
     namespace w = attention_detail::wide;
     static_assert(std::is_same_v<Real, float>, "attention: the CUDA kernels are FP32 only");
@@ -954,7 +955,7 @@ void attention_backward_key_tiles(Real* dqkv,        // (B, T, (NH + 2 NKV) HS)
                     "pass 0 (the kernels' choice), 128, or 256 at head sizes 33 .. 64");
     // ordered's wide blocks add dq as float4 (wide::add_dq_in_l2): 16-byte aligned dq rows only.
     const bool dq_vector16 = rows_16_byte_aligned(HS, HS, {dqkv});
-    if (block_threads == wide::threads && wide_possible && algo == attention_backward_algo::ordered && !dq_vector16)
+    if (block_threads == wide::threads && algo == attention_backward_algo::ordered && !dq_vector16)
         throw error("attention backward (cuda, ordered): blocks of 256 threads add dq four floats at a time, and "
                     "dqkv's rows are not 16-byte aligned",
                     "pass 0 (the kernels' choice: 128 threads for this layout) or 128");
